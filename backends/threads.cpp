@@ -2,14 +2,15 @@
 
 #include <ATen/Parallel.h>
 
-#include <stdexcept>
+#include "backends/error.hpp"
+
 #include <string>
 
 namespace rlforge::backends {
 
 void set_intra_op_threads(int n) {
   if (n < 1)
-    throw std::invalid_argument("intra-op thread count must be >= 1, got " + std::to_string(n));
+    fail(error_code::invalid_argument, "intra-op thread count must be >= 1, got " + std::to_string(n));
   at::set_num_threads(n);
 }
 
