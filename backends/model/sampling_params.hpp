@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rlforge::backends {
+
+/// Per-request sampling parameters (REFERENCE.md "Sampling").
+///
+/// Order of operations on a row of logits: divide by `temperature`, keep the `top_k` most likely
+/// tokens, then keep the smallest most-likely prefix of those whose renormalised probability
+/// reaches `top_p`, renormalise, draw one token. `temperature == 0` is greedy decoding (argmax;
+/// `top_k` and `top_p` are then ignored).
+struct sampling_params {
+  int64_t max_tokens = 0;   ///< required, >= 1: most tokens to generate
+  double temperature = 1.0; ///< >= 0; 0 = greedy
+  int64_t top_k = -1;       ///< -1 = off, else >= 1 (values >= vocab size keep everything)
+  double top_p = 1.0;       ///< in (0, 1]; 1 = off
+  std::optional<uint64_t> seed; ///< a seeded row draws from its own generator
+  std::vector<int64_t> stop_token_ids; ///< sampling one of these ends the row (stop_reason "stop")
+  bool prompt_logprobs = false;        ///< also report log p(prompt[i] | prompt[<i])
+};
+
+/// What one request produced.
+struct sample_result {
+  /// Generated token ids. A sampled stop token is included as the last entry.
+  std::vector<int64_t> tokens;
+  /// Per generated token: its log-probability under the distribution it was actually drawn from,
+  /// i.e. the temperature-scaled softmax restricted to the top-k/top-p set and renormalised. For
+  /// greedy rows (temperature 0): log_softmax(logits) of the argmax at temperature 1.
+  std::vector<double> logprobs;
+  /// "stop" when a stop token was sampled, "length" when max_tokens (or the model's context
+  /// length) was reached.
+  std::string stop_reason;
+  /// When requested: n-1 entries for a prompt of n tokens, entry i-1 = log p(prompt[i] |
+  /// prompt[<i]) under the raw model distribution (temperature 1, no filtering).
+  std::vector<double> prompt_logprobs;
+};
+
+/// Throws `backends::error(invalid_argument)` naming the field and value when `p` is not a
+/// valid request for a model with `vocab_size` tokens: max_tokens <= 0, temperature negative or
+/// not finite, top_k == 0 or < -1, top_p not in (0, 1], a stop token id outside [0, vocab_size).
+void validate(const sampling_params& p, int64_t vocab_size);
+
+/// Filters a row of normalised log-probabilities in place to the top-k / top-p set and
+/// renormalises it; tokens outside the set become -inf. `top_k == -1` and `top_p == 1` are off.
+/// Ties are broken by token id: among equally likely tokens the lower id ranks first, so exactly
+/// `top_k` tokens survive top-k and the top-p prefix is unique. Top-p sees the probabilities as
+/// renormalised after top-k and keeps the shortest prefix whose cumulative probability is >= p.
+void filter_log_probs(double* log_probs, int64_t vocab_size, int64_t top_k, double top_p);
+
+/// The full distribution a non-greedy row samples from, as log-probabilities over the
+/// vocabulary (-inf outside the kept set): log_softmax(logits / temperature) then
+/// `filter_log_probs`. Needs temperature > 0. Throws on NaN logits or an empty row.
+std::vector<double> sampling_log_probs(const std::vector<float>& logits,
+                                       const sampling_params& p);
+
+/// Inverse-CDF draw: the first token id (in id order) whose cumulative probability exceeds
+/// `u * total`, where `probs` need not sum exactly to 1. `u` in [0, 1). Zero-probability tokens
+/// are never chosen.
+int64_t inverse_cdf(const double* probs, int64_t vocab_size, double u);
+
+/// Greedy choice: the lowest token id among the maximal logits.
+int64_t greedy_token(const double* values, int64_t vocab_size);
+
+} // namespace rlforge::backends
