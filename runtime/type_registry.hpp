@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/detail/type_list.hpp>
+#include <caf/message.hpp>
+
+#include "runtime/messages.hpp"
+
+namespace rlforge::runtime {
+
+/// Every type that may appear in a message between actors on different nodes, beyond CAF's
+/// builtins. The one list: `register_types` registers each, and the loopback round-trip test
+/// sends a value of each across a real connection.
+using message_types = caf::detail::type_list<
+  tensor_blob, node_resources, placement_group_request, bundle_placement, placement_group_info,
+  rank_info, collective_spec, resource_amounts, std::vector<int32_t>, std::vector<int64_t>,
+  std::vector<float>, std::vector<double>, std::vector<caf::message>, std::vector<uint8_t>>;
+
+/// The CAF name of each type in `message_types` (same order).
+extern const char* const message_type_names[];
+
+/// Registers the `rlforge` error category and every type in `message_types` (and, through CAF,
+/// `std::vector<T>` of each). Called by `system_config`'s constructor; idempotent.
+void register_types(caf::actor_system_config& cfg);
+
+} // namespace rlforge::runtime

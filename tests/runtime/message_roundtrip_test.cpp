@@ -1,0 +1,161 @@
+// Sends a value of every registered message type across a real publish/remote_actor connection
+// on 127.0.0.1 (two actor systems in one process) and checks it comes back equal.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <limits>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "runtime/errc.hpp"
+#include "runtime/system_config.hpp"
+#include "runtime/type_registry.hpp"
+
+using namespace rlforge;
+using namespace std::chrono_literals;
+
+namespace {
+
+// One non-trivial sample per registered type. A type added to `message_types` without a sample
+// here fails to compile (no matching overload), so the test cannot silently skip it.
+tensor_blob sample(tensor_blob*) {
+  tensor_blob x;
+  x.dtype = dtype::f32;
+  x.shape = {2, 3};
+  x.bytes.assign(24, '\0');
+  for (size_t i = 0; i < x.bytes.size(); ++i)
+    x.bytes[i] = static_cast<char>(i * 7 + 1);
+  return x;
+}
+node_resources sample(node_resources*) {
+  return {"node-7", 64, int64_t{1} << 40, 8, false, {{"accelerator_type:X", 1.5}}};
+}
+placement_group_request sample(placement_group_request*) {
+  return {"pg-a", {{{"GPU", 0.2}, {"CPU", 1}}, {{"GPU", 1}}}, "strict_spread", 2.5};
+}
+bundle_placement sample(bundle_placement*) {
+  return {3, "node-1", {4, 5}, {{"GPU", 2.0}, {"memory", 1e9}}};
+}
+placement_group_info sample(placement_group_info*) {
+  return {"pg-b", "spread", {sample(static_cast<bundle_placement*>(nullptr)), {0, "n0", {}, {}}}};
+}
+rank_info sample(rank_info*) {
+  return {"policy", 3, 4, "node-2", {1}, 0.2, 2, true};
+}
+collective_spec sample(collective_spec*) {
+  return {"tcp", "grp#9", "127.0.0.1", 29500, 1234};
+}
+resource_amounts sample(resource_amounts*) {
+  return {{"GPU", 0.0001}, {"CPU", 48}, {"custom", -0.5}};
+}
+std::vector<int32_t> sample(std::vector<int32_t>*) {
+  return {std::numeric_limits<int32_t>::min(), -1, 0, 7, std::numeric_limits<int32_t>::max()};
+}
+std::vector<int64_t> sample(std::vector<int64_t>*) {
+  return {std::numeric_limits<int64_t>::min(), 0, int64_t{1} << 62};
+}
+std::vector<float> sample(std::vector<float>*) {
+  return {-1.5f, 0.0f, 3.25f, std::numeric_limits<float>::max()};
+}
+std::vector<double> sample(std::vector<double>*) {
+  return {-1e300, 0.1, 2.0};
+}
+std::vector<caf::message> sample(std::vector<caf::message>*) {
+  return {caf::make_message(int32_t{1}, std::string{"x"}), caf::make_message(sample(
+                                                             static_cast<rank_info*>(nullptr)))};
+}
+std::vector<uint8_t> sample(std::vector<uint8_t>*) {
+  return {0, 1, 254, 255};
+}
+
+bool equal(const std::vector<caf::message>& a, const std::vector<caf::message>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (to_string(a[i]) != to_string(b[i]))
+      return false;
+  return true;
+}
+template <class T>
+bool equal(const T& a, const T& b) {
+  return a == b;
+}
+
+caf::behavior echo(caf::event_based_actor* self) {
+  self->set_default_handler(caf::reflect);
+  return {[](int64_t, int64_t) {}}; // never sent; a behavior needs at least one handler
+}
+
+class MessageRoundTrip : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_FALSE(server_cfg_.parse_args({}));
+    ASSERT_FALSE(client_cfg_.parse_args({}));
+    server_ = std::make_unique<caf::actor_system>(server_cfg_);
+    client_ = std::make_unique<caf::actor_system>(client_cfg_);
+    auto echo_actor = server_->spawn(echo);
+    auto port = server_->middleman().publish(echo_actor, 0, "127.0.0.1");
+    ASSERT_TRUE(port) << server_->render(port.error());
+    auto remote = client_->middleman().remote_actor("127.0.0.1", *port);
+    ASSERT_TRUE(remote) << client_->render(remote.error());
+    remote_ = *remote;
+    local_echo_ = echo_actor;
+  }
+
+  void TearDown() override {
+    caf::anon_send_exit(local_echo_, caf::exit_reason::user_shutdown);
+    remote_ = caf::actor{};
+    local_echo_ = caf::actor{};
+    client_.reset();
+    server_.reset();
+  }
+
+  template <class T>
+  void round_trip() {
+    auto original = sample(static_cast<T*>(nullptr));
+    caf::scoped_actor self{*client_};
+    bool got = false;
+    self->request(remote_, 10s, original)
+      .receive(
+        [&](T& back) {
+          got = true;
+          EXPECT_TRUE(equal(back, original)) << caf::deep_to_string(original);
+        },
+        [&](caf::error& err) { ADD_FAILURE() << client_->render(err); });
+    EXPECT_TRUE(got);
+  }
+
+  template <class... Ts>
+  void round_trip_all(caf::detail::type_list<Ts...>) {
+    (round_trip<Ts>(), ...);
+  }
+
+  runtime::system_config server_cfg_;
+  runtime::system_config client_cfg_;
+  std::unique_ptr<caf::actor_system> server_;
+  std::unique_ptr<caf::actor_system> client_;
+  caf::actor remote_;
+  caf::actor local_echo_;
+};
+
+} // namespace
+
+TEST_F(MessageRoundTrip, EveryRegisteredTypeComesBackEqual) {
+  round_trip_all(runtime::message_types{});
+}
+
+TEST_F(MessageRoundTrip, ErrcErrorsCrossTheConnectionWithCodeAndMessage) {
+  caf::scoped_actor self{*client_};
+  auto err = make_error(errc::infeasible, "bundle 2 needs GPU: 8");
+  // The int32 tag keeps the echoed error a result (a lone error would be an error response).
+  self->request(remote_, 10s, err, int32_t{42})
+    .receive(
+      [&](caf::error& back, int32_t tag) {
+        EXPECT_EQ(tag, 42);
+        EXPECT_TRUE(is(back, errc::infeasible));
+        EXPECT_EQ(error_message(back), "bundle 2 needs GPU: 8");
+        EXPECT_EQ(client_->render(back), "rlforge.infeasible: bundle 2 needs GPU: 8");
+      },
+      [&](caf::error& e) { ADD_FAILURE() << client_->render(e); });
+}
