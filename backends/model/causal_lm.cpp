@@ -1,0 +1,596 @@
+#include "backends/model/causal_lm.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/error.hpp"
+#include "backends/model/hf_checkpoint.hpp"
+#include "backends/model/init.hpp"
+
+namespace rlforge::backends {
+
+// -- kv_cache -------------------------------------------------------------------------------------
+
+int64_t kv_cache::length() const {
+  return keys.empty() || !keys.front().defined() ? 0 : keys.front().size(2);
+}
+
+int64_t kv_cache::batch_size() const {
+  return keys.empty() || !keys.front().defined() ? 0 : keys.front().size(0);
+}
+
+void kv_cache::reorder_or_select(const at::Tensor& batch_index) {
+  if (keys.empty())
+    return;
+  if (!batch_index.defined() || batch_index.dim() != 1)
+    fail(error_code::invalid_argument, "kv_cache::reorder_or_select: batch_index must be a 1-D "
+                                       "int64 tensor");
+  auto index = batch_index.to(at::kLong);
+  auto rows = batch_size();
+  if (index.numel() > 0) {
+    auto lo = index.min().item<int64_t>();
+    auto hi = index.max().item<int64_t>();
+    if (lo < 0 || hi >= rows)
+      fail(error_code::out_of_range, "kv_cache::reorder_or_select: row index "
+                                       + std::to_string(lo < 0 ? lo : hi)
+                                       + " outside the cached batch of " + std::to_string(rows));
+  }
+  for (auto& k : keys)
+    k = k.index_select(0, index);
+  for (auto& v : values)
+    v = v.index_select(0, index);
+}
+
+void kv_cache::clear() {
+  keys.clear();
+  values.clear();
+}
+
+// -- model ------------------------------------------------------------------------------------------
+
+namespace {
+
+const std::vector<std::string>& projection_names() {
+  static const std::vector<std::string> names{"q_proj",    "k_proj", "v_proj",   "o_proj",
+                                              "gate_proj", "up_proj", "down_proj"};
+  return names;
+}
+
+struct projection {
+  std::string path; // e.g. model.layers.3.self_attn.q_proj
+  at::Tensor weight, bias, lora_a, lora_b;
+};
+
+struct layer {
+  projection q, k, v, o, gate, up, down;
+  at::Tensor input_norm, post_attention_norm, q_norm, k_norm;
+
+  projection& by_name(const std::string& name) {
+    if (name == "q_proj")
+      return q;
+    if (name == "k_proj")
+      return k;
+    if (name == "v_proj")
+      return v;
+    if (name == "o_proj")
+      return o;
+    if (name == "gate_proj")
+      return gate;
+    if (name == "up_proj")
+      return up;
+    return down;
+  }
+};
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  auto variance = x.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (x * at::rsqrt(variance + eps));
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  auto half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+std::string shape_string(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+} // namespace
+
+struct causal_lm::impl {
+  model_config config;
+  at::Tensor embed, final_norm, lm_head, value_head;
+  bool tied = false;
+  std::vector<layer> layers;
+  std::vector<std::pair<std::string, at::Tensor>> base; // HF names, live leaves
+  lora_config lora;
+  bool training = false;
+
+  at::Tensor project(const projection& p, const at::Tensor& x) const {
+    return lora_linear(x, p.weight, p.bias, p.lora_a, p.lora_b, lora.rank > 0 ? lora.scaling() : 0,
+                       lora.dropout, training);
+  }
+
+  template <class F>
+  void for_each_projection(F&& f) {
+    for (auto& l : layers)
+      for (auto& name : projection_names())
+        f(l.by_name(name), name);
+  }
+};
+
+causal_lm::causal_lm(std::unique_ptr<impl> p) : impl_(std::move(p)) {
+}
+
+causal_lm::~causal_lm() = default;
+
+const model_config& causal_lm::config() const {
+  return impl_->config;
+}
+
+std::unique_ptr<causal_lm> causal_lm::load(const std::string& dir) {
+  auto config = load_model_config(dir);
+  auto weights = load_hf_weights(dir);
+  return from_weights(config, std::move(weights));
+}
+
+std::unique_ptr<causal_lm> causal_lm::random(const model_config& config, uint64_t seed) {
+  return from_weights(config, random_hf_weights(config, seed));
+}
+
+std::unique_ptr<causal_lm> causal_lm::from_weights(const model_config& config,
+                                                   std::map<std::string, at::Tensor> weights) {
+  validate(config);
+  auto p = std::make_unique<impl>();
+  p->config = config;
+  p->tied = config.tie_word_embeddings;
+  at::Tensor value_head;
+  if (auto i = weights.find("value_head.weight"); i != weights.end()) {
+    value_head = i->second;
+    weights.erase(i);
+    if (value_head.dim() != 2 || value_head.size(0) != 1
+        || value_head.size(1) != config.hidden_size)
+      fail(error_code::invalid_argument,
+           "value_head.weight has shape " + shape_string(value_head.sizes()) + ", expected [1, "
+             + std::to_string(config.hidden_size) + "]");
+  }
+  // A tied checkpoint may still carry a copy of the embedding as lm_head.weight; HF ignores it.
+  if (p->tied)
+    weights.erase("lm_head.weight");
+  check_weights_against_config(config, weights);
+
+  auto take = [&](const std::string& name, bool required) -> at::Tensor {
+    auto i = weights.find(name);
+    if (i == weights.end()) {
+      if (required)
+        fail(error_code::not_found, "weight " + name + " is missing");
+      return {};
+    }
+    auto t = i->second.detach().to(at::kFloat).contiguous();
+    if (t.data_ptr() == i->second.data_ptr())
+      t = t.clone(); // never share storage with the caller's map
+    t.requires_grad_(true);
+    p->base.emplace_back(name, t);
+    return t;
+  };
+  p->embed = take("model.embed_tokens.weight", true);
+  p->layers.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    auto& l = p->layers[static_cast<size_t>(i)];
+    auto prefix = "model.layers." + std::to_string(i) + ".";
+    l.input_norm = take(prefix + "input_layernorm.weight", true);
+    for (auto& name : projection_names()) {
+      auto& proj = l.by_name(name);
+      bool attention = name == "q_proj" || name == "k_proj" || name == "v_proj"
+                       || name == "o_proj";
+      proj.path = prefix + (attention ? "self_attn." : "mlp.") + name;
+      proj.weight = take(proj.path + ".weight", true);
+      proj.bias = take(proj.path + ".bias", false);
+    }
+    l.q_norm = take(prefix + "self_attn.q_norm.weight", false);
+    l.k_norm = take(prefix + "self_attn.k_norm.weight", false);
+    l.post_attention_norm = take(prefix + "post_attention_layernorm.weight", true);
+  }
+  p->final_norm = take("model.norm.weight", true);
+  p->lm_head = p->tied ? p->embed : take("lm_head.weight", true);
+  if (value_head.defined()) {
+    p->value_head = value_head.detach().to(at::kFloat).clone();
+    p->value_head.requires_grad_(true);
+  }
+  return std::unique_ptr<causal_lm>(new causal_lm(std::move(p)));
+}
+
+at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids) {
+  if (!input_ids.defined() || input_ids.dim() != 2)
+    fail(error_code::invalid_argument, "forward_hidden: input_ids must be [B, T]");
+  auto b = input_ids.size(0);
+  auto t = input_ids.size(1);
+  auto mask = at::ones({b, t}, at::kLong);
+  auto positions = at::arange(t, at::kLong).unsqueeze(0).expand({b, t}).contiguous();
+  return forward_hidden(input_ids, mask, positions, nullptr);
+}
+
+at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
+                                     const at::Tensor& attention_mask,
+                                     const at::Tensor& position_ids, kv_cache* cache) {
+  const auto& c = impl_->config;
+  if (!input_ids.defined() || input_ids.dim() != 2 || input_ids.size(0) < 1
+      || input_ids.size(1) < 1)
+    fail(error_code::invalid_argument,
+         "forward_hidden: input_ids must be a non-empty [B, T] tensor, got "
+           + (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+  if (!at::isIntegralType(input_ids.scalar_type(), /*includeBool=*/false))
+    fail(error_code::invalid_argument, "forward_hidden: input_ids must be an integer tensor");
+  const int64_t batch = input_ids.size(0);
+  const int64_t len = input_ids.size(1);
+  const int64_t past = cache ? cache->length() : 0;
+  const int64_t total = past + len;
+  if (cache && past > 0) {
+    if (static_cast<int64_t>(cache->keys.size()) != c.num_hidden_layers
+        || static_cast<int64_t>(cache->values.size()) != c.num_hidden_layers)
+      fail(error_code::invalid_argument, "forward_hidden: kv_cache has "
+                                           + std::to_string(cache->keys.size())
+                                           + " layers, the model has "
+                                           + std::to_string(c.num_hidden_layers));
+    if (cache->batch_size() != batch)
+      fail(error_code::invalid_argument, "forward_hidden: kv_cache holds "
+                                           + std::to_string(cache->batch_size())
+                                           + " rows but input_ids has " + std::to_string(batch));
+  }
+  if (total > c.max_position_embeddings)
+    fail(error_code::invalid_argument,
+         "forward_hidden: sequence length " + std::to_string(total)
+           + " exceeds max_position_embeddings " + std::to_string(c.max_position_embeddings));
+  auto ids = input_ids.to(at::kLong);
+  {
+    auto lo = ids.min().item<int64_t>();
+    auto hi = ids.max().item<int64_t>();
+    if (lo < 0 || hi >= c.vocab_size)
+      fail(error_code::out_of_range, "forward_hidden: token id " + std::to_string(lo < 0 ? lo : hi)
+                                       + " outside the vocabulary of size "
+                                       + std::to_string(c.vocab_size));
+  }
+  if (!attention_mask.defined() || attention_mask.dim() != 2 || attention_mask.size(0) != batch
+      || attention_mask.size(1) != total)
+    fail(error_code::invalid_argument,
+         "forward_hidden: attention_mask must be [" + std::to_string(batch) + ", "
+           + std::to_string(total) + "] (past + new tokens), got "
+           + (attention_mask.defined() ? shape_string(attention_mask.sizes())
+                                       : std::string("undefined")));
+  if (!position_ids.defined() || position_ids.dim() != 2 || position_ids.size(0) != batch
+      || position_ids.size(1) != len)
+    fail(error_code::invalid_argument,
+         "forward_hidden: position_ids must be [" + std::to_string(batch) + ", "
+           + std::to_string(len) + "], got "
+           + (position_ids.defined() ? shape_string(position_ids.sizes())
+                                     : std::string("undefined")));
+  auto positions = position_ids.to(at::kLong);
+  {
+    auto lo = positions.min().item<int64_t>();
+    auto hi = positions.max().item<int64_t>();
+    if (lo < 0 || hi >= c.max_position_embeddings)
+      fail(error_code::out_of_range, "forward_hidden: position id "
+                                       + std::to_string(lo < 0 ? lo : hi)
+                                       + " outside [0, max_position_embeddings "
+                                       + std::to_string(c.max_position_embeddings) + ")");
+  }
+
+  const int64_t heads = c.num_attention_heads;
+  const int64_t kv_heads = c.num_key_value_heads;
+  const int64_t group = heads / kv_heads;
+  const int64_t head_dim = c.head_dim;
+  const double eps = c.rms_norm_eps;
+
+  // Rotary angles exactly as HF: inv_freq in fp32, angle = position * inv_freq, cat(f, f).
+  auto exponents = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
+  auto inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
+  auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq; // [B, T, d/2]
+  auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);            // [B, T, 1, d]
+  auto cos = emb.cos();
+  auto sin = emb.sin();
+
+  // Additive mask [B, 1, 1, T, T_total]: causal, padding keys hidden, and every query may see
+  // itself so a padding query's row is never fully masked (no NaN from softmax).
+  auto key_real = attention_mask.to(at::kBool);
+  auto query_pos = at::arange(past, total, at::kLong).unsqueeze(1); // [T, 1]
+  auto key_pos = at::arange(total, at::kLong).unsqueeze(0);         // [1, T_total]
+  auto causal = key_pos.le(query_pos);
+  auto self = key_pos.eq(query_pos);
+  auto allowed = causal.unsqueeze(0).logical_and(key_real.unsqueeze(1).logical_or(self.unsqueeze(0)));
+  auto bias = at::zeros({batch, len, total}, at::kFloat)
+                .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity())
+                .view({batch, 1, 1, len, total});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+
+  if (cache && past == 0) {
+    cache->keys.assign(static_cast<size_t>(c.num_hidden_layers), at::Tensor());
+    cache->values.assign(static_cast<size_t>(c.num_hidden_layers), at::Tensor());
+  }
+
+  auto x = at::embedding(impl_->embed, ids); // [B, T, hidden]
+  for (size_t li = 0; li < impl_->layers.size(); ++li) {
+    const auto& l = impl_->layers[li];
+    auto h = rms_norm(x, l.input_norm, eps);
+    auto q = impl_->project(l.q, h).view({batch, len, heads, head_dim});
+    auto k = impl_->project(l.k, h).view({batch, len, kv_heads, head_dim});
+    auto v = impl_->project(l.v, h).view({batch, len, kv_heads, head_dim});
+    if (l.q_norm.defined())
+      q = rms_norm(q, l.q_norm, eps);
+    if (l.k_norm.defined())
+      k = rms_norm(k, l.k_norm, eps);
+    q = q * cos + rotate_half(q) * sin; // [B, T, H, d]
+    k = k * cos + rotate_half(k) * sin; // [B, T, KV, d]
+    k = k.transpose(1, 2);              // [B, KV, T, d]
+    v = v.transpose(1, 2);
+    if (cache) {
+      auto& ck = cache->keys[li];
+      auto& cv = cache->values[li];
+      ck = ck.defined() ? at::cat({ck, k}, 2) : k.contiguous();
+      cv = cv.defined() ? at::cat({cv, v}, 2) : v.contiguous();
+      k = ck;
+      v = cv;
+    }
+    // Grouped-query attention without repeating keys: the `group` query heads that share a
+    // kv head are stacked along the query axis, so one batched matmul serves them all.
+    auto qg = q.view({batch, len, kv_heads, group, head_dim})
+                .permute({0, 2, 3, 1, 4})
+                .reshape({batch, kv_heads, group * len, head_dim});
+    auto scores = at::matmul(qg, k.transpose(-1, -2)) * scale; // [B, KV, G*T, T_total]
+    auto probs = at::softmax(scores.view({batch, kv_heads, group, len, total}) + bias, -1);
+    auto out = at::matmul(probs.view({batch, kv_heads, group * len, total}), v)
+                 .view({batch, kv_heads, group, len, head_dim})
+                 .permute({0, 3, 1, 2, 4})
+                 .reshape({batch, len, heads * head_dim});
+    x = x + impl_->project(l.o, out);
+    h = rms_norm(x, l.post_attention_norm, eps);
+    auto act = at::silu(impl_->project(l.gate, h)) * impl_->project(l.up, h);
+    x = x + impl_->project(l.down, act);
+  }
+  return rms_norm(x, impl_->final_norm, eps);
+}
+
+at::Tensor causal_lm::logits(const at::Tensor& hidden) {
+  if (!hidden.defined() || hidden.dim() < 1 || hidden.size(-1) != impl_->config.hidden_size)
+    fail(error_code::invalid_argument,
+         "logits: hidden states must end in hidden_size " + std::to_string(impl_->config.hidden_size)
+           + ", got " + (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+  return at::linear(hidden, impl_->lm_head);
+}
+
+const at::Tensor& causal_lm::lm_head_weight() const {
+  return impl_->lm_head;
+}
+
+void causal_lm::add_value_head(uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto std = 1.0 / static_cast<double>(impl_->config.hidden_size + 1);
+  impl_->value_head = at::empty({1, impl_->config.hidden_size}, at::kFloat).normal_(0.0, std, gen);
+  impl_->value_head.requires_grad_(true);
+}
+
+bool causal_lm::has_value_head() const {
+  return impl_->value_head.defined();
+}
+
+at::Tensor causal_lm::values(const at::Tensor& hidden) {
+  if (!has_value_head())
+    fail(error_code::invalid_argument, "values: the model has no value head (add_value_head)");
+  if (!hidden.defined() || hidden.dim() != 3 || hidden.size(2) != impl_->config.hidden_size)
+    fail(error_code::invalid_argument,
+         "values: hidden states must be [B, T, " + std::to_string(impl_->config.hidden_size)
+           + "], got " + (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+  return at::linear(hidden, impl_->value_head).squeeze(-1);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> causal_lm::named_parameters() const {
+  auto out = impl_->base;
+  if (impl_->value_head.defined())
+    out.emplace_back("value_head.weight", impl_->value_head);
+  for (auto& l : impl_->layers)
+    for (auto& name : projection_names()) {
+      auto& p = const_cast<layer&>(l).by_name(name);
+      if (p.lora_a.defined()) {
+        out.emplace_back(p.path + ".lora_A.weight", p.lora_a);
+        out.emplace_back(p.path + ".lora_B.weight", p.lora_b);
+      }
+    }
+  return out;
+}
+
+std::vector<at::Tensor> causal_lm::trainable_parameters() const {
+  std::vector<at::Tensor> out;
+  for (auto& [name, t] : named_parameters())
+    if (t.requires_grad())
+      out.push_back(t);
+  return out;
+}
+
+std::map<std::string, at::Tensor> causal_lm::state_dict() const {
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> out;
+  for (auto& [name, t] : impl_->base)
+    out[name] = t.detach().clone();
+  for (auto& l : impl_->layers)
+    for (auto& name : projection_names()) {
+      auto& p = const_cast<layer&>(l).by_name(name);
+      if (p.lora_a.defined())
+        out[p.path + ".weight"].add_(at::matmul(p.lora_b, p.lora_a), impl_->lora.scaling());
+    }
+  if (impl_->value_head.defined())
+    out["value_head.weight"] = impl_->value_head.detach().clone();
+  return out;
+}
+
+void causal_lm::save_hf(const std::string& dir) const {
+  save_hf_checkpoint(dir, impl_->config, state_dict());
+}
+
+int64_t causal_lm::num_parameters() const {
+  int64_t n = 0;
+  for (auto& [name, t] : named_parameters())
+    n += t.numel();
+  return n;
+}
+
+int64_t causal_lm::num_trainable_parameters() const {
+  int64_t n = 0;
+  for (auto& t : trainable_parameters())
+    n += t.numel();
+  return n;
+}
+
+namespace {
+
+void set_base_trainable(std::vector<std::pair<std::string, at::Tensor>>& base, bool on) {
+  for (auto& [name, t] : base)
+    t.requires_grad_(on);
+}
+
+} // namespace
+
+void causal_lm::enable_lora(lora_config config, uint64_t seed) {
+  config.validate();
+  if (config.rank < 1)
+    fail(error_code::invalid_argument,
+         "enable_lora: rank must be >= 1, got " + std::to_string(config.rank));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  impl_->for_each_projection([&](projection& p, const std::string& name) {
+    p.lora_a = at::Tensor();
+    p.lora_b = at::Tensor();
+    if (std::find(config.target_modules.begin(), config.target_modules.end(), name)
+        == config.target_modules.end())
+      return;
+    auto in = p.weight.size(1);
+    auto out = p.weight.size(0);
+    // kaiming_uniform_(a=sqrt(5)) as PEFT/nn.Linear: bound = 1/sqrt(fan_in).
+    auto bound = 1.0 / std::sqrt(static_cast<double>(in));
+    p.lora_a = at::empty({config.rank, in}, at::kFloat).uniform_(-bound, bound, gen);
+    p.lora_b = at::zeros({out, config.rank}, at::kFloat);
+    p.lora_a.requires_grad_(true);
+    p.lora_b.requires_grad_(true);
+  });
+  impl_->lora = std::move(config);
+  set_base_trainable(impl_->base, false);
+}
+
+bool causal_lm::has_lora() const {
+  return impl_->lora.rank > 0;
+}
+
+const lora_config& causal_lm::lora() const {
+  return impl_->lora;
+}
+
+void causal_lm::merge_lora() {
+  if (!has_lora())
+    return;
+  at::NoGradGuard no_grad;
+  auto scaling = impl_->lora.scaling();
+  impl_->for_each_projection([&](projection& p, const std::string&) {
+    if (p.lora_a.defined())
+      p.weight.add_(at::matmul(p.lora_b, p.lora_a), scaling);
+    p.lora_a = at::Tensor();
+    p.lora_b = at::Tensor();
+  });
+  impl_->lora = lora_config{};
+  set_base_trainable(impl_->base, true);
+}
+
+void causal_lm::save_lora_adapter(const std::string& dir, const std::string& base_model) const {
+  if (!has_lora())
+    fail(error_code::invalid_argument, "save_lora_adapter: the model has no LoRA adapter");
+  lora_adapter adapter;
+  adapter.config = impl_->lora;
+  adapter.base_model = base_model;
+  for (auto& l : impl_->layers)
+    for (auto& name : projection_names()) {
+      auto& p = const_cast<layer&>(l).by_name(name);
+      if (!p.lora_a.defined())
+        continue;
+      adapter.tensors[peft_prefix + p.path + ".lora_A.weight"] = p.lora_a.detach();
+      adapter.tensors[peft_prefix + p.path + ".lora_B.weight"] = p.lora_b.detach();
+    }
+  backends::save_lora_adapter(dir, adapter);
+}
+
+void causal_lm::load_lora_adapter(const std::string& dir) {
+  auto adapter = backends::load_lora_adapter(dir);
+  auto& cfg = adapter.config;
+  if (cfg.rank < 1)
+    fail(error_code::invalid_argument,
+         "load_lora_adapter: adapter in " + dir + " has rank " + std::to_string(cfg.rank));
+  // Check everything before touching the model so a bad adapter leaves it unchanged.
+  std::map<std::string, std::pair<at::Tensor, at::Tensor>> found;
+  size_t used = 0;
+  impl_->for_each_projection([&](projection& p, const std::string& name) {
+    bool targeted = std::find(cfg.target_modules.begin(), cfg.target_modules.end(), name)
+                    != cfg.target_modules.end();
+    auto a_name = peft_prefix + p.path + ".lora_A.weight";
+    auto b_name = peft_prefix + p.path + ".lora_B.weight";
+    auto a = adapter.tensors.find(a_name);
+    auto b = adapter.tensors.find(b_name);
+    if (!targeted) {
+      if (a != adapter.tensors.end() || b != adapter.tensors.end())
+        fail(error_code::invalid_argument, "load_lora_adapter: tensor for " + p.path
+                                             + " present but " + name
+                                             + " is not in target_modules");
+      return;
+    }
+    if (a == adapter.tensors.end() || b == adapter.tensors.end())
+      fail(error_code::invalid_argument, "load_lora_adapter: missing "
+                                           + (a == adapter.tensors.end() ? a_name : b_name));
+    auto in = p.weight.size(1);
+    auto out = p.weight.size(0);
+    auto check = [&](const std::string& n, const at::Tensor& t, int64_t rows, int64_t cols) {
+      if (t.dim() != 2 || t.size(0) != rows || t.size(1) != cols)
+        fail(error_code::invalid_argument,
+             "load_lora_adapter: " + n + " has shape " + shape_string(t.sizes()) + ", expected ["
+               + std::to_string(rows) + ", " + std::to_string(cols) + "] (rank "
+               + std::to_string(cfg.rank) + ")");
+    };
+    check(a_name, a->second, cfg.rank, in);
+    check(b_name, b->second, out, cfg.rank);
+    found[p.path] = {a->second, b->second};
+    used += 2;
+  });
+  if (used != adapter.tensors.size()) {
+    for (auto& [n, t] : adapter.tensors) {
+      bool known = false;
+      for (auto& [path, ab] : found)
+        known = known || n == peft_prefix + path + ".lora_A.weight"
+                || n == peft_prefix + path + ".lora_B.weight";
+      if (!known)
+        fail(error_code::invalid_argument,
+             "load_lora_adapter: tensor " + n + " does not match any projection of the model");
+    }
+  }
+  impl_->for_each_projection([&](projection& p, const std::string&) {
+    auto i = found.find(p.path);
+    p.lora_a = i == found.end() ? at::Tensor() : i->second.first.to(at::kFloat).contiguous();
+    p.lora_b = i == found.end() ? at::Tensor() : i->second.second.to(at::kFloat).contiguous();
+    if (p.lora_a.defined()) {
+      p.lora_a.requires_grad_(true);
+      p.lora_b.requires_grad_(true);
+    }
+  });
+  impl_->lora = std::move(cfg);
+  set_base_trainable(impl_->base, false);
+}
+
+void causal_lm::set_training(bool on) {
+  impl_->training = on;
+}
+
+bool causal_lm::training() const {
+  return impl_->training;
+}
+
+} // namespace rlforge::backends

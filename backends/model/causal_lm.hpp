@@ -1,0 +1,146 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/model/lora.hpp"
+#include "backends/model/model_config.hpp"
+
+namespace rlforge::backends {
+
+/// Per-layer key/value cache for incremental decoding. Keys/values are
+/// `[B, num_kv_heads, T_past, head_dim]` (after rotary embedding).
+struct kv_cache {
+  std::vector<at::Tensor> keys, values; ///< one per layer, empty before the first forward
+
+  /// T_past (0 when empty).
+  int64_t length() const;
+
+  /// Batch size of the cached rows (0 when empty).
+  int64_t batch_size() const;
+
+  /// Keeps the rows `batch_index` (int64 `[B']`) in that order, e.g. to drop finished rows.
+  /// Throws `backends::error(out_of_range)` for an index outside the cached batch.
+  void reorder_or_select(const at::Tensor& batch_index);
+
+  /// Forgets everything.
+  void clear();
+};
+
+/// A decoder-only transformer with the numerics of Hugging Face's LlamaForCausalLM,
+/// Qwen2ForCausalLM and Qwen3ForCausalLM (fp32 on CPU), optional LoRA adapters on the seven
+/// projections of every layer, and an optional value head (critic).
+///
+/// Parameters are leaf tensors named as in HF checkpoints (`model.embed_tokens.weight`,
+/// `model.layers.{i}.self_attn.q_proj.weight`, ..., `lm_head.weight` unless tied). LoRA tensors
+/// are named `<projection path>.lora_A.weight` / `.lora_B.weight` (PEFT without the
+/// `base_model.model.` prefix); the value head is `value_head.weight` `[1, hidden]`.
+///
+/// Thread-safety: none; one owner drives a model. Inference callers should hold an
+/// `at::NoGradGuard` (base weights require grad unless LoRA is enabled).
+class causal_lm {
+public:
+  /// Loads `dir/config.json` and its safetensors weights (sharded or not); bf16/f16 weights are
+  /// upcast to fp32. A `value_head.weight` tensor, when present, becomes the value head.
+  static std::unique_ptr<causal_lm> load(const std::string& dir);
+
+  /// HF-like random init: normal(0, 0.02) for projections and embeddings, ones for norms,
+  /// zeros for biases; deterministic for a given `seed`.
+  static std::unique_ptr<causal_lm> random(const model_config& config, uint64_t seed);
+
+  /// Builds a model from HF-named weights, checked against `config` (shapes, names).
+  static std::unique_ptr<causal_lm> from_weights(const model_config& config,
+                                                 std::map<std::string, at::Tensor> weights);
+
+  ~causal_lm();
+  causal_lm(const causal_lm&) = delete;
+  causal_lm& operator=(const causal_lm&) = delete;
+
+  const model_config& config() const;
+
+  /// Final-norm hidden states `[B, T, hidden]`. `attention_mask`: `[B, T_past + T]` int64/bool,
+  /// 1 = real token, 0 = padding (left padding); `position_ids`: `[B, T]` int64 (for left-padded
+  /// rows: cumulative sum of the mask minus 1, clamped at 0). When `cache != nullptr` the new
+  /// keys/values are appended to it and attention covers cache + new tokens. Padding keys never
+  /// influence real positions; a padding query attends only to itself (no NaN). Every id,
+  /// padding included, must lie in `[0, vocab_size)`.
+  at::Tensor forward_hidden(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                            const at::Tensor& position_ids, kv_cache* cache = nullptr);
+
+  /// Unpadded convenience: mask of ones, positions 0..T-1, no cache.
+  at::Tensor forward_hidden(const at::Tensor& input_ids);
+
+  /// lm_head (tied or separate) applied to hidden states: `[..., vocab]` fp32.
+  at::Tensor logits(const at::Tensor& hidden);
+
+  /// The `[vocab, hidden]` matrix `logits()` multiplies by (the embedding when tied).
+  const at::Tensor& lm_head_weight() const;
+
+  /// Adds a critic head `Linear(hidden, 1, bias=false)` named `value_head.weight`, initialised
+  /// normal(0, 1/(hidden+1)) from `seed` (as TRL's value head). Replaces an existing one.
+  void add_value_head(uint64_t seed);
+  bool has_value_head() const;
+
+  /// One value per token: `[B, T]` from hidden states `[B, T, hidden]`.
+  /// Throws `backends::error(invalid_argument)` when there is no value head.
+  at::Tensor values(const at::Tensor& hidden);
+
+  /// Every parameter, in a stable order: base weights (HF names), then `value_head.weight`,
+  /// then LoRA tensors. The tensors are the live leaves (an optimizer may update them).
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+
+  /// The parameters with `requires_grad` (adapters and value head only when LoRA is on).
+  std::vector<at::Tensor> trainable_parameters() const;
+
+  /// Detached fp32 copies of the base weights under HF names with any LoRA update merged in
+  /// (`lm_head.weight` only when untied), plus `value_head.weight` when present.
+  std::map<std::string, at::Tensor> state_dict() const;
+
+  /// Writes `dir/config.json` and `dir/model.safetensors` from `state_dict()`.
+  void save_hf(const std::string& dir) const;
+
+  /// Number of scalars over all parameters (tied weights counted once).
+  int64_t num_parameters() const;
+
+  /// Number of scalars over trainable parameters.
+  int64_t num_trainable_parameters() const;
+
+  /// Adds fresh adapters (A: kaiming-uniform with `seed`, B: zeros, so outputs do not change)
+  /// and freezes the base weights. `config.rank` must be ≥ 1. Replaces existing adapters.
+  void enable_lora(lora_config config, uint64_t seed);
+
+  bool has_lora() const;
+
+  /// The active adapter configuration (rank 0 when none).
+  const lora_config& lora() const;
+
+  /// Folds `scaling * B A` into each adapted base weight, drops the adapters and makes the base
+  /// trainable again.
+  void merge_lora();
+
+  /// Saves the adapters alone in PEFT's layout (`adapter_config.json`,
+  /// `adapter_model.safetensors`). Throws `backends::error(invalid_argument)` without LoRA.
+  void save_lora_adapter(const std::string& dir, const std::string& base_model = "") const;
+
+  /// Loads adapters saved by `save_lora_adapter` (or PEFT) and freezes the base. A tensor whose
+  /// shape disagrees with the model or the adapter's rank is a `backends::error(invalid_argument)`
+  /// naming it.
+  void load_lora_adapter(const std::string& dir);
+
+  /// Training mode turns LoRA dropout on (no other layer uses dropout). Off by default.
+  void set_training(bool on);
+  bool training() const;
+
+private:
+  struct impl;
+  explicit causal_lm(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace rlforge::backends

@@ -1,0 +1,194 @@
+#include "backends/model/logprobs.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/error.hpp"
+#include "backends/model/causal_lm.hpp"
+
+namespace rlforge::backends {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Chunked log-softmax-gather (+ entropy) over rows of hidden [N, H] against weight [V, H].
+// Forward keeps only [N] outputs; backward recomputes each chunk's logits, so peak memory is
+// O(chunk * V) in both passes instead of O(N * V). Gradient w.r.t. the scaled logits z = hW^T/τ:
+//   d logp[t] / dz = onehot(t) - p
+//   d H / dz       = -p * (log p + H)
+struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
+                               const at::Tensor& weight, const at::Tensor& targets,
+                               double temperature, int64_t chunk, bool with_entropy) {
+    const int64_t n = hidden.size(0);
+    auto logprobs = at::empty({n}, hidden.options());
+    auto entropy = with_entropy ? at::empty({n}, hidden.options()) : at::zeros({n}, hidden.options());
+    for (int64_t s = 0; s < n; s += chunk) {
+      auto len = std::min(chunk, n - s);
+      auto z = at::linear(hidden.narrow(0, s, len), weight).div_(temperature);
+      auto logp = at::log_softmax(z, -1);
+      logprobs.narrow(0, s, len).copy_(logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
+      if (with_entropy)
+        entropy.narrow(0, s, len).copy_(-(logp.exp() * logp).sum(-1));
+    }
+    ctx->save_for_backward({hidden, weight, targets});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["with_entropy"] = with_entropy;
+    if (!with_entropy)
+      ctx->mark_non_differentiable({entropy});
+    return {logprobs, entropy};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& hidden = saved[0];
+    const auto& weight = saved[1];
+    const auto& targets = saved[2];
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const bool need_hidden = ctx->needs_input_grad(0);
+    const bool need_weight = ctx->needs_input_grad(1);
+    at::Tensor grad_hidden, grad_weight;
+    if (need_hidden)
+      grad_hidden = at::empty_like(hidden);
+    if (need_weight)
+      grad_weight = at::zeros_like(weight);
+    const auto& g_lp = grads[0];
+    const auto& g_ent = grads[1];
+    const bool entropy_grad = with_entropy && g_ent.defined();
+    const int64_t n = hidden.size(0);
+    for (int64_t s = 0; s < n && (need_hidden || need_weight); s += chunk) {
+      auto len = std::min(chunk, n - s);
+      auto h = hidden.narrow(0, s, len);
+      auto z = at::linear(h, weight).div_(temperature);
+      auto logp = at::log_softmax(z, -1);
+      auto p = logp.exp();
+      at::Tensor gz;
+      if (g_lp.defined()) {
+        auto g = g_lp.narrow(0, s, len).unsqueeze(1);
+        gz = -p * g;
+        gz.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), g);
+      } else {
+        gz = at::zeros_like(p);
+      }
+      if (entropy_grad) {
+        auto ent = -(p * logp).sum(-1, /*keepdim=*/true);
+        gz -= p * (logp + ent) * g_ent.narrow(0, s, len).unsqueeze(1);
+      }
+      gz.div_(temperature);
+      if (need_hidden)
+        grad_hidden.narrow(0, s, len).copy_(at::matmul(gz, weight));
+      if (need_weight)
+        grad_weight.addmm_(gz.t(), h);
+    }
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+std::string shape_string(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+} // namespace
+
+token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
+                                             const at::Tensor& targets, double temperature,
+                                             int64_t chunk_size, bool with_entropy,
+                                             int64_t max_positions) {
+  if (std::isnan(temperature) || temperature <= 0)
+    fail(error_code::invalid_argument,
+         "token_logprobs: temperature must be > 0, got " + std::to_string(temperature));
+  if (chunk_size < 1)
+    fail(error_code::invalid_argument,
+         "token_logprobs: chunk_size must be >= 1, got " + std::to_string(chunk_size));
+  if (!hidden.defined() || hidden.dim() != 3)
+    fail(error_code::invalid_argument,
+         "token_logprobs: hidden must be [B, T, H], got "
+           + (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+  if (!weight.defined() || weight.dim() != 2 || weight.size(1) != hidden.size(2))
+    fail(error_code::invalid_argument,
+         "token_logprobs: weight must be [vocab, " + std::to_string(hidden.size(2)) + "], got "
+           + (weight.defined() ? shape_string(weight.sizes()) : std::string("undefined")));
+  if (!targets.defined() || targets.dim() != 2 || targets.size(0) != hidden.size(0)
+      || targets.size(1) != hidden.size(1))
+    fail(error_code::invalid_argument,
+         "token_logprobs: targets must be [" + std::to_string(hidden.size(0)) + ", "
+           + std::to_string(hidden.size(1)) + "], got "
+           + (targets.defined() ? shape_string(targets.sizes()) : std::string("undefined")));
+  if (!at::isIntegralType(targets.scalar_type(), /*includeBool=*/false))
+    fail(error_code::invalid_argument, "token_logprobs: targets must be an integer tensor");
+  const int64_t len = hidden.size(1);
+  if (max_positions >= 0 && len > max_positions)
+    fail(error_code::invalid_argument,
+         "token_logprobs: sequence length " + std::to_string(len)
+           + " exceeds max_position_embeddings " + std::to_string(max_positions));
+  const int64_t vocab = weight.size(0);
+  auto flat_targets = targets.to(at::kLong).reshape({-1}).contiguous();
+  if (flat_targets.numel() > 0) {
+    auto lo = flat_targets.min().item<int64_t>();
+    auto hi = flat_targets.max().item<int64_t>();
+    if (lo < 0 || hi >= vocab)
+      fail(error_code::out_of_range, "token_logprobs: token id " + std::to_string(lo < 0 ? lo : hi)
+                                       + " outside the vocabulary of size "
+                                       + std::to_string(vocab));
+  }
+  const int64_t batch = hidden.size(0);
+  auto flat_hidden = hidden.reshape({batch * len, hidden.size(2)});
+  auto out = chunked_logprob_fn::apply(flat_hidden, weight, flat_targets, temperature, chunk_size,
+                                       with_entropy);
+  token_logprobs_result r;
+  r.logprobs = out[0].view({batch, len});
+  if (with_entropy)
+    r.entropy = out[1].view({batch, len});
+  return r;
+}
+
+token_logprobs_result token_logprobs(causal_lm& model, const at::Tensor& hidden,
+                                     const at::Tensor& targets, double temperature,
+                                     int64_t chunk_size, bool with_entropy) {
+  return chunked_token_logprobs(hidden, model.lm_head_weight(), targets, temperature, chunk_size,
+                                with_entropy, model.config().max_position_embeddings);
+}
+
+token_logprobs_result sequence_logprobs(causal_lm& model, const at::Tensor& input_ids,
+                                        const at::Tensor& attention_mask, double temperature,
+                                        int64_t chunk_size, bool with_entropy) {
+  if (!input_ids.defined() || input_ids.dim() != 2 || input_ids.size(1) < 2)
+    fail(error_code::invalid_argument,
+         "sequence_logprobs: input_ids must be [B, S] with S >= 2, got "
+           + (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+  if (!attention_mask.defined() || attention_mask.sizes() != input_ids.sizes())
+    fail(error_code::invalid_argument,
+         "sequence_logprobs: attention_mask must have the shape of input_ids "
+           + shape_string(input_ids.sizes()));
+  auto mask = attention_mask.to(at::kLong);
+  auto positions = (mask.cumsum(1) - 1).clamp_min(0);
+  auto hidden = model.forward_hidden(input_ids, mask, positions);
+  const int64_t s = input_ids.size(1);
+  return token_logprobs(model, hidden.narrow(1, 0, s - 1), input_ids.narrow(1, 1, s - 1),
+                        temperature, chunk_size, with_entropy);
+}
+
+std::vector<double> score_tokens(causal_lm& model, const std::vector<int64_t>& tokens,
+                                 double temperature) {
+  if (tokens.size() < 2)
+    fail(error_code::invalid_argument, "score_tokens: need at least 2 tokens, got "
+                                         + std::to_string(tokens.size()));
+  at::NoGradGuard no_grad;
+  auto ids = at::tensor(at::ArrayRef<int64_t>(tokens), at::kLong).unsqueeze(0);
+  auto r = sequence_logprobs(model, ids, at::ones_like(ids), temperature);
+  auto lp = r.logprobs.squeeze(0).to(at::kDouble).contiguous();
+  return std::vector<double>(lp.data_ptr<double>(), lp.data_ptr<double>() + lp.numel());
+}
+
+} // namespace rlforge::backends

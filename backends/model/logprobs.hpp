@@ -1,0 +1,51 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace rlforge::backends {
+
+class causal_lm;
+
+/// Per-token log-probabilities of given targets and, optionally, the entropy of each position's
+/// token distribution.
+struct token_logprobs_result {
+  at::Tensor logprobs; ///< [B, T] log softmax(logits / temperature)[target]
+  at::Tensor entropy;  ///< [B, T] -(p * log p).sum(-1); undefined unless requested
+};
+
+/// Log-probs of `targets` (int64 [B, T], ids in [0, vocab)) under `softmax(hidden W^T / temperature)`
+/// with `hidden` [B, T, H] and `weight` the lm_head matrix [vocab, H], computed `chunk_size`
+/// positions at a time so the [B, T, vocab] logits never exist at once, neither in the forward
+/// pass nor in the backward pass (which recomputes each chunk's logits). Differentiable with
+/// respect to `hidden` and `weight` (first order).
+/// Throws `backends::error`: `out_of_range` naming a target id outside the vocabulary and the
+/// vocabulary size; `invalid_argument` for temperature ≤ 0 or NaN, chunk_size < 1, shapes that
+/// disagree, or T > `max_positions` (naming both numbers; -1 = no limit).
+token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
+                                             const at::Tensor& targets, double temperature,
+                                             int64_t chunk_size, bool with_entropy,
+                                             int64_t max_positions = -1);
+
+/// `chunked_token_logprobs` with the model's lm_head and its max_position_embeddings limit.
+token_logprobs_result token_logprobs(causal_lm& model, const at::Tensor& hidden,
+                                     const at::Tensor& targets, double temperature = 1.0,
+                                     int64_t chunk_size = 128, bool with_entropy = false);
+
+/// One full pass over left-padded `input_ids` [B, S] with `attention_mask` [B, S]: the
+/// log-probs of `input_ids[:, 1:]` given their prefixes, [B, S-1] (entries whose target is
+/// padding are meaningless and should be masked by the caller). Position ids are the
+/// cumulative sum of the mask minus 1, clamped at 0, as the sampler uses.
+token_logprobs_result sequence_logprobs(causal_lm& model, const at::Tensor& input_ids,
+                                        const at::Tensor& attention_mask, double temperature = 1.0,
+                                        int64_t chunk_size = 128, bool with_entropy = false);
+
+/// Scores one unpadded token sequence (no autograd): entry i is
+/// log p(tokens[i+1] | tokens[0..i]), so the result has tokens.size() - 1 entries.
+/// Throws `backends::error(invalid_argument)` for fewer than two tokens.
+std::vector<double> score_tokens(causal_lm& model, const std::vector<int64_t>& tokens,
+                                 double temperature = 1.0);
+
+} // namespace rlforge::backends
