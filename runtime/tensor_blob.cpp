@@ -55,9 +55,9 @@ size_t first_non_boolean(const char* data, size_t size) {
 }
 
 std::string bool_error(const char* data, size_t index) {
-  return "bool element at index " + std::to_string(index) + " has byte value "
-         + std::to_string(static_cast<unsigned>(static_cast<unsigned char>(data[index])))
-         + " (must be 0 or 1)";
+  return "bool element at index " + std::to_string(index) + " has byte value " +
+         std::to_string(static_cast<unsigned>(static_cast<unsigned char>(data[index]))) +
+         " (must be 0 or 1)";
 }
 
 caf::error decode_failure(const std::string& what) {
@@ -66,17 +66,28 @@ caf::error decode_failure(const std::string& what) {
 
 const char* msgpack_type_name(msgpack::type::object_type t) {
   switch (t) {
-    case msgpack::type::NIL: return "nil";
-    case msgpack::type::BOOLEAN: return "boolean";
-    case msgpack::type::POSITIVE_INTEGER: return "unsigned integer";
-    case msgpack::type::NEGATIVE_INTEGER: return "negative integer";
-    case msgpack::type::FLOAT32: return "float32";
-    case msgpack::type::FLOAT64: return "float64";
-    case msgpack::type::STR: return "str";
-    case msgpack::type::BIN: return "bin";
-    case msgpack::type::ARRAY: return "array";
-    case msgpack::type::MAP: return "map";
-    case msgpack::type::EXT: return "ext";
+  case msgpack::type::NIL:
+    return "nil";
+  case msgpack::type::BOOLEAN:
+    return "boolean";
+  case msgpack::type::POSITIVE_INTEGER:
+    return "unsigned integer";
+  case msgpack::type::NEGATIVE_INTEGER:
+    return "negative integer";
+  case msgpack::type::FLOAT32:
+    return "float32";
+  case msgpack::type::FLOAT64:
+    return "float64";
+  case msgpack::type::STR:
+    return "str";
+  case msgpack::type::BIN:
+    return "bin";
+  case msgpack::type::ARRAY:
+    return "array";
+  case msgpack::type::MAP:
+    return "map";
+  case msgpack::type::EXT:
+    return "ext";
   }
   return "unknown msgpack type";
 }
@@ -98,27 +109,26 @@ caf::expected<uint64_t> read_unsigned(const msgpack::object& o, const char* what
   if (o.type == msgpack::type::POSITIVE_INTEGER)
     return o.via.u64;
   if (o.type == msgpack::type::NEGATIVE_INTEGER)
-    return decode_failure(std::string{what} + " is negative (" + std::to_string(o.via.i64)
-                          + ")");
-  return decode_failure(std::string{what} + " is a " + msgpack_type_name(o.type)
-                        + ", expected an unsigned integer");
+    return decode_failure(std::string{what} + " is negative (" + std::to_string(o.via.i64) + ")");
+  return decode_failure(std::string{what} + " is a " + msgpack_type_name(o.type) +
+                        ", expected an unsigned integer");
 }
 
 caf::expected<tensor_blob> decode_object(const msgpack::object& root) {
   if (root.type != msgpack::type::ARRAY)
-    return decode_failure(std::string{"top-level value is a "} + msgpack_type_name(root.type)
-                          + ", expected an array of 4 elements");
+    return decode_failure(std::string{"top-level value is a "} + msgpack_type_name(root.type) +
+                          ", expected an array of 4 elements");
   if (root.via.array.size != top_level_fields)
-    return decode_failure("top-level array has " + std::to_string(root.via.array.size)
-                          + " elements, expected 4 (version, dtype, shape, data)");
+    return decode_failure("top-level array has " + std::to_string(root.via.array.size) +
+                          " elements, expected 4 (version, dtype, shape, data)");
   const msgpack::object* fields = root.via.array.ptr;
   auto version = read_unsigned(fields[0], "format version");
   if (!version)
     return std::move(version.error());
   if (*version != tensor_blob_format_version)
-    return decode_failure("unsupported format version " + std::to_string(*version)
-                          + " (this build reads version "
-                          + std::to_string(tensor_blob_format_version) + ")");
+    return decode_failure("unsupported format version " + std::to_string(*version) +
+                          " (this build reads version " +
+                          std::to_string(tensor_blob_format_version) + ")");
   auto code = read_unsigned(fields[1], "dtype code");
   if (!code)
     return std::move(code.error());
@@ -128,36 +138,36 @@ caf::expected<tensor_blob> decode_object(const msgpack::object& root) {
   result.dtype = static_cast<dtype>(*code);
   const msgpack::object& shape = fields[2];
   if (shape.type != msgpack::type::ARRAY)
-    return decode_failure(std::string{"shape is a "} + msgpack_type_name(shape.type)
-                          + ", expected an array of integers");
+    return decode_failure(std::string{"shape is a "} + msgpack_type_name(shape.type) +
+                          ", expected an array of integers");
   if (shape.via.array.size > max_tensor_rank)
-    return decode_failure("rank " + std::to_string(shape.via.array.size) + " exceeds the limit "
-                          + std::to_string(max_tensor_rank));
+    return decode_failure("rank " + std::to_string(shape.via.array.size) + " exceeds the limit " +
+                          std::to_string(max_tensor_rank));
   result.shape.reserve(shape.via.array.size);
   for (uint32_t i = 0; i < shape.via.array.size; ++i) {
     const msgpack::object& dim = shape.via.array.ptr[i];
     if (dim.type == msgpack::type::NEGATIVE_INTEGER)
-      return decode_failure("dimension " + std::to_string(i) + " is negative ("
-                            + std::to_string(dim.via.i64) + ")");
+      return decode_failure("dimension " + std::to_string(i) + " is negative (" +
+                            std::to_string(dim.via.i64) + ")");
     if (dim.type != msgpack::type::POSITIVE_INTEGER)
-      return decode_failure("dimension " + std::to_string(i) + " is a "
-                            + msgpack_type_name(dim.type) + ", expected an integer");
+      return decode_failure("dimension " + std::to_string(i) + " is a " +
+                            msgpack_type_name(dim.type) + ", expected an integer");
     if (dim.via.u64 > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return decode_failure("dimension " + std::to_string(i) + " is "
-                            + std::to_string(dim.via.u64) + ", larger than int64 allows");
+      return decode_failure("dimension " + std::to_string(i) + " is " +
+                            std::to_string(dim.via.u64) + ", larger than int64 allows");
     result.shape.push_back(static_cast<int64_t>(dim.via.u64));
   }
   const msgpack::object& data = fields[3];
   if (data.type != msgpack::type::BIN)
-    return decode_failure(std::string{"data is a "} + msgpack_type_name(data.type)
-                          + ", expected bin");
+    return decode_failure(std::string{"data is a "} + msgpack_type_name(data.type) +
+                          ", expected bin");
   auto needed = expected_byte_size(result.dtype, result.shape);
   if (!needed)
     return decode_failure(error_message(needed.error()));
   if (*needed != data.via.bin.size)
-    return decode_failure("data has " + std::to_string(data.via.bin.size) + " bytes, but dtype "
-                          + to_string(result.dtype) + " and shape "
-                          + shape_to_string(result.shape) + " need " + std::to_string(*needed));
+    return decode_failure("data has " + std::to_string(data.via.bin.size) + " bytes, but dtype " +
+                          to_string(result.dtype) + " and shape " + shape_to_string(result.shape) +
+                          " need " + std::to_string(*needed));
   if (result.dtype == dtype::boolean) {
     auto bad = first_non_boolean(data.via.bin.ptr, data.via.bin.size);
     if (bad != data.via.bin.size)
@@ -178,32 +188,46 @@ bool is_valid_dtype_code(uint64_t code) noexcept {
 
 size_t element_size(dtype x) noexcept {
   switch (x) {
-    case dtype::f64:
-    case dtype::i64: return 8;
-    case dtype::f32:
-    case dtype::i32: return 4;
-    case dtype::f16:
-    case dtype::bf16:
-    case dtype::i16: return 2;
-    case dtype::i8:
-    case dtype::u8:
-    case dtype::boolean: return 1;
+  case dtype::f64:
+  case dtype::i64:
+    return 8;
+  case dtype::f32:
+  case dtype::i32:
+    return 4;
+  case dtype::f16:
+  case dtype::bf16:
+  case dtype::i16:
+    return 2;
+  case dtype::i8:
+  case dtype::u8:
+  case dtype::boolean:
+    return 1;
   }
   return 0;
 }
 
 std::string to_string(dtype x) {
   switch (x) {
-    case dtype::f32: return "f32";
-    case dtype::f64: return "f64";
-    case dtype::f16: return "f16";
-    case dtype::bf16: return "bf16";
-    case dtype::i64: return "i64";
-    case dtype::i32: return "i32";
-    case dtype::i16: return "i16";
-    case dtype::i8: return "i8";
-    case dtype::u8: return "u8";
-    case dtype::boolean: return "bool";
+  case dtype::f32:
+    return "f32";
+  case dtype::f64:
+    return "f64";
+  case dtype::f16:
+    return "f16";
+  case dtype::bf16:
+    return "bf16";
+  case dtype::i64:
+    return "i64";
+  case dtype::i32:
+    return "i32";
+  case dtype::i16:
+    return "i16";
+  case dtype::i8:
+    return "i8";
+  case dtype::u8:
+    return "u8";
+  case dtype::boolean:
+    return "bool";
   }
   return "dtype(" + std::to_string(static_cast<unsigned>(x)) + ")";
 }
@@ -214,11 +238,11 @@ caf::expected<dtype> parse_dtype(std::string_view name) {
     dtype type;
   };
   static constexpr alias aliases[] = {
-    {"float32", dtype::f32}, {"float", dtype::f32},   {"float64", dtype::f64},
-    {"double", dtype::f64},  {"float16", dtype::f16}, {"half", dtype::f16},
-    {"bfloat16", dtype::bf16}, {"int64", dtype::i64}, {"long", dtype::i64},
-    {"int32", dtype::i32},   {"int", dtype::i32},     {"int16", dtype::i16},
-    {"short", dtype::i16},   {"int8", dtype::i8},     {"uint8", dtype::u8},
+      {"float32", dtype::f32},   {"float", dtype::f32},   {"float64", dtype::f64},
+      {"double", dtype::f64},    {"float16", dtype::f16}, {"half", dtype::f16},
+      {"bfloat16", dtype::bf16}, {"int64", dtype::i64},   {"long", dtype::i64},
+      {"int32", dtype::i32},     {"int", dtype::i32},     {"int16", dtype::i16},
+      {"short", dtype::i16},     {"int8", dtype::i8},     {"uint8", dtype::u8},
   };
   for (auto x : all_dtypes)
     if (to_string(x) == name)
@@ -227,8 +251,8 @@ caf::expected<dtype> parse_dtype(std::string_view name) {
     if (a.name == name)
       return a.type;
   return make_error(errc::invalid_argument,
-                    "unknown dtype name \"" + std::string{name}
-                      + "\" (expected one of f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool)");
+                    "unknown dtype name \"" + std::string{name} +
+                        "\" (expected one of f32, f64, f16, bf16, i64, i32, i16, i8, u8, bool)");
 }
 
 bool operator==(const tensor_blob& lhs, const tensor_blob& rhs) noexcept {
@@ -237,9 +261,9 @@ bool operator==(const tensor_blob& lhs, const tensor_blob& rhs) noexcept {
 
 caf::expected<int64_t> shape_numel(const std::vector<int64_t>& shape) {
   if (shape.size() > max_tensor_rank)
-    return make_error(errc::invalid_argument,
-                      "rank " + std::to_string(shape.size()) + " exceeds the limit "
-                        + std::to_string(max_tensor_rank));
+    return make_error(errc::invalid_argument, "rank " + std::to_string(shape.size()) +
+                                                  " exceeds the limit " +
+                                                  std::to_string(max_tensor_rank));
   // Contiguous strides are products of max(dim, 1) (as torch computes them), so that product
   // must fit in int64 even when a zero dimension makes the element count 0.
   int64_t stride_product = 1;
@@ -247,17 +271,17 @@ caf::expected<int64_t> shape_numel(const std::vector<int64_t>& shape) {
   for (size_t i = 0; i < shape.size(); ++i) {
     auto dim = shape[i];
     if (dim < 0)
-      return make_error(errc::invalid_argument, "dimension " + std::to_string(i)
-                                                  + " is negative (" + std::to_string(dim)
-                                                  + ") in shape " + shape_to_string(shape));
+      return make_error(errc::invalid_argument, "dimension " + std::to_string(i) +
+                                                    " is negative (" + std::to_string(dim) +
+                                                    ") in shape " + shape_to_string(shape));
     if (dim == 0) {
       has_zero = true;
       continue;
     }
     if (__builtin_mul_overflow(stride_product, dim, &stride_product))
-      return make_error(errc::invalid_argument,
-                        "element count of shape " + shape_to_string(shape)
-                          + " overflows int64 at dimension " + std::to_string(i));
+      return make_error(errc::invalid_argument, "element count of shape " + shape_to_string(shape) +
+                                                    " overflows int64 at dimension " +
+                                                    std::to_string(i));
   }
   return has_zero ? int64_t{0} : stride_product;
 }
@@ -272,9 +296,9 @@ caf::expected<size_t> expected_byte_size(dtype type, const std::vector<int64_t>&
     return std::move(numel.error());
   int64_t bytes = 0;
   if (__builtin_mul_overflow(*numel, static_cast<int64_t>(size), &bytes))
-    return make_error(errc::invalid_argument, "byte size of dtype " + to_string(type)
-                                                + " and shape " + shape_to_string(shape)
-                                                + " overflows int64");
+    return make_error(errc::invalid_argument, "byte size of dtype " + to_string(type) +
+                                                  " and shape " + shape_to_string(shape) +
+                                                  " overflows int64");
   return static_cast<size_t>(bytes);
 }
 
@@ -283,10 +307,10 @@ caf::error validate(const tensor_blob& x) {
   if (!needed)
     return std::move(needed.error());
   if (*needed != x.bytes.size())
-    return make_error(errc::invalid_argument,
-                      "blob holds " + std::to_string(x.bytes.size()) + " bytes, but dtype "
-                        + to_string(x.dtype) + " and shape " + shape_to_string(x.shape)
-                        + " need " + std::to_string(*needed));
+    return make_error(errc::invalid_argument, "blob holds " + std::to_string(x.bytes.size()) +
+                                                  " bytes, but dtype " + to_string(x.dtype) +
+                                                  " and shape " + shape_to_string(x.shape) +
+                                                  " need " + std::to_string(*needed));
   if (x.dtype == dtype::boolean) {
     auto bad = first_non_boolean(x.bytes.data(), x.bytes.size());
     if (bad != x.bytes.size())
@@ -310,8 +334,8 @@ caf::expected<std::string> encode(const tensor_blob& x) {
     return err;
   if (x.bytes.size() > std::numeric_limits<uint32_t>::max())
     return make_error(errc::invalid_argument,
-                      "tensor data of " + std::to_string(x.bytes.size())
-                        + " bytes exceeds the 4 GiB - 1 limit of one encoded blob");
+                      "tensor data of " + std::to_string(x.bytes.size()) +
+                          " bytes exceeds the 4 GiB - 1 limit of one encoded blob");
   std::string out;
   // Header: array tag, version, dtype code, shape array tag, <= 9 bytes per dimension, bin tag.
   out.reserve(x.bytes.size() + 16 + 9 * x.shape.size());
@@ -327,8 +351,8 @@ caf::expected<std::string> encode(const tensor_blob& x) {
     pk.pack_bin(static_cast<uint32_t>(x.bytes.size()));
     pk.pack_bin_body(x.bytes.data(), static_cast<uint32_t>(x.bytes.size()));
   } catch (const std::bad_alloc&) {
-    return make_error(errc::internal, "tensor_blob encode: out of memory for "
-                                        + std::to_string(x.bytes.size()) + " bytes");
+    return make_error(errc::internal, "tensor_blob encode: out of memory for " +
+                                          std::to_string(x.bytes.size()) + " bytes");
   }
   return out;
 }
@@ -347,26 +371,26 @@ caf::expected<tensor_blob> decode(const char* data, size_t size) {
   try {
     size_t offset = 0;
     bool referenced = false;
-    auto handle = msgpack::unpack(data, size, offset, referenced, reference_everything, nullptr,
-                                  limit);
+    auto handle =
+        msgpack::unpack(data, size, offset, referenced, reference_everything, nullptr, limit);
     auto result = decode_object(handle.get());
     if (!result)
       return result;
     if (offset != size)
-      return decode_failure(std::to_string(size - offset) + " trailing bytes after the "
-                            + std::to_string(offset) + "-byte encoded blob");
+      return decode_failure(std::to_string(size - offset) + " trailing bytes after the " +
+                            std::to_string(offset) + "-byte encoded blob");
     return result;
   } catch (const msgpack::insufficient_bytes&) {
-    return decode_failure("truncated input: " + std::to_string(size)
-                          + " bytes end inside a msgpack value");
+    return decode_failure("truncated input: " + std::to_string(size) +
+                          " bytes end inside a msgpack value");
   } catch (const msgpack::array_size_overflow&) {
-    return decode_failure("a msgpack array is longer than " + std::to_string(max_msgpack_array)
-                          + " elements");
+    return decode_failure("a msgpack array is longer than " + std::to_string(max_msgpack_array) +
+                          " elements");
   } catch (const msgpack::map_size_overflow&) {
     return decode_failure("unexpected non-empty msgpack map");
   } catch (const msgpack::depth_size_overflow&) {
-    return decode_failure("msgpack nesting deeper than " + std::to_string(max_msgpack_depth)
-                          + " levels");
+    return decode_failure("msgpack nesting deeper than " + std::to_string(max_msgpack_depth) +
+                          " levels");
   } catch (const msgpack::parse_error& e) {
     return decode_failure(std::string{"malformed msgpack: "} + e.what());
   } catch (const msgpack::unpack_error& e) {

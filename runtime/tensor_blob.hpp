@@ -31,8 +31,8 @@ enum class dtype : uint8_t {
 };
 
 /// Every dtype, in code order.
-inline constexpr dtype all_dtypes[] = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
-                                       dtype::i64, dtype::i32, dtype::i16, dtype::i8,
+inline constexpr dtype all_dtypes[] = {dtype::f32, dtype::f64,    dtype::f16, dtype::bf16,
+                                       dtype::i64, dtype::i32,    dtype::i16, dtype::i8,
                                        dtype::u8,  dtype::boolean};
 
 /// Largest rank a `tensor_blob` may have.
@@ -121,8 +121,7 @@ caf::error check_deserialized(const tensor_blob& x);
 /// CAF 0.17 inspection: the blob travels as (dtype code, shape, bytes), and a deserialized blob is
 /// validated before it is accepted. String conversion (`caf::deep_to_string`) prints a summary
 /// such as `tensor_blob("f32", [2, 3], 24)` rather than the data.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, tensor_blob& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, tensor_blob& x) {
   if constexpr (std::is_same<Inspector, caf::detail::stringification_inspector>::value) {
     auto type = to_string(x.dtype);
     auto num_bytes = static_cast<uint64_t>(x.bytes.size());

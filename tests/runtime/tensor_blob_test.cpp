@@ -24,16 +24,14 @@ namespace {
 
 // -- helpers ------------------------------------------------------------------------------------
 
-template <class T>
-std::string raw_bytes(const std::vector<T>& values) {
+template <class T> std::string raw_bytes(const std::vector<T>& values) {
   std::string out(values.size() * sizeof(T), '\0');
   if (!values.empty())
     std::memcpy(out.data(), values.data(), out.size());
   return out;
 }
 
-template <class T>
-std::vector<T> from_raw(const std::string& bytes) {
+template <class T> std::vector<T> from_raw(const std::string& bytes) {
   std::vector<T> out(bytes.size() / sizeof(T));
   if (!out.empty())
     std::memcpy(out.data(), bytes.data(), bytes.size());
@@ -62,7 +60,7 @@ void expect_decode_error(const std::string& input, const std::string& needle) {
   EXPECT_TRUE(is(result.error(), errc::decode_error));
   auto msg = error_message(result.error());
   EXPECT_NE(msg.find(needle), std::string::npos)
-    << "message \"" << msg << "\" does not contain \"" << needle << "\"";
+      << "message \"" << msg << "\" does not contain \"" << needle << "\"";
 }
 
 void expect_invalid(const caf::error& err, const std::string& needle) {
@@ -70,7 +68,7 @@ void expect_invalid(const caf::error& err, const std::string& needle) {
   EXPECT_TRUE(is(err, errc::invalid_argument));
   auto msg = error_message(err);
   EXPECT_NE(msg.find(needle), std::string::npos)
-    << "message \"" << msg << "\" does not contain \"" << needle << "\"";
+      << "message \"" << msg << "\" does not contain \"" << needle << "\"";
 }
 
 // An independent writer of the documented layout, used to forge encodings `encode` refuses to
@@ -266,7 +264,12 @@ TEST(TensorBlobEncode, WritesTheDocumentedLayout) {
 }
 
 TEST(TensorBlobEncode, RoundTripsF32Values) {
-  std::vector<float> values = {0.0f, -0.0f, 1.5f, -3.25f, 1e-38f, 3.4e38f,
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.5f,
+                               -3.25f,
+                               1e-38f,
+                               3.4e38f,
                                std::numeric_limits<float>::infinity(),
                                std::numeric_limits<float>::quiet_NaN()};
   auto x = make_blob(dtype::f32, {2, 4}, raw_bytes(values));
@@ -290,18 +293,20 @@ TEST(TensorBlobEncode, RoundTripsBf16AndF16BitPatterns) {
 }
 
 TEST(TensorBlobEncode, RoundTripsIntegersAndBools) {
-  expect_round_trip(make_blob(dtype::i64, {3},
-                              raw_bytes(std::vector<int64_t>{std::numeric_limits<int64_t>::min(),
-                                                             -1, std::numeric_limits<int64_t>::max()})));
-  expect_round_trip(make_blob(dtype::i32, {2, 2},
-                              raw_bytes(std::vector<int32_t>{std::numeric_limits<int32_t>::min(), 0,
-                                                             7, std::numeric_limits<int32_t>::max()})));
+  expect_round_trip(
+      make_blob(dtype::i64, {3},
+                raw_bytes(std::vector<int64_t>{std::numeric_limits<int64_t>::min(), -1,
+                                               std::numeric_limits<int64_t>::max()})));
+  expect_round_trip(
+      make_blob(dtype::i32, {2, 2},
+                raw_bytes(std::vector<int32_t>{std::numeric_limits<int32_t>::min(), 0, 7,
+                                               std::numeric_limits<int32_t>::max()})));
   expect_round_trip(make_blob(dtype::i16, {2}, raw_bytes(std::vector<int16_t>{-32768, 32767})));
   expect_round_trip(make_blob(dtype::i8, {2}, raw_bytes(std::vector<int8_t>{-128, 127})));
   expect_round_trip(make_blob(dtype::u8, {3}, raw_bytes(std::vector<uint8_t>{0, 128, 255})));
   expect_round_trip(make_blob(dtype::f64, {1}, raw_bytes(std::vector<double>{-0.1})));
-  expect_round_trip(make_blob(dtype::boolean, {2, 3},
-                              raw_bytes(std::vector<uint8_t>{1, 0, 0, 1, 1, 1})));
+  expect_round_trip(
+      make_blob(dtype::boolean, {2, 3}, raw_bytes(std::vector<uint8_t>{1, 0, 0, 1, 1, 1})));
 }
 
 TEST(TensorBlobEncode, RoundTripsEmptyAndScalarTensors) {
@@ -361,7 +366,8 @@ TEST(TensorBlobEncode, RejectsInvalidBlobsNamingTheProblem) {
 // -- decoding bad input -------------------------------------------------------------------------
 
 TEST(TensorBlobDecode, RejectsEveryTruncation) {
-  auto full = encoded(make_blob(dtype::i16, {2, 3}, raw_bytes(std::vector<int16_t>{1, 2, 3, 4, 5, 6})));
+  auto full =
+      encoded(make_blob(dtype::i16, {2, 3}, raw_bytes(std::vector<int16_t>{1, 2, 3, 4, 5, 6})));
   ASSERT_TRUE(decode(full));
   expect_decode_error(full.substr(0, 0), "empty input");
   for (size_t len = 1; len < full.size(); ++len)
@@ -404,7 +410,10 @@ TEST(TensorBlobDecode, RejectsWrongFormatVersion) {
   f.signed_version = -1;
   expect_decode_error(forge(f), "format version is negative (-1)");
   // A version written as a string.
-  std::string as_str = "\x94\xa1" "1" "\x01\x91\x01\xc4\x04" + std::string(4, '\0');
+  std::string as_str = "\x94\xa1"
+                       "1"
+                       "\x01\x91\x01\xc4\x04" +
+                       std::string(4, '\0');
   expect_decode_error(as_str, "format version is a str, expected an unsigned integer");
 }
 
@@ -435,8 +444,8 @@ TEST(TensorBlobDecode, RejectsNegativeAndMistypedShapeEntries) {
   float_dim += std::string("\xc4\x02xy", 4);
   expect_decode_error(float_dim, "dimension 0 is a float64, expected an integer");
   // A uint64 dimension above int64's range: 0xcf + 8 bytes of 0xff.
-  std::string huge_dim = std::string("\x94\x01\x09\x91\xcf", 5) + std::string(8, '\xff')
-                         + std::string("\xc4\x00", 2);
+  std::string huge_dim =
+      std::string("\x94\x01\x09\x91\xcf", 5) + std::string(8, '\xff') + std::string("\xc4\x00", 2);
   expect_decode_error(huge_dim, "dimension 0 is 18446744073709551615, larger than int64");
   // The shape field itself not an array.
   std::string shape_int = std::string("\x94\x01\x09\x05\xc4\x05", 6) + "abcde";
@@ -484,8 +493,8 @@ TEST(TensorBlobDecode, RejectsBoolBytesOtherThanZeroOrOne) {
 
 TEST(TensorBlobDecode, RejectsTrailingBytes) {
   auto good = encoded(make_blob(dtype::u8, {2}, "ab"));
-  expect_decode_error(good + "X", "1 trailing bytes after the " + std::to_string(good.size())
-                                    + "-byte encoded blob");
+  expect_decode_error(good + "X", "1 trailing bytes after the " + std::to_string(good.size()) +
+                                      "-byte encoded blob");
   expect_decode_error(good + good, std::to_string(good.size()) + " trailing bytes");
 }
 
@@ -522,7 +531,7 @@ void check_decode_contract(const std::string& input, size_t& accepted, size_t& r
     ++rejected;
     ASSERT_TRUE(is(result.error(), errc::decode_error));
     ASSERT_EQ(error_message(result.error()).rfind("tensor_blob decode: ", 0), 0u)
-      << error_message(result.error());
+        << error_message(result.error());
   }
 }
 
@@ -550,32 +559,32 @@ TEST(TensorBlobFuzz, RandomCorruptionsNeverCrash) {
     int mutations = 1 + static_cast<int>(pick(4));
     for (int m = 0; m < mutations; ++m) {
       switch (pick(6)) {
-        case 0: // flip one bit
-          if (!input.empty())
-            input[pick(input.size())] ^= static_cast<char>(1u << pick(8));
-          break;
-        case 1: // replace a byte, biased to the header where the structure lives
-          if (!input.empty())
-            input[pick(std::min<size_t>(input.size(), 24))] = static_cast<char>(rng());
-          break;
-        case 2: // truncate
-          input.resize(pick(input.size() + 1));
-          break;
-        case 3: // insert random bytes
-          input.insert(pick(input.size() + 1), std::string(1 + pick(4), static_cast<char>(rng())));
-          break;
-        case 4: // append
-          input.push_back(static_cast<char>(rng()));
-          break;
-        case 5: // a byte from msgpack's marker ranges (length prefixes, containers)
-          if (!input.empty()) {
-            static const unsigned char markers[] = {0x90, 0x91, 0x94, 0x9f, 0xc0, 0xc4, 0xc5,
-                                                    0xc6, 0xca, 0xcb, 0xcf, 0xd3, 0xdc, 0xdd,
-                                                    0xde, 0xdf, 0xff, 0x80, 0xa1};
-            input[pick(std::min<size_t>(input.size(), 16))] =
+      case 0: // flip one bit
+        if (!input.empty())
+          input[pick(input.size())] ^= static_cast<char>(1u << pick(8));
+        break;
+      case 1: // replace a byte, biased to the header where the structure lives
+        if (!input.empty())
+          input[pick(std::min<size_t>(input.size(), 24))] = static_cast<char>(rng());
+        break;
+      case 2: // truncate
+        input.resize(pick(input.size() + 1));
+        break;
+      case 3: // insert random bytes
+        input.insert(pick(input.size() + 1), std::string(1 + pick(4), static_cast<char>(rng())));
+        break;
+      case 4: // append
+        input.push_back(static_cast<char>(rng()));
+        break;
+      case 5: // a byte from msgpack's marker ranges (length prefixes, containers)
+        if (!input.empty()) {
+          static const unsigned char markers[] = {0x90, 0x91, 0x94, 0x9f, 0xc0, 0xc4, 0xc5,
+                                                  0xc6, 0xca, 0xcb, 0xcf, 0xd3, 0xdc, 0xdd,
+                                                  0xde, 0xdf, 0xff, 0x80, 0xa1};
+          input[pick(std::min<size_t>(input.size(), 16))] =
               static_cast<char>(markers[pick(sizeof(markers))]);
-          }
-          break;
+        }
+        break;
       }
     }
     check_decode_contract(input, accepted, rejected);
@@ -629,7 +638,8 @@ TEST(TensorBlobFuzz, RandomWellFormedMsgpackIsJudgedByTheSpec) {
     ok = ok && rank <= 16;
     uint64_t numel = 1;
     for (size_t i = 0; i < rank; ++i) {
-      int64_t dim = rng() % 8 == 0 ? -static_cast<int64_t>(rng() % 3) : static_cast<int64_t>(rng() % 3);
+      int64_t dim =
+          rng() % 8 == 0 ? -static_cast<int64_t>(rng() % 3) : static_cast<int64_t>(rng() % 3);
       pk.pack_int64(dim);
       ok = ok && dim >= 0;
       numel *= dim < 0 ? 0 : static_cast<uint64_t>(dim);
@@ -645,8 +655,8 @@ TEST(TensorBlobFuzz, RandomWellFormedMsgpackIsJudgedByTheSpec) {
     ok = ok && len == want;
     auto result = decode(buf.data(), buf.size());
     ASSERT_EQ(static_cast<bool>(result), ok)
-      << "iteration " << iter << ": "
-      << (result ? std::string{"accepted"} : error_message(result.error()));
+        << "iteration " << iter << ": "
+        << (result ? std::string{"accepted"} : error_message(result.error()));
     if (result) {
       ++accepted;
       EXPECT_EQ(result->bytes, data);
@@ -685,8 +695,7 @@ TEST(TensorBlobCaf, DeserializationRejectsInconsistentBlobs) {
   auto err = source(y);
   ASSERT_TRUE(err);
   EXPECT_TRUE(is(err, errc::decode_error));
-  EXPECT_NE(error_message(err).find("blob holds 5 bytes"), std::string::npos)
-    << error_message(err);
+  EXPECT_NE(error_message(err).find("blob holds 5 bytes"), std::string::npos) << error_message(err);
   // An unknown dtype code.
   std::vector<char> buf2;
   caf::binary_serializer sink2{nullptr, buf2};
