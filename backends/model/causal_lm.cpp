@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "backends/error.hpp"
 #include "backends/model/hf_checkpoint.hpp"
 #include "backends/model/init.hpp"
+#include "backends/model/safetensors.hpp"
 
 namespace rlforge::backends {
 
@@ -53,6 +55,9 @@ void kv_cache::clear() {
 // -- model ------------------------------------------------------------------------------------------
 
 namespace {
+
+// The critic head is not part of the HF layout; it is stored next to the checkpoint.
+constexpr const char* value_head_file = "value_head.safetensors";
 
 const std::vector<std::string>& projection_names() {
   static const std::vector<std::string> names{"q_proj",    "k_proj", "v_proj",   "o_proj",
@@ -139,6 +144,10 @@ const model_config& causal_lm::config() const {
 std::unique_ptr<causal_lm> causal_lm::load(const std::string& dir) {
   auto config = load_model_config(dir);
   auto weights = load_hf_weights(dir);
+  auto head_path = std::filesystem::path(dir) / value_head_file;
+  if (std::filesystem::exists(head_path))
+    for (auto& [name, t] : read_safetensors(head_path.string()))
+      weights[name] = t;
   return from_weights(config, std::move(weights));
 }
 
@@ -210,7 +219,9 @@ std::unique_ptr<causal_lm> causal_lm::from_weights(const model_config& config,
 
 at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids) {
   if (!input_ids.defined() || input_ids.dim() != 2)
-    fail(error_code::invalid_argument, "forward_hidden: input_ids must be [B, T]");
+    fail(error_code::invalid_argument,
+         "forward_hidden: input_ids must be [B, T], got "
+           + (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
   auto b = input_ids.size(0);
   auto t = input_ids.size(1);
   auto mask = at::ones({b, t}, at::kLong);
@@ -430,7 +441,18 @@ std::map<std::string, at::Tensor> causal_lm::state_dict() const {
 }
 
 void causal_lm::save_hf(const std::string& dir) const {
-  save_hf_checkpoint(dir, impl_->config, state_dict());
+  auto weights = state_dict();
+  auto value_head = weights.find("value_head.weight");
+  if (value_head == weights.end()) {
+    save_hf_checkpoint(dir, impl_->config, weights);
+    std::filesystem::remove(std::filesystem::path(dir) / value_head_file);
+    return;
+  }
+  std::map<std::string, at::Tensor> head{{value_head->first, value_head->second}};
+  weights.erase(value_head);
+  save_hf_checkpoint(dir, impl_->config, weights);
+  write_safetensors((std::filesystem::path(dir) / value_head_file).string(), head,
+                    {{"format", "pt"}});
 }
 
 int64_t causal_lm::num_parameters() const {

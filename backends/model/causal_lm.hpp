@@ -47,7 +47,8 @@ struct kv_cache {
 class causal_lm {
 public:
   /// Loads `dir/config.json` and its safetensors weights (sharded or not); bf16/f16 weights are
-  /// upcast to fp32. A `value_head.weight` tensor, when present, becomes the value head.
+  /// upcast to fp32. A value head saved by `save_hf` (`dir/value_head.safetensors`, tensor
+  /// `value_head.weight`) is loaded too.
   static std::unique_ptr<causal_lm> load(const std::string& dir);
 
   /// HF-like random init: normal(0, 0.02) for projections and embeddings, ones for norms,
@@ -102,7 +103,8 @@ public:
   /// (`lm_head.weight` only when untied), plus `value_head.weight` when present.
   std::map<std::string, at::Tensor> state_dict() const;
 
-  /// Writes `dir/config.json` and `dir/model.safetensors` from `state_dict()`.
+  /// Writes `dir/config.json` and `dir/model.safetensors` from `state_dict()` (LoRA merged); the
+  /// value head, when present, goes to `dir/value_head.safetensors` so the HF files stay pure.
   void save_hf(const std::string& dir) const;
 
   /// Number of scalars over all parameters (tied weights counted once).

@@ -1,0 +1,534 @@
+#include "backends/model/causal_lm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "backends/error.hpp"
+#include "backends/model/hf_checkpoint.hpp"
+#include "backends/model/init.hpp"
+#include "backends/model/logprobs.hpp"
+#include "backends/model/model_config.hpp"
+
+using namespace rlforge::backends;
+
+namespace {
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+struct temp_dir {
+  std::filesystem::path path;
+  explicit temp_dir(const std::string& tag) {
+    path = std::filesystem::temp_directory_path()
+           / ("rlforge_causal_lm_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+model_config llama_tied() {
+  auto c = preset("tiny");
+  c.vocab_size = 96;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+model_config qwen2_biased() {
+  auto c = preset("tiny-qwen2");
+  c.vocab_size = 96;
+  c.max_position_embeddings = 64;
+  c.rope_theta = 1000000.0;
+  return c;
+}
+
+model_config qwen3_wide_heads() {
+  auto c = preset("tiny-qwen3");
+  c.vocab_size = 96;
+  c.head_dim = 24; // != hidden_size / num_attention_heads = 16
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+// Weights with enough spread that the logits are far from uniform, norm weights away from 1 and
+// non-zero biases, so every term of the architecture shows up in the outputs.
+std::map<std::string, at::Tensor> spread_weights(const model_config& c, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::map<std::string, at::Tensor> out;
+  for (auto& [name, shape] : expected_weight_shapes(c)) {
+    auto t = at::empty(shape, at::kFloat);
+    bool norm = name.find("norm") != std::string::npos;
+    bool bias = name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (norm)
+      t.uniform_(0.5, 1.5, gen);
+    else if (bias)
+      t.normal_(0.0, 0.3, gen);
+    else
+      t.normal_(0.0, 0.15, gen);
+    out[name] = t;
+  }
+  return out;
+}
+
+// ---- independent reference, written with explicit loops in double precision ----------------
+
+std::vector<double> manual_rms(const std::vector<double>& x, const at::Tensor& w, double eps) {
+  double ms = 0;
+  for (double v : x)
+    ms += v * v;
+  ms /= static_cast<double>(x.size());
+  double inv = 1.0 / std::sqrt(ms + eps);
+  auto wa = w.accessor<double, 1>();
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = x[i] * inv * wa[static_cast<int64_t>(i)];
+  return out;
+}
+
+// y = W x + b for W [out, in].
+std::vector<double> manual_linear(const std::vector<double>& x, const at::Tensor& w,
+                                  const at::Tensor* b) {
+  auto wa = w.accessor<double, 2>();
+  std::vector<double> y(static_cast<size_t>(w.size(0)));
+  for (int64_t o = 0; o < w.size(0); ++o) {
+    double s = b ? b->accessor<double, 1>()[o] : 0.0;
+    for (int64_t i = 0; i < w.size(1); ++i)
+      s += wa[o][i] * x[static_cast<size_t>(i)];
+    y[static_cast<size_t>(o)] = s;
+  }
+  return y;
+}
+
+// Rotary embedding of one head vector at position `pos` by explicit angles: pairs (i, i + d/2).
+void manual_rotary(double* v, int64_t d, int64_t pos, double theta) {
+  for (int64_t i = 0; i < d / 2; ++i) {
+    double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / d);
+    double a = v[i], b = v[i + d / 2];
+    v[i] = a * std::cos(angle) - b * std::sin(angle);
+    v[i + d / 2] = b * std::cos(angle) + a * std::sin(angle);
+  }
+}
+
+// Log-probs of tokens[t+1] given tokens[0..t] for one unpadded sequence.
+std::vector<double> reference_logprobs(const model_config& c,
+                                       const std::map<std::string, at::Tensor>& weights_f,
+                                       const std::vector<int64_t>& tokens) {
+  std::map<std::string, at::Tensor> w;
+  for (auto& [n, t] : weights_f)
+    w[n] = t.to(at::kDouble).contiguous();
+  auto has = [&](const std::string& n) { return w.count(n) > 0; };
+  const int64_t t_len = static_cast<int64_t>(tokens.size());
+  const int64_t d = c.head_dim, heads = c.num_attention_heads, kvh = c.num_key_value_heads;
+  const int64_t hid = c.hidden_size;
+  std::vector<std::vector<double>> x(static_cast<size_t>(t_len));
+  auto emb = w.at("model.embed_tokens.weight").accessor<double, 2>();
+  for (int64_t t = 0; t < t_len; ++t)
+    for (int64_t i = 0; i < hid; ++i)
+      x[static_cast<size_t>(t)].push_back(emb[tokens[static_cast<size_t>(t)]][i]);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    auto p = "model.layers." + std::to_string(l) + ".";
+    auto lin = [&](const std::vector<double>& in, const std::string& name) {
+      auto bias = p + name + ".bias";
+      return manual_linear(in, w.at(p + name + ".weight"), has(bias) ? &w.at(bias) : nullptr);
+    };
+    std::vector<std::vector<double>> q(x.size()), k(x.size()), v(x.size());
+    for (int64_t t = 0; t < t_len; ++t) {
+      auto h = manual_rms(x[static_cast<size_t>(t)], w.at(p + "input_layernorm.weight"),
+                          c.rms_norm_eps);
+      q[t] = lin(h, "self_attn.q_proj");
+      k[t] = lin(h, "self_attn.k_proj");
+      v[t] = lin(h, "self_attn.v_proj");
+      for (int64_t hh = 0; hh < heads; ++hh) {
+        double* qh = q[t].data() + hh * d;
+        if (has(p + "self_attn.q_norm.weight")) {
+          auto n = manual_rms(std::vector<double>(qh, qh + d), w.at(p + "self_attn.q_norm.weight"),
+                              c.rms_norm_eps);
+          std::copy(n.begin(), n.end(), qh);
+        }
+        manual_rotary(qh, d, t, c.rope_theta);
+      }
+      for (int64_t hh = 0; hh < kvh; ++hh) {
+        double* kh = k[t].data() + hh * d;
+        if (has(p + "self_attn.k_norm.weight")) {
+          auto n = manual_rms(std::vector<double>(kh, kh + d), w.at(p + "self_attn.k_norm.weight"),
+                              c.rms_norm_eps);
+          std::copy(n.begin(), n.end(), kh);
+        }
+        manual_rotary(kh, d, t, c.rope_theta);
+      }
+    }
+    for (int64_t t = 0; t < t_len; ++t) {
+      std::vector<double> attn(static_cast<size_t>(heads * d), 0.0);
+      for (int64_t hh = 0; hh < heads; ++hh) {
+        int64_t g = hh / (heads / kvh); // the kv head this query head reads
+        std::vector<double> s(static_cast<size_t>(t + 1));
+        double mx = -1e300;
+        for (int64_t j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int64_t i = 0; i < d; ++i)
+            dot += q[t][hh * d + i] * k[j][g * d + i];
+          s[j] = dot / std::sqrt(static_cast<double>(d));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (auto& e : s)
+          z += (e = std::exp(e - mx));
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t i = 0; i < d; ++i)
+            attn[hh * d + i] += s[j] / z * v[j][g * d + i];
+      }
+      auto o = lin(attn, "self_attn.o_proj");
+      for (int64_t i = 0; i < hid; ++i)
+        x[t][i] += o[i];
+      auto h = manual_rms(x[t], w.at(p + "post_attention_layernorm.weight"), c.rms_norm_eps);
+      auto gate = lin(h, "mlp.gate_proj");
+      auto up = lin(h, "mlp.up_proj");
+      for (size_t i = 0; i < gate.size(); ++i)
+        gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      auto down = lin(gate, "mlp.down_proj");
+      for (int64_t i = 0; i < hid; ++i)
+        x[t][i] += down[i];
+    }
+  }
+  const auto& head = c.tie_word_embeddings ? w.at("model.embed_tokens.weight") : w.at("lm_head.weight");
+  std::vector<double> out;
+  for (int64_t t = 0; t + 1 < t_len; ++t) {
+    auto h = manual_rms(x[t], w.at("model.norm.weight"), c.rms_norm_eps);
+    auto logits = manual_linear(h, head, nullptr);
+    double mx = *std::max_element(logits.begin(), logits.end());
+    double z = 0;
+    for (double e : logits)
+      z += std::exp(e - mx);
+    out.push_back(logits[tokens[t + 1]] - mx - std::log(z));
+  }
+  return out;
+}
+
+void expect_matches_reference(const model_config& c) {
+  auto weights = spread_weights(c, 7);
+  auto model = causal_lm::from_weights(c, weights);
+  std::vector<int64_t> tokens{3, 17, 95, 0, 42, 42, 8, 61, 29, 5};
+  auto expected = reference_logprobs(c, weights, tokens);
+  auto got = score_tokens(*model, tokens);
+  ASSERT_EQ(got.size(), expected.size());
+  double spread = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], expected[i], 1e-4) << "position " << i;
+    spread = std::max(spread, std::abs(expected[i] + std::log(96.0)));
+  }
+  // The weights are spread enough that the distribution is far from uniform.
+  EXPECT_GT(spread, 0.5);
+}
+
+at::Tensor full_logits(causal_lm& m, const at::Tensor& ids) {
+  at::NoGradGuard ng;
+  return m.logits(m.forward_hidden(ids));
+}
+
+template <class F>
+void expect_error(F&& f, error_code code, std::vector<std::string> fragments) {
+  try {
+    f();
+    FAIL() << "expected backends::error";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (auto& frag : fragments)
+      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
+        << "'" << frag << "' not in: " << e.what();
+  }
+}
+
+} // namespace
+
+TEST(CausalLm, LlamaWithTiedEmbeddingsMatchesIndependentReference) {
+  expect_matches_reference(llama_tied());
+}
+
+TEST(CausalLm, Qwen2WithBiasesMatchesIndependentReference) {
+  auto c = qwen2_biased();
+  ASSERT_TRUE(c.attention_bias);
+  expect_matches_reference(c);
+}
+
+TEST(CausalLm, Qwen3WithQkNormAndWideHeadDimMatchesIndependentReference) {
+  auto c = qwen3_wide_heads();
+  ASSERT_NE(c.head_dim * c.num_attention_heads, c.hidden_size);
+  expect_matches_reference(c);
+}
+
+TEST(CausalLm, IncrementalDecodingWithKvCacheMatchesFullForward) {
+  for (auto c : {llama_tied(), qwen2_biased(), qwen3_wide_heads()}) {
+    auto model = causal_lm::from_weights(c, spread_weights(c, 11));
+    auto ids = at::tensor({5, 9, 33, 70, 2, 2, 81, 14, 60}, at::kLong).view({1, -1});
+    auto full = full_logits(*model, ids);
+    at::NoGradGuard ng;
+    kv_cache cache;
+    const int64_t prefill = 4;
+    auto mask = at::ones({1, prefill}, at::kLong);
+    auto pos = at::arange(prefill, at::kLong).view({1, -1});
+    auto h = model->forward_hidden(ids.narrow(1, 0, prefill), mask, pos, &cache);
+    EXPECT_EQ(cache.length(), prefill);
+    EXPECT_TRUE(at::allclose(model->logits(h), full.narrow(1, 0, prefill), 0, 1e-5));
+    for (int64_t t = prefill; t < ids.size(1); ++t) {
+      mask = at::ones({1, t + 1}, at::kLong);
+      pos = at::full({1, 1}, t, at::kLong);
+      h = model->forward_hidden(ids.narrow(1, t, 1), mask, pos, &cache);
+      EXPECT_EQ(cache.length(), t + 1);
+      auto diff = (model->logits(h) - full.narrow(1, t, 1)).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-5) << to_string(c.arch) << " step " << t;
+    }
+  }
+}
+
+TEST(CausalLm, LeftPaddedRowsMatchUnpaddedSingleRows) {
+  auto c = qwen3_wide_heads();
+  auto model = causal_lm::from_weights(c, spread_weights(c, 3));
+  std::vector<std::vector<int64_t>> rows{{4, 8, 15, 16, 23, 42}, {7, 1, 90}, {55, 12, 13, 14}};
+  const int64_t s = 6, pad_id = 0;
+  auto ids = at::full({3, s}, pad_id, at::kLong);
+  auto mask = at::zeros({3, s}, at::kLong);
+  for (int64_t r = 0; r < 3; ++r) {
+    auto n = static_cast<int64_t>(rows[r].size());
+    for (int64_t i = 0; i < n; ++i) {
+      ids[r][s - n + i] = rows[r][i];
+      mask[r][s - n + i] = 1;
+    }
+  }
+  auto pos = (mask.cumsum(1) - 1).clamp_min(0);
+  at::NoGradGuard ng;
+  // Prefill all but the last token of each row, then decode the last one through the cache.
+  kv_cache cache;
+  auto h_pre = model->forward_hidden(ids.narrow(1, 0, s - 1), mask.narrow(1, 0, s - 1),
+                                     pos.narrow(1, 0, s - 1), &cache);
+  auto h_last = model->forward_hidden(ids.narrow(1, s - 1, 1), mask, pos.narrow(1, s - 1, 1), &cache);
+  auto batched = model->logits(at::cat({h_pre, h_last}, 1));
+  EXPECT_FALSE(at::isnan(batched).any().item<bool>());
+  for (int64_t r = 0; r < 3; ++r) {
+    auto n = static_cast<int64_t>(rows[r].size());
+    auto alone = full_logits(*model, at::tensor(rows[r], at::kLong).view({1, -1}));
+    auto diff = (batched[r].narrow(0, s - n, n) - alone[0]).abs().max().item<double>();
+    EXPECT_LT(diff, 1e-5) << "row " << r;
+  }
+}
+
+TEST(CausalLm, PaddingTokensNeverInfluenceRealPositions) {
+  auto c = llama_tied();
+  auto model = causal_lm::from_weights(c, spread_weights(c, 5));
+  auto mask = at::tensor({0, 0, 0, 1, 1, 1}, at::kLong).view({1, -1});
+  auto pos = (mask.cumsum(1) - 1).clamp_min(0);
+  at::NoGradGuard ng;
+  auto a = model->logits(model->forward_hidden(at::tensor({1, 2, 3, 40, 41, 42}, at::kLong).view({1, -1}), mask, pos));
+  auto b = model->logits(model->forward_hidden(at::tensor({90, 60, 30, 40, 41, 42}, at::kLong).view({1, -1}), mask, pos));
+  EXPECT_TRUE(at::equal(a.narrow(1, 3, 3), b.narrow(1, 3, 3)));
+  EXPECT_FALSE(at::isnan(a).any().item<bool>());
+}
+
+TEST(CausalLm, ExportReloadsIdentically) {
+  for (auto c : {llama_tied(), qwen2_biased(), qwen3_wide_heads()}) {
+    auto model = causal_lm::from_weights(c, spread_weights(c, 9));
+    temp_dir dir("export");
+    model->save_hf(dir.str());
+    EXPECT_TRUE(std::filesystem::exists(dir.path / "config.json"));
+    EXPECT_TRUE(std::filesystem::exists(dir.path / "model.safetensors"));
+    auto reloaded = causal_lm::load(dir.str());
+    EXPECT_EQ(reloaded->config(), c);
+    auto a = model->state_dict();
+    auto b = reloaded->state_dict();
+    ASSERT_EQ(a.size(), b.size());
+    for (auto& [name, t] : a) {
+      ASSERT_TRUE(b.count(name)) << name;
+      EXPECT_TRUE(at::equal(t, b.at(name))) << name;
+    }
+    EXPECT_EQ(a.count("lm_head.weight"), c.tie_word_embeddings ? 0u : 1u);
+    auto ids = at::tensor({1, 2, 3, 4, 5}, at::kLong).view({1, -1});
+    EXPECT_TRUE(at::equal(full_logits(*model, ids), full_logits(*reloaded, ids)));
+  }
+}
+
+TEST(CausalLm, HalfPrecisionCheckpointsLoadUpcastToFp32) {
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    auto c = qwen2_biased();
+    auto weights = spread_weights(c, 21);
+    std::map<std::string, at::Tensor> half;
+    for (auto& [n, t] : weights)
+      half[n] = t.to(dtype);
+    c.torch_dtype = dtype == at::kBFloat16 ? "bfloat16" : "float16";
+    temp_dir dir(dtype == at::kBFloat16 ? "bf16" : "f16");
+    save_hf_checkpoint(dir.str(), c, half);
+    auto model = causal_lm::load(dir.str());
+    for (auto& [name, t] : model->named_parameters()) {
+      EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+      EXPECT_TRUE(at::equal(t, half.at(name).to(at::kFloat))) << name;
+    }
+  }
+}
+
+TEST(CausalLm, RandomInitIsDeterministicAndHfLike) {
+  auto c = preset("tiny-qwen3");
+  auto a = causal_lm::random(c, 42);
+  auto b = causal_lm::random(c, 42);
+  auto other = causal_lm::random(c, 43);
+  auto sa = a->state_dict(), sb = b->state_dict(), so = other->state_dict();
+  EXPECT_EQ(sa.size(), expected_weight_names(c).size());
+  for (auto& [name, t] : sa) {
+    EXPECT_TRUE(at::equal(t, sb.at(name))) << name;
+    if (name.find("norm") != std::string::npos) {
+      EXPECT_TRUE(at::equal(t, at::ones_like(t))) << name;
+    } else {
+      EXPECT_FALSE(at::equal(t, so.at(name))) << name;
+      if (t.numel() > 1000) {
+        EXPECT_NEAR(t.std().item<double>(), 0.02, 0.002) << name;
+      }
+    }
+  }
+  EXPECT_EQ(a->num_parameters(), num_parameters(c));
+  for (auto& [name, t] : a->named_parameters())
+    EXPECT_TRUE(t.requires_grad()) << name;
+}
+
+TEST(CausalLm, GradientsReachEveryParameter) {
+  auto c = qwen2_biased();
+  auto model = causal_lm::from_weights(c, spread_weights(c, 1));
+  auto ids = at::tensor({3, 1, 4, 1, 5, 9, 2, 6}, at::kLong).view({2, 4});
+  auto r = sequence_logprobs(*model, ids, at::ones_like(ids));
+  (-r.logprobs.sum()).backward();
+  for (auto& [name, t] : model->named_parameters()) {
+    ASSERT_TRUE(t.grad().defined()) << name;
+    EXPECT_GT(t.grad().abs().sum().item<double>(), 0) << name;
+  }
+}
+
+TEST(CausalLm, ValueHeadGivesOneValuePerToken) {
+  auto c = llama_tied();
+  auto model = causal_lm::from_weights(c, spread_weights(c, 2));
+  EXPECT_FALSE(model->has_value_head());
+  auto ids = at::tensor({3, 1, 4, 1, 5, 9}, at::kLong).view({2, 3});
+  at::NoGradGuard ng;
+  auto h = model->forward_hidden(ids);
+  expect_error([&] { model->values(h); }, error_code::invalid_argument, {"value head"});
+  model->add_value_head(5);
+  auto v = model->values(h);
+  ASSERT_EQ(v.sizes(), (at::IntArrayRef{2, 3}));
+  auto sd = model->state_dict();
+  auto w = sd.at("value_head.weight");
+  EXPECT_EQ(w.sizes(), (at::IntArrayRef{1, c.hidden_size}));
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 3; ++t)
+      EXPECT_NEAR(v[b][t].item<double>(), (h[b][t] * w[0]).sum().item<double>(), 1e-5);
+  // The value head survives an export/reload.
+  temp_dir dir("value_head");
+  model->save_hf(dir.str());
+  auto reloaded = causal_lm::load(dir.str());
+  ASSERT_TRUE(reloaded->has_value_head());
+  EXPECT_TRUE(at::equal(reloaded->values(h), v));
+}
+
+TEST(CausalLm, KvCacheReorderKeepsSelectedRows) {
+  auto c = llama_tied();
+  auto model = causal_lm::from_weights(c, spread_weights(c, 4));
+  auto ids = at::tensor({1, 2, 3, 4, 5, 6, 7, 8, 9}, at::kLong).view({3, 3});
+  at::NoGradGuard ng;
+  kv_cache cache;
+  model->forward_hidden(ids, at::ones({3, 3}, at::kLong),
+                        at::arange(3, at::kLong).repeat({3, 1}), &cache);
+  auto keys_row2 = cache.keys[0][2].clone();
+  cache.reorder_or_select(at::tensor({2, 0}, at::kLong));
+  EXPECT_EQ(cache.batch_size(), 2);
+  EXPECT_TRUE(at::equal(cache.keys[0][0], keys_row2));
+  // Decoding continues for the kept rows and equals their full forward.
+  auto next = at::tensor({10, 11}, at::kLong).view({2, 1});
+  auto h = model->forward_hidden(next, at::ones({2, 4}, at::kLong), at::full({2, 1}, 3, at::kLong), &cache);
+  auto full = full_logits(*model, at::tensor({7, 8, 9, 10}, at::kLong).view({1, 4}));
+  EXPECT_LT((model->logits(h)[0][0] - full[0][3]).abs().max().item<double>(), 1e-5);
+  expect_error([&] { cache.reorder_or_select(at::tensor({5}, at::kLong)); }, error_code::out_of_range,
+               {"5"});
+}
+
+TEST(CausalLm, RejectsUnknownArchitecture) {
+  expect_error([] { parse_architecture("GPT2LMHeadModel"); }, error_code::unsupported, {"GPT2LMHeadModel"});
+  temp_dir dir("unknown_arch");
+  auto j = to_json(llama_tied());
+  j["architectures"] = {"MambaForCausalLM"};
+  j["model_type"] = "mamba";
+  std::ofstream(dir.path / "config.json") << j.dump();
+  expect_error([&] { causal_lm::load(dir.str()); }, error_code::unsupported, {"MambaForCausalLM"});
+}
+
+TEST(CausalLm, RejectsWeightShapeDisagreeingWithConfig) {
+  auto c = qwen2_biased();
+  auto w = spread_weights(c, 1);
+  w["model.layers.1.self_attn.k_proj.weight"] = at::zeros({7, c.hidden_size});
+  expect_error([&] { causal_lm::from_weights(c, w); }, error_code::invalid_argument,
+               {"model.layers.1.self_attn.k_proj.weight", "7"});
+  auto missing = spread_weights(c, 1);
+  missing.erase("model.layers.0.mlp.up_proj.weight");
+  expect_error([&] { causal_lm::from_weights(c, missing); }, error_code::invalid_argument,
+               {"model.layers.0.mlp.up_proj.weight"});
+  auto vh = spread_weights(c, 1);
+  vh["value_head.weight"] = at::zeros({2, c.hidden_size});
+  expect_error([&] { causal_lm::from_weights(c, vh); }, error_code::invalid_argument,
+               {"value_head.weight", "[2, 64]"});
+}
+
+TEST(CausalLm, RejectsTokenIdsOutsideTheVocabulary) {
+  auto c = llama_tied();
+  auto model = causal_lm::random(c, 1);
+  for (int64_t bad : {int64_t{96}, int64_t{-1}, int64_t{100000}}) {
+    auto ids = at::tensor(std::vector<int64_t>{1, bad, 2}, at::kLong).view({1, 3});
+    expect_error([&] { model->forward_hidden(ids); }, error_code::out_of_range,
+                 {std::to_string(bad), "96"});
+  }
+}
+
+TEST(CausalLm, RejectsPromptLongerThanMaxPositionEmbeddings) {
+  auto c = llama_tied();
+  auto model = causal_lm::random(c, 1);
+  auto ids = at::ones({1, 65}, at::kLong);
+  expect_error([&] { model->forward_hidden(ids); }, error_code::invalid_argument, {"65", "64"});
+  // Also through the cache: 60 past + 5 new > 64.
+  at::NoGradGuard ng;
+  kv_cache cache;
+  model->forward_hidden(at::ones({1, 60}, at::kLong), at::ones({1, 60}, at::kLong),
+                        at::arange(60, at::kLong).view({1, -1}), &cache);
+  expect_error([&] {
+    model->forward_hidden(at::ones({1, 5}, at::kLong), at::ones({1, 65}, at::kLong),
+                          at::arange(60, 65, at::kLong).view({1, -1}), &cache);
+  }, error_code::invalid_argument, {"65", "64"});
+}
+
+TEST(CausalLm, RejectsMalformedInputs) {
+  auto c = llama_tied();
+  auto model = causal_lm::random(c, 1);
+  auto ids = at::ones({2, 3}, at::kLong);
+  auto mask = at::ones({2, 3}, at::kLong);
+  auto pos = at::arange(3, at::kLong).repeat({2, 1});
+  expect_error([&] { model->forward_hidden(at::ones({3}, at::kLong)); }, error_code::invalid_argument, {"[3]"});
+  expect_error([&] { model->forward_hidden(at::ones({2, 3}, at::kFloat), mask, pos); },
+               error_code::invalid_argument, {"integer"});
+  expect_error([&] { model->forward_hidden(ids, at::ones({2, 4}, at::kLong), pos); },
+               error_code::invalid_argument, {"attention_mask", "[2, 4]"});
+  expect_error([&] { model->forward_hidden(ids, mask, at::zeros({2, 2}, at::kLong)); },
+               error_code::invalid_argument, {"position_ids", "[2, 2]"});
+  expect_error([&] { model->forward_hidden(ids, mask, pos - 5); }, error_code::out_of_range,
+               {"position id", "-5"});
+  at::NoGradGuard ng;
+  kv_cache cache;
+  model->forward_hidden(ids, mask, pos, &cache);
+  expect_error([&] {
+    model->forward_hidden(at::ones({1, 1}, at::kLong), at::ones({1, 4}, at::kLong),
+                          at::full({1, 1}, 3, at::kLong), &cache);
+  }, error_code::invalid_argument, {"kv_cache", "2", "1"});
+  expect_error([&] { model->logits(at::zeros({2, 5})); }, error_code::invalid_argument, {"[2, 5]"});
+  expect_error([] { causal_lm::load("/nonexistent/rlforge-model"); }, error_code::not_found,
+               {"/nonexistent/rlforge-model"});
+}
