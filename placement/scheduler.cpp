@@ -285,8 +285,20 @@ private:
     fit_memo_.assign(node_count * need_count, -1);
     owner_.assign(node_count, -1);
     for (std::size_t pos = 0; pos < need_count; ++pos) {
-      visited_.assign(node_count, 0);
-      augment(pos);
+      // An idle fitting node first: only displace earlier bundles when there is none, so
+      // bundles keep their preferred nodes whenever possible.
+      bool done = false;
+      for (auto n : preference_)
+        if (owner_[n] < 0 && fits_alone(pos, n)) {
+          owner_[n] = static_cast<int>(pos);
+          out_[pos].node = static_cast<int>(n);
+          done = true;
+          break;
+        }
+      if (!done) {
+        visited_.assign(node_count, 0);
+        augment(pos);
+      }
     }
     matched_ = 0;
     failed_ = npos;
