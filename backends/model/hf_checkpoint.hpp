@@ -42,7 +42,8 @@ void save_hf_checkpoint(const std::string& dir, const model_config& config,
                         std::optional<size_t> max_shard_bytes = std::nullopt);
 
 /// HF tensor names of a model with config `c`, in a stable order: model.embed_tokens.weight,
-/// per layer self_attn.{q,k,v,o}_proj.weight (+ q/k/v .bias with attention_bias),
+/// per layer self_attn.{q,k,v,o}_proj.weight (+ .bias with attention_bias: q/k/v for qwen2,
+/// q/k/v/o for llama and qwen3, as HF builds them),
 /// self_attn.{q,k}_norm.weight (qwen3), mlp.{gate,up,down}_proj.weight (+ .bias with mlp_bias),
 /// input_layernorm.weight, post_attention_layernorm.weight; then model.norm.weight and
 /// lm_head.weight (absent when tied).

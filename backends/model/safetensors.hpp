@@ -34,6 +34,10 @@ safetensors_header read_safetensors_header(const std::string& path);
 void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+/// Writes `contents` to `path` atomically (temporary file next to it, fsync, rename, fsync of
+/// the directory). Throws `error{io_error}` naming the path when any step fails.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
 /// The safetensors dtype name ("F32", "BF16", ...) of a torch scalar type; throws
 /// `error{invalid_argument}` for types the format cannot hold.
 std::string safetensors_dtype_of(at::ScalarType type);
