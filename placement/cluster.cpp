@@ -27,13 +27,13 @@ result<node_spec> make_node(std::string id, int gpus, double cpus, resource_set 
   if (id.empty())
     return make_error(placement_errc::invalid_node, "node id is empty");
   if (gpus < 0)
-    return make_error(placement_errc::invalid_node,
-                      "node " + id + " declares " + std::to_string(gpus)
-                        + " GPUs; the count must not be negative");
+    return make_error(placement_errc::invalid_node, "node " + id + " declares " +
+                                                        std::to_string(gpus) +
+                                                        " GPUs; the count must not be negative");
   if (extra.contains(gpu_resource) || extra.contains(cpu_resource))
     return make_error(placement_errc::invalid_node,
-                      "node " + id + ": extra resources (" + extra.to_string()
-                        + ") must not name GPU or CPU; use the gpus and cpus arguments");
+                      "node " + id + ": extra resources (" + extra.to_string() +
+                          ") must not name GPU or CPU; use the gpus and cpus arguments");
   node_spec out;
   out.id = std::move(id);
   out.resources = std::move(extra);
@@ -87,17 +87,16 @@ result<void> cluster_state::add_node(const node_spec& node) {
     return make_error(placement_errc::duplicate_node,
                       "node " + node.id + " is already in the cluster");
   if (node.gpu_devices.size() > max_devices)
-    return make_error(placement_errc::invalid_node,
-                      "node " + node.id + " declares " + std::to_string(node.gpu_devices.size())
-                        + " GPU devices; at most 4096 are supported");
+    return make_error(placement_errc::invalid_node, "node " + node.id + " declares " +
+                                                        std::to_string(node.gpu_devices.size()) +
+                                                        " GPU devices; at most 4096 are supported");
   units device_sum = 0;
   for (std::size_t i = 0; i < node.gpu_devices.size(); ++i) {
     auto cap = node.gpu_devices[i];
     if (cap <= 0 || cap > units_per_whole)
       return make_error(placement_errc::invalid_node,
-                        "node " + node.id + ": GPU device " + std::to_string(i)
-                          + " has capacity " + format_units(cap)
-                          + "; a device holds more than 0 and at most 1 GPU");
+                        "node " + node.id + ": GPU device " + std::to_string(i) + " has capacity " +
+                            format_units(cap) + "; a device holds more than 0 and at most 1 GPU");
     device_sum += cap;
   }
   for (const auto& [name, amount] : node.resources) {
@@ -105,28 +104,28 @@ result<void> cluster_state::add_node(const node_spec& node) {
       return make_error(placement_errc::invalid_node,
                         "node " + node.id + " declares a resource with an empty name");
     if (amount <= 0)
-      return make_error(placement_errc::invalid_node,
-                        "node " + node.id + " declares " + name + ": " + format_units(amount)
-                          + "; amounts must be positive");
+      return make_error(placement_errc::invalid_node, "node " + node.id + " declares " + name +
+                                                          ": " + format_units(amount) +
+                                                          "; amounts must be positive");
   }
   std::vector<units> devices = node.gpu_devices;
   auto declared_gpu = node.resources.get(gpu_resource);
   if (devices.empty() && declared_gpu > 0) {
     if (declared_gpu % units_per_whole != 0)
       return make_error(placement_errc::invalid_node,
-                        "node " + node.id + " declares GPU: " + format_units(declared_gpu)
-                          + " without devices; list gpu_devices for fractional devices");
+                        "node " + node.id + " declares GPU: " + format_units(declared_gpu) +
+                            " without devices; list gpu_devices for fractional devices");
     if (declared_gpu / units_per_whole > static_cast<units>(max_devices))
       return make_error(placement_errc::invalid_node,
-                        "node " + node.id + " declares GPU: " + format_units(declared_gpu)
-                          + "; at most 4096 devices are supported");
+                        "node " + node.id + " declares GPU: " + format_units(declared_gpu) +
+                            "; at most 4096 devices are supported");
     devices.assign(static_cast<std::size_t>(declared_gpu / units_per_whole), units_per_whole);
     device_sum = declared_gpu;
   } else if (!devices.empty() && declared_gpu > 0 && declared_gpu != device_sum) {
     return make_error(placement_errc::invalid_node,
-                      "node " + node.id + " declares GPU: " + format_units(declared_gpu)
-                        + " but its devices " + list_units(devices) + " sum to "
-                        + format_units(device_sum));
+                      "node " + node.id + " declares GPU: " + format_units(declared_gpu) +
+                          " but its devices " + list_units(devices) + " sum to " +
+                          format_units(device_sum));
   }
   detail::node_entry entry;
   entry.id = node.id;
@@ -176,18 +175,21 @@ result<void> cluster_state::take(const placed_bundle& bundle) {
                       where + " names node " + bundle.node_id + ", which is not in the cluster");
   auto& node = nodes_[*index];
   auto gpu = bundle.resources.get(gpu_resource);
-  std::size_t want_devices = gpu == 0 ? 0 : gpu < units_per_whole ? 1 : static_cast<std::size_t>(gpu / units_per_whole);
+  std::size_t want_devices = gpu == 0 ? 0
+                             : gpu < units_per_whole
+                                 ? 1
+                                 : static_cast<std::size_t>(gpu / units_per_whole);
   if (bundle.device_ids.size() != want_devices)
     return make_error(placement_errc::invalid_reservation,
-                      where + " holds GPU: " + format_units(gpu) + " but lists "
-                        + std::to_string(bundle.device_ids.size()) + " devices; expected "
-                        + std::to_string(want_devices));
+                      where + " holds GPU: " + format_units(gpu) + " but lists " +
+                          std::to_string(bundle.device_ids.size()) + " devices; expected " +
+                          std::to_string(want_devices));
   for (std::size_t i = 0; i < bundle.device_ids.size(); ++i) {
     auto d = bundle.device_ids[i];
     if (d < 0 || static_cast<std::size_t>(d) >= node.free.devices.size())
       return make_error(placement_errc::invalid_reservation,
-                        where + " names device " + std::to_string(d) + " but node " + node.id
-                          + " has " + std::to_string(node.free.devices.size()) + " devices");
+                        where + " names device " + std::to_string(d) + " but node " + node.id +
+                            " has " + std::to_string(node.free.devices.size()) + " devices");
     for (std::size_t j = 0; j < i; ++j)
       if (bundle.device_ids[j] == d)
         return make_error(placement_errc::invalid_reservation,
@@ -197,10 +199,10 @@ result<void> cluster_state::take(const placed_bundle& bundle) {
   for (auto d : bundle.device_ids)
     if (node.free.devices[static_cast<std::size_t>(d)] < share)
       return make_error(placement_errc::insufficient_resources,
-                        where + " needs GPU: " + format_units(share) + " of device "
-                          + std::to_string(d) + " on node " + node.id + " but only "
-                          + format_units(node.free.devices[static_cast<std::size_t>(d)])
-                          + " is free");
+                        where + " needs GPU: " + format_units(share) + " of device " +
+                            std::to_string(d) + " on node " + node.id + " but only " +
+                            format_units(node.free.devices[static_cast<std::size_t>(d)]) +
+                            " is free");
   for (const auto& [name, amount] : bundle.resources) {
     if (name == gpu_resource)
       continue;
@@ -208,8 +210,8 @@ result<void> cluster_state::take(const placed_bundle& bundle) {
     auto have = c < 0 ? 0 : node.free.columns[static_cast<std::size_t>(c)];
     if (have < amount)
       return make_error(placement_errc::insufficient_resources,
-                        where + " needs " + name + ": " + format_units(amount) + " on node "
-                          + node.id + " but only " + format_units(have) + " is free");
+                        where + " needs " + name + ": " + format_units(amount) + " on node " +
+                            node.id + " but only " + format_units(have) + " is free");
   }
   for (auto d : bundle.device_ids)
     node.free.devices[static_cast<std::size_t>(d)] -= share;
@@ -322,7 +324,7 @@ std::string cluster_state::describe() const {
       auto share = per_device_share(b);
       for (auto d : b.device_ids)
         holders[*index][static_cast<std::size_t>(d)].push_back(
-          group + "[" + std::to_string(b.request_index) + "] " + format_units(share));
+            group + "[" + std::to_string(b.request_index) + "] " + format_units(share));
     }
   std::string out;
   if (nodes_.empty())
@@ -336,16 +338,16 @@ std::string cluster_state::describe() const {
         continue;
       out += first ? " " : ", ";
       first = false;
-      out += columns_[c] + " " + format_units(n.total.columns[c] - n.free.columns[c]) + "/"
-             + format_units(n.total.columns[c]) + " used";
+      out += columns_[c] + " " + format_units(n.total.columns[c] - n.free.columns[c]) + "/" +
+             format_units(n.total.columns[c]) + " used";
     }
     if (first)
       out += " no resources";
     out += '\n';
     for (std::size_t d = 0; d < n.total.devices.size(); ++d) {
-      out += "  gpu " + std::to_string(d) + ": "
-             + format_units(n.total.devices[d] - n.free.devices[d]) + "/"
-             + format_units(n.total.devices[d]);
+      out += "  gpu " + std::to_string(d) + ": " +
+             format_units(n.total.devices[d] - n.free.devices[d]) + "/" +
+             format_units(n.total.devices[d]);
       if (holders[i][d].empty()) {
         out += " free";
       } else {

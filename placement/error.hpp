@@ -49,8 +49,7 @@ inline placement_error make_error(placement_errc code, std::string message) {
 /// Either a value or a `placement_error`; the placement library never throws for bad input.
 /// Accessing `value()` of an error (or `error()` of a value) is a bug and throws
 /// `std::bad_variant_access`.
-template <class T>
-class result {
+template <class T> class result {
 public:
   /// A successful result.
   result(T value) : state_(std::in_place_index<0>, std::move(value)) {}
@@ -84,8 +83,7 @@ private:
 };
 
 /// Success or a `placement_error`.
-template <>
-class result<void> {
+template <> class result<void> {
 public:
   /// A successful result.
   result() = default;

@@ -12,30 +12,30 @@ result<void> validate_bundle(const resource_set& bundle, std::size_t index) {
       return make_error(placement_errc::invalid_resource_name,
                         which + " has a resource with an empty name");
     if (amount <= 0)
-      return make_error(placement_errc::invalid_amount,
-                        which + " requests " + name + ": " + format_units(amount)
-                          + "; amounts must be positive");
+      return make_error(placement_errc::invalid_amount, which + " requests " + name + ": " +
+                                                            format_units(amount) +
+                                                            "; amounts must be positive");
   }
   auto gpu = bundle.get(gpu_resource);
   if (gpu > units_per_whole && gpu % units_per_whole != 0)
     return make_error(placement_errc::invalid_bundle,
-                      which + " requests GPU: " + format_units(gpu)
-                        + "; a GPU amount above 1 must be a whole number of devices");
+                      which + " requests GPU: " + format_units(gpu) +
+                          "; a GPU amount above 1 must be a whole number of devices");
   return {};
 }
 
 result<void> validate_request(const placement_request& request) {
   switch (request.strategy) {
-    case placement_strategy::pack:
-    case placement_strategy::spread:
-    case placement_strategy::strict_pack:
-    case placement_strategy::strict_spread:
-      break;
-    default:
-      return make_error(placement_errc::unknown_strategy,
-                        "unknown placement strategy value "
-                          + std::to_string(static_cast<int>(request.strategy))
-                          + "; valid strategies: pack, spread, strict_pack, strict_spread");
+  case placement_strategy::pack:
+  case placement_strategy::spread:
+  case placement_strategy::strict_pack:
+  case placement_strategy::strict_spread:
+    break;
+  default:
+    return make_error(placement_errc::unknown_strategy,
+                      "unknown placement strategy value " +
+                          std::to_string(static_cast<int>(request.strategy)) +
+                          "; valid strategies: pack, spread, strict_pack, strict_spread");
   }
   if (request.bundles.empty())
     return make_error(placement_errc::empty_request,

@@ -27,7 +27,8 @@ result<void> validate_bundle(const resource_set& bundle, std::size_t index);
 result<void> validate_request(const placement_request& request);
 
 /// Parses `strategy` and validates the bundles; the convenient way to build a request.
-result<placement_request> make_request(std::string_view strategy, std::vector<resource_set> bundles);
+result<placement_request> make_request(std::string_view strategy,
+                                       std::vector<resource_set> bundles);
 
 /// One bundle of a placed group: where it landed and what it holds.
 struct placed_bundle {

@@ -39,16 +39,16 @@ int name_rank(std::string_view name) noexcept {
 result<units> to_units(double amount, std::string_view name) {
   if (std::isnan(amount) || std::isinf(amount))
     return make_error(placement_errc::invalid_amount,
-                      subject(name) + " is " + describe_double(amount)
-                        + "; resource amounts must be finite numbers");
+                      subject(name) + " is " + describe_double(amount) +
+                          "; resource amounts must be finite numbers");
   if (amount < 0)
     return make_error(placement_errc::invalid_amount,
-                      subject(name) + " is " + describe_double(amount)
-                        + "; resource amounts must not be negative");
+                      subject(name) + " is " + describe_double(amount) +
+                          "; resource amounts must not be negative");
   if (amount > max_amount)
     return make_error(placement_errc::invalid_amount,
-                      subject(name) + " is " + describe_double(amount)
-                        + ", above the largest accepted amount 1e13");
+                      subject(name) + " is " + describe_double(amount) +
+                          ", above the largest accepted amount 1e13");
   return static_cast<units>(std::llround(amount * static_cast<double>(units_per_whole)));
 }
 
@@ -61,8 +61,8 @@ result<units> to_positive_units(double amount, std::string_view name) {
       return make_error(placement_errc::invalid_amount,
                         subject(name) + " is 0; a positive amount is required");
     return make_error(placement_errc::invalid_amount,
-                      subject(name) + " is " + describe_double(amount)
-                        + ", which rounds to 0 at the 1/10000 resolution; a positive amount "
+                      subject(name) + " is " + describe_double(amount) +
+                          ", which rounds to 0 at the 1/10000 resolution; a positive amount "
                           "is required");
   }
   return converted;
@@ -71,8 +71,8 @@ result<units> to_positive_units(double amount, std::string_view name) {
 std::string format_units(units amount) {
   std::string out;
   // Work on the magnitude as unsigned so that the most negative value cannot overflow.
-  auto magnitude = amount < 0 ? 0 - static_cast<std::uint64_t>(amount)
-                              : static_cast<std::uint64_t>(amount);
+  auto magnitude =
+      amount < 0 ? 0 - static_cast<std::uint64_t>(amount) : static_cast<std::uint64_t>(amount);
   if (amount < 0)
     out += '-';
   out += std::to_string(magnitude / units_per_whole);
@@ -117,10 +117,9 @@ void resource_set::put(std::string_view name, units amount) {
     i->second = amount;
     return;
   }
-  auto pos = std::lower_bound(entries_.begin(), entries_.end(), name,
-                              [](const entry& e, std::string_view n) {
-                                return resource_name_less(e.first, n);
-                              });
+  auto pos = std::lower_bound(
+      entries_.begin(), entries_.end(), name,
+      [](const entry& e, std::string_view n) { return resource_name_less(e.first, n); });
   entries_.emplace(pos, std::string(name), amount);
 }
 
@@ -140,9 +139,9 @@ result<void> resource_set::set_units(std::string_view name, units amount) {
     return make_error(placement_errc::invalid_resource_name,
                       "resource name is empty (amount " + format_units(amount) + ")");
   if (amount <= 0)
-    return make_error(placement_errc::invalid_amount,
-                      "amount of " + std::string(name) + " is " + format_units(amount)
-                        + "; a positive amount is required");
+    return make_error(placement_errc::invalid_amount, "amount of " + std::string(name) + " is " +
+                                                          format_units(amount) +
+                                                          "; a positive amount is required");
   put(name, amount);
   return {};
 }
@@ -175,8 +174,8 @@ result<void> resource_set::subtract(const resource_set& other) {
     auto have = get(name);
     if (have < amount)
       return make_error(placement_errc::insufficient_resources,
-                        "cannot subtract " + name + ": " + format_units(amount) + " from "
-                          + name + ": " + format_units(have));
+                        "cannot subtract " + name + ": " + format_units(amount) + " from " + name +
+                            ": " + format_units(have));
   }
   for (const auto& [name, amount] : other.entries_) {
     auto i = find(name);
@@ -210,8 +209,7 @@ std::string resource_set::to_string() const {
 
 namespace {
 
-template <class Range>
-result<resource_set> build_resources(const Range& amounts) {
+template <class Range> result<resource_set> build_resources(const Range& amounts) {
   resource_set out;
   for (const auto& [name, amount] : amounts) {
     if (out.contains(name))

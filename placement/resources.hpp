@@ -108,7 +108,8 @@ private:
 
 /// Builds a resource set from whole-unit amounts, e.g. `make_resources({{"GPU", 0.2},
 /// {"CPU", 1}})`. Every amount must be positive; duplicated or empty names are rejected.
-result<resource_set> make_resources(std::initializer_list<std::pair<std::string_view, double>> amounts);
+result<resource_set>
+make_resources(std::initializer_list<std::pair<std::string_view, double>> amounts);
 
 /// Same as the initializer-list overload, for amounts built at run time.
 result<resource_set> make_resources(const std::vector<std::pair<std::string, double>>& amounts);

@@ -11,10 +11,14 @@ namespace rlforge::placement {
 
 const char* to_string(schedule_kind x) noexcept {
   switch (x) {
-    case schedule_kind::placed: return "placed";
-    case schedule_kind::pending: return "pending";
-    case schedule_kind::infeasible: return "infeasible";
-    case schedule_kind::invalid: return "invalid";
+  case schedule_kind::placed:
+    return "placed";
+  case schedule_kind::pending:
+    return "pending";
+  case schedule_kind::infeasible:
+    return "infeasible";
+  case schedule_kind::invalid:
+    return "invalid";
   }
   return "unknown";
 }
@@ -98,16 +102,20 @@ struct assignment {
 class planner {
 public:
   planner(const cluster_state& cluster, const compiled_request& request, bool totals)
-    : nodes_(cluster.entries()), req_(request), totals_(totals), out_(request.needs.size()) {
+      : nodes_(cluster.entries()), req_(request), totals_(totals), out_(request.needs.size()) {
     touched_.reserve(request.needs.size());
   }
 
   bool run(placement_strategy strategy) {
     switch (strategy) {
-      case placement_strategy::pack: return pack();
-      case placement_strategy::spread: return spread(false);
-      case placement_strategy::strict_pack: return strict_pack();
-      case placement_strategy::strict_spread: return spread(true);
+    case placement_strategy::pack:
+      return pack();
+    case placement_strategy::spread:
+      return spread(false);
+    case placement_strategy::strict_pack:
+      return strict_pack();
+    case placement_strategy::strict_spread:
+      return spread(true);
     }
     return false;
   }
@@ -168,8 +176,8 @@ private:
     double l = 0;
     for (auto c : req_.used_columns)
       if (t.columns[c] > 0)
-        l = std::max(l, static_cast<double>(t.columns[c] - a.columns[c])
-                          / static_cast<double>(t.columns[c]));
+        l = std::max(l, static_cast<double>(t.columns[c] - a.columns[c]) /
+                            static_cast<double>(t.columns[c]));
     return l;
   }
 
@@ -188,6 +196,10 @@ private:
       std::size_t best_count = 0;
       double best_load = -1;
       for (std::size_t n = 0; n < nodes_.size(); ++n) {
+        auto l = load(n);
+        // Once some node holds every remaining bundle, only a more loaded one can win.
+        if (best_count == remaining.size() && l <= best_load)
+          continue;
         const auto& cur = current(n);
         scratch_.columns = cur.columns;
         scratch_.devices = cur.devices;
@@ -196,7 +208,6 @@ private:
           count += take(scratch_, req_.needs[pos], nullptr) ? 1 : 0;
         if (count == 0 || count < best_count)
           continue;
-        auto l = load(n);
         if (count > best_count || l > best_load) {
           best = static_cast<int>(n);
           best_count = count;
@@ -224,6 +235,9 @@ private:
     int best = -1;
     double best_load = -1;
     for (std::size_t n = 0; n < nodes_.size(); ++n) {
+      auto l = load(n);
+      if (l <= best_load)
+        continue; // cannot beat the node already chosen
       const auto& cur = current(n);
       scratch_.columns = cur.columns;
       scratch_.devices = cur.devices;
@@ -235,8 +249,7 @@ private:
         }
       if (!all)
         continue;
-      auto l = load(n);
-      if (l > best_load) {
+      {
         best = static_cast<int>(n);
         best_load = l;
       }
@@ -329,7 +342,8 @@ private:
           continue;
         auto l = load(n);
         auto bn = static_cast<std::size_t>(best);
-        if (best < 0 || per_node[n] < per_node[bn] || (per_node[n] == per_node[bn] && l < best_load)) {
+        if (best < 0 || per_node[n] < per_node[bn] ||
+            (per_node[n] == per_node[bn] && l < best_load)) {
           best = static_cast<int>(n);
           best_load = l;
         }
@@ -438,17 +452,17 @@ std::string explain_bundle(const cluster_state& cluster, const placement_request
         most = std::max(most, detail::count_whole_free(n.total.devices));
       auto want = static_cast<std::size_t>(amount / units_per_whole);
       if (most < want)
-        return head + asked + " as " + std::to_string(want)
-               + " whole devices but no node has more than " + std::to_string(most)
-               + " whole devices";
+        return head + asked + " as " + std::to_string(want) +
+               " whole devices but no node has more than " + std::to_string(most) +
+               " whole devices";
     } else {
       units biggest = 0;
       for (const auto& n : cluster.entries())
         for (auto cap : n.total.devices)
           biggest = std::max(biggest, cap);
       if (biggest < amount)
-        return head + asked + " on one device but the largest device has GPU: "
-               + format_units(biggest);
+        return head + asked +
+               " on one device but the largest device has GPU: " + format_units(biggest);
     }
   }
   return head + bundle.to_string() + " on one node but no single node has all of it";
@@ -479,37 +493,37 @@ std::string explain_infeasible(const cluster_state& cluster, const placement_req
       return explain_bundle(cluster, request, i);
   auto bundles = std::to_string(request.bundles.size());
   switch (request.strategy) {
-    case placement_strategy::strict_spread: {
-      if (request.bundles.size() > nodes.size())
-        return "strict_spread needs " + bundles + " distinct nodes (one per bundle) but the "
-               + "cluster has " + std::to_string(nodes.size()) + " node"
-               + (nodes.size() == 1 ? "" : "s");
-      auto failed = compiled.needs[plan.failed()].index;
-      return "strict_spread: at most " + std::to_string(plan.matched()) + " of the " + bundles
-             + " bundles can have distinct nodes even with nothing reserved; "
-             + bundle_label(request, failed) + " finds no node of its own";
+  case placement_strategy::strict_spread: {
+    if (request.bundles.size() > nodes.size())
+      return "strict_spread needs " + bundles + " distinct nodes (one per bundle) but the " +
+             "cluster has " + std::to_string(nodes.size()) + " node" +
+             (nodes.size() == 1 ? "" : "s");
+    auto failed = compiled.needs[plan.failed()].index;
+    return "strict_spread: at most " + std::to_string(plan.matched()) + " of the " + bundles +
+           " bundles can have distinct nodes even with nothing reserved; " +
+           bundle_label(request, failed) + " finds no node of its own";
+  }
+  case placement_strategy::strict_pack: {
+    auto sum = request_sum(request);
+    for (const auto& [name, amount] : sum) {
+      auto c = cluster.column(name);
+      auto largest = c < 0 ? 0 : max_total(cluster, static_cast<std::size_t>(c));
+      if (amount > largest)
+        return "strict_pack needs " + name + ": " + format_units(amount) +
+               " on one node (the sum of its " + bundles + " bundles) but the largest node " +
+               "has " + name + ": " + format_units(largest);
     }
-    case placement_strategy::strict_pack: {
-      auto sum = request_sum(request);
-      for (const auto& [name, amount] : sum) {
-        auto c = cluster.column(name);
-        auto largest = c < 0 ? 0 : max_total(cluster, static_cast<std::size_t>(c));
-        if (amount > largest)
-          return "strict_pack needs " + name + ": " + format_units(amount)
-                 + " on one node (the sum of its " + bundles + " bundles) but the largest node "
-                 + "has " + name + ": " + format_units(largest);
-      }
-      return "strict_pack needs " + sum.to_string() + " on one node but no node can hold all "
-             + bundles + " bundles together";
-    }
-    case placement_strategy::pack:
-    case placement_strategy::spread:
-      break;
+    return "strict_pack needs " + sum.to_string() + " on one node but no node can hold all " +
+           bundles + " bundles together";
+  }
+  case placement_strategy::pack:
+  case placement_strategy::spread:
+    break;
   }
   auto failed = compiled.needs[plan.failed()].index;
-  return std::string(to_string(request.strategy)) + ": " + bundle_label(request, failed)
-         + " cannot be placed even with nothing reserved; the " + bundles + " bundles need "
-         + request_sum(request).to_string() + " in total";
+  return std::string(to_string(request.strategy)) + ": " + bundle_label(request, failed) +
+         " cannot be placed even with nothing reserved; the " + bundles + " bundles need " +
+         request_sum(request).to_string() + " in total";
 }
 
 /// What is held on each node, restricted to the resources the request names, and by whom.
@@ -571,22 +585,21 @@ std::string explain_pending(const cluster_state& cluster, const placement_reques
   auto bundles = std::to_string(request.bundles.size());
   std::string head;
   switch (request.strategy) {
-    case placement_strategy::strict_pack:
-      head = "strict_pack: no node has room for all " + bundles + " bundles ("
-             + request_sum(request).to_string() + " together) now";
-      break;
-    case placement_strategy::strict_spread:
-      head = "strict_spread: only " + std::to_string(plan.matched()) + " of the " + bundles
-             + " bundles can have distinct nodes now; "
-             + bundle_label(request, compiled.needs[plan.failed()].index)
-             + " finds no node of its own";
-      break;
-    case placement_strategy::pack:
-    case placement_strategy::spread:
-      head = std::string(to_string(request.strategy)) + ": "
-             + bundle_label(request, compiled.needs[plan.failed()].index)
-             + " does not fit on any node now";
-      break;
+  case placement_strategy::strict_pack:
+    head = "strict_pack: no node has room for all " + bundles + " bundles (" +
+           request_sum(request).to_string() + " together) now";
+    break;
+  case placement_strategy::strict_spread:
+    head = "strict_spread: only " + std::to_string(plan.matched()) + " of the " + bundles +
+           " bundles can have distinct nodes now; " +
+           bundle_label(request, compiled.needs[plan.failed()].index) + " finds no node of its own";
+    break;
+  case placement_strategy::pack:
+  case placement_strategy::spread:
+    head = std::string(to_string(request.strategy)) + ": " +
+           bundle_label(request, compiled.needs[plan.failed()].index) +
+           " does not fit on any node now";
+    break;
   }
   return head + "; " + describe_holdings(cluster, compiled);
 }

@@ -6,10 +6,14 @@ namespace rlforge::placement {
 
 const char* to_string(placement_strategy x) noexcept {
   switch (x) {
-    case placement_strategy::pack: return "pack";
-    case placement_strategy::spread: return "spread";
-    case placement_strategy::strict_pack: return "strict_pack";
-    case placement_strategy::strict_spread: return "strict_spread";
+  case placement_strategy::pack:
+    return "pack";
+  case placement_strategy::spread:
+    return "spread";
+  case placement_strategy::strict_pack:
+    return "strict_pack";
+  case placement_strategy::strict_spread:
+    return "strict_spread";
   }
   return "unknown";
 }
@@ -24,8 +28,8 @@ result<placement_strategy> parse_strategy(std::string_view name) {
     if (lower == to_string(s))
       return s;
   return make_error(placement_errc::unknown_strategy,
-                    "unknown placement strategy '" + std::string(name)
-                      + "'; valid strategies: pack, spread, strict_pack, strict_spread");
+                    "unknown placement strategy '" + std::string(name) +
+                        "'; valid strategies: pack, spread, strict_pack, strict_spread");
 }
 
 } // namespace rlforge::placement

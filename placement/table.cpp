@@ -6,8 +6,10 @@ namespace rlforge::placement {
 
 const char* to_string(group_state x) noexcept {
   switch (x) {
-    case group_state::placed: return "placed";
-    case group_state::pending: return "pending";
+  case group_state::placed:
+    return "placed";
+  case group_state::pending:
+    return "pending";
   }
   return "unknown";
 }
@@ -73,8 +75,7 @@ result<node_removal> placement_table::remove_node(std::string_view node_id) {
   return out;
 }
 
-schedule_result placement_table::create(const std::string& group_id,
-                                        placement_request request) {
+schedule_result placement_table::create(const std::string& group_id, placement_request request) {
   schedule_result out;
   if (group_id.empty()) {
     out.error = placement_errc::invalid_group_id;
@@ -83,29 +84,29 @@ schedule_result placement_table::create(const std::string& group_id,
   }
   if (groups_.find(group_id) != groups_.end()) {
     out.error = placement_errc::duplicate_group;
-    out.reason = "group " + group_id + " already exists (" + to_string(groups_[group_id].state)
-                 + "); remove it first or pick another id";
+    out.reason = "group " + group_id + " already exists (" + to_string(groups_[group_id].state) +
+                 "); remove it first or pick another id";
     return out;
   }
   out = schedule(cluster_, request);
   switch (out.kind) {
-    case schedule_kind::placed: {
-      if (auto ok = cluster_.reserve(group_id, out.bundles); !ok) {
-        schedule_result failed;
-        failed.error = ok.error().code;
-        failed.reason = ok.error().message;
-        return failed;
-      }
-      groups_.emplace(group_id, group_entry{std::move(request), group_state::placed, {}});
-      break;
+  case schedule_kind::placed: {
+    if (auto ok = cluster_.reserve(group_id, out.bundles); !ok) {
+      schedule_result failed;
+      failed.error = ok.error().code;
+      failed.reason = ok.error().message;
+      return failed;
     }
-    case schedule_kind::pending:
-      groups_.emplace(group_id, group_entry{std::move(request), group_state::pending, {}});
-      pending_.push_back(group_id);
-      break;
-    case schedule_kind::infeasible:
-    case schedule_kind::invalid:
-      break;
+    groups_.emplace(group_id, group_entry{std::move(request), group_state::placed, {}});
+    break;
+  }
+  case schedule_kind::pending:
+    groups_.emplace(group_id, group_entry{std::move(request), group_state::pending, {}});
+    pending_.push_back(group_id);
+    break;
+  case schedule_kind::infeasible:
+  case schedule_kind::invalid:
+    break;
   }
   return out;
 }
@@ -130,8 +131,8 @@ result<void> placement_table::cancel_pending(std::string_view group_id) {
     return unknown_group_error(group_id);
   if (i->second.state != group_state::pending)
     return make_error(placement_errc::not_pending,
-                      "group " + std::string(group_id)
-                        + " is placed, not pending; remove it instead");
+                      "group " + std::string(group_id) +
+                          " is placed, not pending; remove it instead");
   pending_.erase(std::find(pending_.begin(), pending_.end(), i->first));
   groups_.erase(i);
   return {};
@@ -210,7 +211,8 @@ result<void> placement_table::release_in_bundle(std::string_view group_id,
     return entry.error();
   auto ok = (*entry)->allocator->release(reservation_id);
   if (!ok)
-    return make_error(ok.error().code, "group " + std::string(group_id) + ": " + ok.error().message);
+    return make_error(ok.error().code,
+                      "group " + std::string(group_id) + ": " + ok.error().message);
   return ok;
 }
 
@@ -240,8 +242,8 @@ std::string placement_table::describe() const {
   }
   for (const auto& id : pending_) {
     const auto& entry = groups_.at(id);
-    out += "group " + id + ": pending (" + to_string(entry.request.strategy) + ", "
-           + std::to_string(entry.request.bundles.size()) + " bundles)\n";
+    out += "group " + id + ": pending (" + to_string(entry.request.strategy) + ", " +
+           std::to_string(entry.request.bundles.size()) + " bundles)\n";
   }
   return out;
 }

@@ -90,8 +90,7 @@ public:
   /// Reserves `request` inside bundle `bundle_index` (request index) of placed group
   /// `group_id`, for one actor (see `bundle_allocator::reserve`). Reservations are dropped with
   /// the group.
-  result<actor_reservation> reserve_in_bundle(std::string_view group_id,
-                                              std::size_t bundle_index,
+  result<actor_reservation> reserve_in_bundle(std::string_view group_id, std::size_t bundle_index,
                                               const resource_set& request);
 
   /// Returns a reservation made with `reserve_in_bundle`.

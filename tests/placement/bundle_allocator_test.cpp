@@ -34,7 +34,7 @@ TEST(BundleAllocator, FiveFifthsOfAGpuFitAndASixthDoesNot) {
   ASSERT_FALSE(sixth.ok());
   EXPECT_TRUE(error_names(sixth.error(), placement_errc::insufficient_resources, "GPU: 0.2"));
   EXPECT_NE(sixth.error().message.find("5 reservations"), std::string::npos)
-    << sixth.error().message;
+      << sixth.error().message;
   ASSERT_TRUE(alloc.release(ids[2]).ok());
   EXPECT_TRUE(alloc.reserve_gpu(0, 0.2).ok());
   EXPECT_EQ(alloc.reservation_count(), 5u);
@@ -98,7 +98,7 @@ TEST(BundleAllocator, NoWholeDeviceLeftIsReportedWithDeviceShares) {
   ASSERT_FALSE(whole.ok()); // 0.8 is free in total but no device has 0.8
   EXPECT_TRUE(error_names(whole.error(), placement_errc::insufficient_resources, "GPU: 0.8"));
   EXPECT_NE(whole.error().message.find("device 0: 0.4, device 1: 0.4"), std::string::npos)
-    << whole.error().message;
+      << whole.error().message;
 }
 
 TEST(BundleAllocator, RejectsBadIndicesAmountsAndReservationIds) {
@@ -135,8 +135,8 @@ TEST(BundleAllocator, EmptyRequestNamesTheNodeWithoutHoldingAnything) {
 }
 
 TEST(BundleAllocator, MakeRejectsInconsistentBundles) {
-  auto repeated = bundle_allocator::make({placed_bundle{0, "n", {}, res({{"CPU", 1}})},
-                                          placed_bundle{0, "n", {}, res({{"CPU", 1}})}});
+  auto repeated = bundle_allocator::make(
+      {placed_bundle{0, "n", {}, res({{"CPU", 1}})}, placed_bundle{0, "n", {}, res({{"CPU", 1}})}});
   ASSERT_FALSE(repeated.ok());
   EXPECT_TRUE(error_names(repeated.error(), placement_errc::invalid_reservation, "index 0"));
   auto devices = bundle_allocator::make({placed_bundle{0, "n", {}, res({{"GPU", 1}})}});

@@ -151,7 +151,7 @@ TEST(Cluster, RemoveNodeReleasesTheGroupsOnIt) {
   auto c = cluster_of({gpu_node("n0", 1), gpu_node("n1", 1)});
   ASSERT_TRUE(c.reserve("both", {bundle_on(0, "n0", {0}, res({{"GPU", 1}})),
                                  bundle_on(1, "n1", {0}, res({{"GPU", 0.5}}))})
-                .ok());
+                  .ok());
   ASSERT_TRUE(c.reserve("only1", {bundle_on(0, "n1", {0}, res({{"GPU", 0.5}}))}).ok());
   auto evicted = c.remove_node("n0");
   ASSERT_TRUE(evicted.ok());

@@ -16,8 +16,7 @@ using namespace rlforge::placement::test_support;
 
 namespace {
 
-template <class T>
-const T& pick(std::mt19937& rng, const std::vector<T>& xs) {
+template <class T> const T& pick(std::mt19937& rng, const std::vector<T>& xs) {
   return xs[std::uniform_int_distribution<std::size_t>(0, xs.size() - 1)(rng)];
 }
 
@@ -42,8 +41,8 @@ node_spec random_node(std::mt19937& rng, const std::string& id) {
 placement_request random_request(std::mt19937& rng) {
   placement_request r;
   r.strategy = pick(rng, std::vector<placement_strategy>{
-                           placement_strategy::pack, placement_strategy::spread,
-                           placement_strategy::strict_pack, placement_strategy::strict_spread});
+                             placement_strategy::pack, placement_strategy::spread,
+                             placement_strategy::strict_pack, placement_strategy::strict_spread});
   auto n = std::uniform_int_distribution<int>(1, 4)(rng);
   for (int i = 0; i < n; ++i) {
     resource_set b;
@@ -68,8 +67,8 @@ placement_request random_request(std::mt19937& rng) {
 /// every placed group and that no pending group could be placed now.
 void check_invariants(placement_table& t, const std::set<std::string>& expected_groups) {
   const auto& cluster = t.cluster();
-  std::map<std::string, std::map<std::string, units>> held;       // node -> resource -> sum
-  std::map<std::pair<std::string, int>, units> device_held;       // (node, device) -> sum
+  std::map<std::string, std::map<std::string, units>> held; // node -> resource -> sum
+  std::map<std::pair<std::string, int>, units> device_held; // (node, device) -> sum
   for (const auto& [group, bundles] : cluster.groups()) {
     auto request = t.request(group);
     ASSERT_TRUE(request.ok()) << group;
@@ -111,7 +110,7 @@ void check_invariants(placement_table& t, const std::set<std::string>& expected_
       ASSERT_LE(free, cap) << entry.id << " device " << d;
       auto it = device_held.find({entry.id, static_cast<int>(d)});
       EXPECT_EQ(cap - free, it == device_held.end() ? 0 : it->second)
-        << entry.id << " device " << d;
+          << entry.id << " device " << d;
       device_free_sum += free;
     }
     EXPECT_EQ(entry.free.columns[0], device_free_sum) << entry.id;
@@ -124,7 +123,7 @@ void check_invariants(placement_table& t, const std::set<std::string>& expected_
         if (auto it = node_it->second.find(columns[c]); it != node_it->second.end())
           sum = it->second;
       EXPECT_EQ(entry.total.columns[c] - entry.free.columns[c], sum)
-        << entry.id << " " << columns[c];
+          << entry.id << " " << columns[c];
     }
   }
   // The table knows exactly the groups the operations left, each in one state.

@@ -12,7 +12,6 @@
 using namespace rlforge::placement;
 using namespace rlforge::placement::test_support;
 
-
 TEST(Resources, ConvertsToFixedPointRoundingToTheNearestUnit) {
   EXPECT_EQ(to_units(0.2).value(), 2000);
   EXPECT_EQ(to_units(1).value(), 10000);

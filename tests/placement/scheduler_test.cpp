@@ -63,14 +63,13 @@ void expect_consistent(const cluster_state& cluster, const placement_request& re
     ASSERT_TRUE(status.ok());
     ASSERT_LT(static_cast<std::size_t>(key.second), status->device_free.size());
     EXPECT_LE(used, status->device_free[static_cast<std::size_t>(key.second)])
-      << key.first << " device " << key.second;
+        << key.first << " device " << key.second;
   }
   for (const auto& [node, used] : cpu_use)
     EXPECT_LE(used, cluster.node(node)->available.get("CPU")) << node;
   auto key = [&](const placed_bundle& b) {
     return std::make_tuple(*cluster.node_index(b.node_id),
-                           b.device_ids.empty() ? INT_MAX : b.device_ids.front(),
-                           b.request_index);
+                           b.device_ids.empty() ? INT_MAX : b.device_ids.front(), b.request_index);
   };
   for (std::size_t i = 1; i < r.bundles.size(); ++i)
     EXPECT_LT(key(r.bundles[i - 1]), key(r.bundles[i])) << "bundle order at rank " << i;
@@ -96,47 +95,119 @@ TEST_P(StrategySemantics, PlacesAsTheStrategyRequires) {
   EXPECT_EQ(distinct_nodes(r.bundles), c.expected_nodes);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-  Scheduler, StrategySemantics,
-  ::testing::Values(
-    strategy_case{"PackFitsOnOneNode", {4, 4}, placement_strategy::pack, {1, 1, 1, 1},
-                  schedule_kind::placed, 1},
-    strategy_case{"PackSpillsOntoASecondNode", {4, 4}, placement_strategy::pack,
-                  {1, 1, 1, 1, 1, 1}, schedule_kind::placed, 2},
-    strategy_case{"PackUsesAsFewNodesAsPossible", {4, 4, 4}, placement_strategy::pack,
-                  {1, 1, 1, 1, 1, 1}, schedule_kind::placed, 2},
-    strategy_case{"PackBeyondTheWholeClusterIsInfeasible", {4, 4}, placement_strategy::pack,
-                  {1, 1, 1, 1, 1, 1, 1, 1, 1}, schedule_kind::infeasible, 0},
-    strategy_case{"PackBundleLargerThanAnyNodeIsInfeasible", {2, 2}, placement_strategy::pack,
-                  {4}, schedule_kind::infeasible, 0},
-    strategy_case{"PackFractionsShareOneDevice", {1, 1}, placement_strategy::pack,
-                  {0.2, 0.2, 0.2, 0.2, 0.2}, schedule_kind::placed, 1},
-    strategy_case{"SpreadUsesDistinctNodes", {2, 2, 2, 2}, placement_strategy::spread,
-                  {1, 1, 1, 1}, schedule_kind::placed, 4},
-    strategy_case{"SpreadReusesNodesWhenTooFew", {4, 4}, placement_strategy::spread,
-                  {1, 1, 1, 1}, schedule_kind::placed, 2},
-    strategy_case{"SpreadOnOneNodeStillPlaces", {8}, placement_strategy::spread, {1, 1, 1},
-                  schedule_kind::placed, 1},
-    strategy_case{"SpreadFractions", {1, 1}, placement_strategy::spread, {0.5, 0.5, 0.5, 0.5},
-                  schedule_kind::placed, 2},
-    strategy_case{"SpreadCpuOnlyBundles", {0, 0, 0}, placement_strategy::spread, {0, 0, 0},
-                  schedule_kind::placed, 3},
-    strategy_case{"StrictPackOnOneNode", {8, 8}, placement_strategy::strict_pack,
-                  {1, 1, 1, 1, 1, 1, 1, 1}, schedule_kind::placed, 1},
-    strategy_case{"StrictPackLargerThanAnyNodeIsInfeasible", {4, 4},
-                  placement_strategy::strict_pack, {1, 1, 1, 1, 1}, schedule_kind::infeasible, 0},
-    strategy_case{"StrictPackFractionsFillOneGpu", {1}, placement_strategy::strict_pack,
-                  {0.5, 0.3, 0.2}, schedule_kind::placed, 1},
-    strategy_case{"StrictSpreadOneNodeEach", {1, 1, 1}, placement_strategy::strict_spread,
-                  {1, 1, 1}, schedule_kind::placed, 3},
-    strategy_case{"StrictSpreadMoreBundlesThanNodesIsInfeasible", {8, 8},
-                  placement_strategy::strict_spread, {0.1, 0.1, 0.1}, schedule_kind::infeasible,
-                  0},
-    strategy_case{"StrictSpreadHeterogeneousNodes", {1, 2, 4}, placement_strategy::strict_spread,
-                  {1, 4, 2}, schedule_kind::placed, 3},
-    strategy_case{"StrictSpreadNoMatchingIsInfeasible", {1, 1, 4},
-                  placement_strategy::strict_spread, {2, 2, 1}, schedule_kind::infeasible, 0}),
-  [](const ::testing::TestParamInfo<strategy_case>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Scheduler, StrategySemantics,
+                         ::testing::Values(strategy_case{"PackFitsOnOneNode",
+                                                         {4, 4},
+                                                         placement_strategy::pack,
+                                                         {1, 1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         1},
+                                           strategy_case{"PackSpillsOntoASecondNode",
+                                                         {4, 4},
+                                                         placement_strategy::pack,
+                                                         {1, 1, 1, 1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         2},
+                                           strategy_case{"PackUsesAsFewNodesAsPossible",
+                                                         {4, 4, 4},
+                                                         placement_strategy::pack,
+                                                         {1, 1, 1, 1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         2},
+                                           strategy_case{"PackBeyondTheWholeClusterIsInfeasible",
+                                                         {4, 4},
+                                                         placement_strategy::pack,
+                                                         {1, 1, 1, 1, 1, 1, 1, 1, 1},
+                                                         schedule_kind::infeasible,
+                                                         0},
+                                           strategy_case{"PackBundleLargerThanAnyNodeIsInfeasible",
+                                                         {2, 2},
+                                                         placement_strategy::pack,
+                                                         {4},
+                                                         schedule_kind::infeasible,
+                                                         0},
+                                           strategy_case{"PackFractionsShareOneDevice",
+                                                         {1, 1},
+                                                         placement_strategy::pack,
+                                                         {0.2, 0.2, 0.2, 0.2, 0.2},
+                                                         schedule_kind::placed,
+                                                         1},
+                                           strategy_case{"SpreadUsesDistinctNodes",
+                                                         {2, 2, 2, 2},
+                                                         placement_strategy::spread,
+                                                         {1, 1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         4},
+                                           strategy_case{"SpreadReusesNodesWhenTooFew",
+                                                         {4, 4},
+                                                         placement_strategy::spread,
+                                                         {1, 1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         2},
+                                           strategy_case{"SpreadOnOneNodeStillPlaces",
+                                                         {8},
+                                                         placement_strategy::spread,
+                                                         {1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         1},
+                                           strategy_case{"SpreadFractions",
+                                                         {1, 1},
+                                                         placement_strategy::spread,
+                                                         {0.5, 0.5, 0.5, 0.5},
+                                                         schedule_kind::placed,
+                                                         2},
+                                           strategy_case{"SpreadCpuOnlyBundles",
+                                                         {0, 0, 0},
+                                                         placement_strategy::spread,
+                                                         {0, 0, 0},
+                                                         schedule_kind::placed,
+                                                         3},
+                                           strategy_case{"StrictPackOnOneNode",
+                                                         {8, 8},
+                                                         placement_strategy::strict_pack,
+                                                         {1, 1, 1, 1, 1, 1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         1},
+                                           strategy_case{"StrictPackLargerThanAnyNodeIsInfeasible",
+                                                         {4, 4},
+                                                         placement_strategy::strict_pack,
+                                                         {1, 1, 1, 1, 1},
+                                                         schedule_kind::infeasible,
+                                                         0},
+                                           strategy_case{"StrictPackFractionsFillOneGpu",
+                                                         {1},
+                                                         placement_strategy::strict_pack,
+                                                         {0.5, 0.3, 0.2},
+                                                         schedule_kind::placed,
+                                                         1},
+                                           strategy_case{"StrictSpreadOneNodeEach",
+                                                         {1, 1, 1},
+                                                         placement_strategy::strict_spread,
+                                                         {1, 1, 1},
+                                                         schedule_kind::placed,
+                                                         3},
+                                           strategy_case{
+                                               "StrictSpreadMoreBundlesThanNodesIsInfeasible",
+                                               {8, 8},
+                                               placement_strategy::strict_spread,
+                                               {0.1, 0.1, 0.1},
+                                               schedule_kind::infeasible,
+                                               0},
+                                           strategy_case{"StrictSpreadHeterogeneousNodes",
+                                                         {1, 2, 4},
+                                                         placement_strategy::strict_spread,
+                                                         {1, 4, 2},
+                                                         schedule_kind::placed,
+                                                         3},
+                                           strategy_case{"StrictSpreadNoMatchingIsInfeasible",
+                                                         {1, 1, 4},
+                                                         placement_strategy::strict_spread,
+                                                         {2, 2, 1},
+                                                         schedule_kind::infeasible,
+                                                         0}),
+                         [](const ::testing::TestParamInfo<strategy_case>& info) {
+                           return std::string(info.param.name);
+                         });
 
 TEST(Scheduler, ReportsInfeasibleWhenNoNodeIsLargeEnough) {
   auto cluster = cluster_of({gpu_node("n0", 4), gpu_node("n1", 2)});
@@ -154,8 +225,8 @@ TEST(Scheduler, ReportsInfeasibleForResourcesNoNodeHas) {
   auto cpu = schedule(cluster, req(placement_strategy::pack, {res({{"CPU", 65}})}));
   ASSERT_TRUE(cpu.infeasible());
   EXPECT_EQ(cpu.reason, "bundle 0 needs CPU: 65 but the largest node has CPU: 64");
-  auto together =
-    schedule(cluster, req(placement_strategy::pack, {res({{"GPU", 1}}), res({{"GPU", 1}, {"CPU", 64}})}));
+  auto together = schedule(
+      cluster, req(placement_strategy::pack, {res({{"GPU", 1}}), res({{"GPU", 1}, {"CPU", 64}})}));
   // n0 has GPUs and 64 CPUs, so this one fits; a bundle needing more than one node offers is not.
   EXPECT_TRUE(together.placed()) << together.reason;
   auto split = cluster_of({gpu_node("g", 4, 1), gpu_node("c", 0, 64)});
@@ -169,7 +240,8 @@ TEST(Scheduler, ReportsInfeasibleDeviceShapes) {
   ASSERT_TRUE(c.add_node(node_spec{"slices", {}, {3000, 3000, 3000, 3000}}).ok());
   auto frac = schedule(c, req(placement_strategy::pack, {res({{"GPU", 0.5}})}));
   ASSERT_TRUE(frac.infeasible());
-  EXPECT_EQ(frac.reason, "bundle 0 needs GPU: 0.5 on one device but the largest device has GPU: 0.3");
+  EXPECT_EQ(frac.reason,
+            "bundle 0 needs GPU: 0.5 on one device but the largest device has GPU: 0.3");
   auto whole = schedule(c, req(placement_strategy::pack, {res({{"GPU", 1}})}));
   ASSERT_TRUE(whole.infeasible());
   EXPECT_EQ(whole.reason,
@@ -203,21 +275,20 @@ TEST(Scheduler, ReportsPendingNamingWhatIsHeldAndByWhom) {
   ASSERT_TRUE(r.pending()) << r.reason;
   EXPECT_NE(r.reason.find("bundle 0 (GPU: 1, CPU: 1) does not fit on any node now"),
             std::string::npos)
-    << r.reason;
-  EXPECT_NE(r.reason.find("node n0 (free GPU: 0, CPU: 8) by trainer (GPU: 2)"),
-            std::string::npos)
-    << r.reason;
-  EXPECT_NE(r.reason.find("node n1 (free GPU: 0, CPU: 8) by sampler (GPU: 2)"),
-            std::string::npos)
-    << r.reason;
+      << r.reason;
+  EXPECT_NE(r.reason.find("node n0 (free GPU: 0, CPU: 8) by trainer (GPU: 2)"), std::string::npos)
+      << r.reason;
+  EXPECT_NE(r.reason.find("node n1 (free GPU: 0, CPU: 8) by sampler (GPU: 2)"), std::string::npos)
+      << r.reason;
 }
 
 TEST(Scheduler, IsPureAndDeterministic) {
   auto cluster = cluster_of({gpu_node("n0", 4), gpu_node("n1", 4), gpu_node("n2", 4)});
-  ASSERT_TRUE(cluster.reserve("x", schedule(cluster, req(placement_strategy::pack,
-                                                         {res({{"GPU", 0.5}})}))
-                                      .bundles)
-                .ok());
+  ASSERT_TRUE(
+      cluster
+          .reserve("x",
+                   schedule(cluster, req(placement_strategy::pack, {res({{"GPU", 0.5}})})).bundles)
+          .ok());
   auto before = cluster.describe();
   auto request = req(placement_strategy::spread, repeat(5, res({{"GPU", 1}, {"CPU", 2}})));
   auto a = schedule(cluster, request);
@@ -235,12 +306,13 @@ TEST(Scheduler, IsPureAndDeterministic) {
 TEST(Scheduler, OrdersBundlesByNodeThenDeviceAndKeepsRequestIndices) {
   auto cluster = cluster_of({gpu_node("a", 4), gpu_node("b", 1)});
   // Device 0 of node a is taken and device 2 half taken.
-  ASSERT_TRUE(cluster.reserve("hold", {placed_bundle{0, "a", {0}, res({{"GPU", 1}})},
-                                       placed_bundle{1, "a", {2}, res({{"GPU", 0.5}})}})
-                .ok());
-  auto request = req(placement_strategy::pack,
-                     {res({{"GPU", 0.5}}), res({{"GPU", 1}}), res({{"CPU", 1}}), res({{"GPU", 1}}),
-                      res({{"GPU", 1}})});
+  ASSERT_TRUE(cluster
+                  .reserve("hold", {placed_bundle{0, "a", {0}, res({{"GPU", 1}})},
+                                    placed_bundle{1, "a", {2}, res({{"GPU", 0.5}})}})
+                  .ok());
+  auto request =
+      req(placement_strategy::pack, {res({{"GPU", 0.5}}), res({{"GPU", 1}}), res({{"CPU", 1}}),
+                                     res({{"GPU", 1}}), res({{"GPU", 1}})});
   auto r = schedule(cluster, request);
   ASSERT_TRUE(r.placed()) << r.reason;
   expect_consistent(cluster, request, r);
@@ -297,7 +369,8 @@ TEST(Scheduler, PackPrefersTheMostLoadedNodeAndSpreadTheLeastLoaded) {
   ASSERT_TRUE(pack.placed());
   EXPECT_EQ(pack.bundles[0].node_id, "n1");
   EXPECT_EQ(pack.bundles[1].node_id, "n1");
-  auto strict = schedule(cluster, req(placement_strategy::strict_pack, repeat(2, res({{"GPU", 1}}))));
+  auto strict =
+      schedule(cluster, req(placement_strategy::strict_pack, repeat(2, res({{"GPU", 1}}))));
   ASSERT_TRUE(strict.placed());
   EXPECT_EQ(strict.bundles[0].node_id, "n1");
   auto spread = schedule(cluster, req(placement_strategy::spread, repeat(2, res({{"GPU", 1}}))));

@@ -50,7 +50,7 @@ TEST(Table, FractionalGroupsFragmentDevicesSoAWholeGpuWaitsUntilOneIsFreed) {
   auto whole = t.create("whole", gpus(placement_strategy::pack, 1, 1));
   ASSERT_TRUE(whole.pending()) << whole.reason;
   EXPECT_NE(whole.reason.find("by a (GPU: 0.6), b (GPU: 0.6), c (GPU: 0.6)"), std::string::npos)
-    << whole.reason;
+      << whole.reason;
   auto placed = t.remove("b");
   ASSERT_TRUE(placed.ok());
   EXPECT_EQ(*placed, ids{"whole"});
@@ -131,8 +131,8 @@ TEST(Table, StrictSpreadBeyondTheNodeCountIsInfeasibleUntilNodesJoin) {
 
 TEST(Table, RemoveNodeEvictsItsGroupsAndRequeuesThemFirst) {
   auto t = table_of({gpu_node("n0", 2), gpu_node("n1", 2)});
-  ASSERT_TRUE(t.create("on0", req(placement_strategy::strict_pack, repeat(2, res({{"GPU", 1}}))))
-                .placed());
+  ASSERT_TRUE(
+      t.create("on0", req(placement_strategy::strict_pack, repeat(2, res({{"GPU", 1}})))).placed());
   ASSERT_TRUE(t.create("on1", gpus(placement_strategy::strict_pack, 1, 1)).placed());
   ASSERT_EQ(t.bundles("on0")->front().node_id, "n0");
   ASSERT_TRUE(t.create("waiting", gpus(placement_strategy::pack, 1, 1)).placed());
@@ -197,9 +197,9 @@ TEST(Table, RejectsBadGroupIdsNamingThem) {
 
 TEST(Table, ReservesFractionsInsideAPlacedBundle) {
   auto t = table_of({gpu_node("n0", 4, 8)});
-  ASSERT_TRUE(t.create("colocated", req(placement_strategy::pack,
-                                        repeat(2, res({{"GPU", 1}, {"CPU", 2}}))))
-                .placed());
+  ASSERT_TRUE(
+      t.create("colocated", req(placement_strategy::pack, repeat(2, res({{"GPU", 1}, {"CPU", 2}}))))
+          .placed());
   std::vector<std::uint64_t> held;
   for (int i = 0; i < 5; ++i) {
     auto r = t.reserve_in_bundle("colocated", 1, res({{"GPU", 0.2}, {"CPU", 0.4}}));
@@ -250,6 +250,6 @@ TEST(Table, DescribePrintsNodesDevicesAndGroups) {
   EXPECT_NE(text.find("gpu 1: 0.5/1 used by ref[0] 0.5"), std::string::npos) << text;
   EXPECT_NE(text.find("group policy: placed (strict_spread) [0] n0 gpu 0, [1] n1 gpu 0"),
             std::string::npos)
-    << text;
+      << text;
   EXPECT_NE(text.find("group late: pending (pack, 3 bundles)"), std::string::npos) << text;
 }
