@@ -84,7 +84,7 @@ schedule_result placement_table::create(const std::string& group_id, placement_r
   }
   if (groups_.find(group_id) != groups_.end()) {
     out.error = placement_errc::duplicate_group;
-    out.reason = "group " + group_id + " already exists (" + to_string(groups_[group_id].state) +
+    out.reason = "group " + group_id + " already exists (" + to_string(groups_.at(group_id).state) +
                  "); remove it first or pick another id";
     return out;
   }
