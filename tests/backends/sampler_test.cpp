@@ -1,15 +1,26 @@
-#include "backends/model/sampling_params.hpp"
+#include "backends/model/sampler.hpp"
 
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/error.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/init.hpp"
+#include "backends/model/model_config.hpp"
+#include "backends/model/sampling_params.hpp"
 
 using namespace rlforge::backends;
 
@@ -242,4 +253,299 @@ TEST(SamplingParams, RejectsEveryNonsenseValueNamingIt) {
   expect_invalid(with([](auto& p) { p.stop_token_ids = {3, 10}; }), 10,
                  "stop token id 10 is outside the vocabulary [0, 10)");
   expect_invalid(with([](auto& p) { p.stop_token_ids = {-1}; }), 10, "stop token id -1");
+}
+
+// ---- generation against a tiny random model -------------------------------------------------
+
+namespace {
+
+using prompt_list = std::vector<std::vector<int64_t>>;
+
+std::unique_ptr<causal_lm> tiny_model(int64_t max_positions = 512) {
+  auto config = preset("tiny");
+  config.max_position_embeddings = max_positions;
+  // A larger init spread than HF's 0.02 gives peaked, seed-sensitive distributions.
+  return causal_lm::from_weights(config, random_hf_weights(config, 7, 0.2));
+}
+
+sampling_params make_params(int64_t max_tokens, double temperature, std::optional<uint64_t> seed,
+                            int64_t top_k = -1, double top_p = 1.0) {
+  sampling_params p;
+  p.max_tokens = max_tokens;
+  p.temperature = temperature;
+  p.seed = seed;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  return p;
+}
+
+// Raw logits [n, V] (double) of one unpadded sequence, by a single full forward pass.
+at::Tensor full_logits(causal_lm& model, const std::vector<int64_t>& seq) {
+  at::NoGradGuard no_grad;
+  auto ids = at::tensor(seq, at::kLong).unsqueeze(0);
+  return model.logits(model.forward_hidden(ids)).squeeze(0).to(at::kDouble);
+}
+
+std::vector<int64_t> concat(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  auto out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+// Log-probability of `token` under temperature / top-k / top-p applied to `logits`, computed
+// independently of the library: sort by probability (ties by lower id), cut, renormalise.
+// -inf when the token is outside the kept set.
+double reference_logprob(const at::Tensor& logits_row, int64_t token, double t, int64_t top_k,
+                         double top_p) {
+  auto probs = at::softmax(logits_row / t, 0).contiguous();
+  const auto v = probs.size(0);
+  std::vector<std::pair<double, int64_t>> ranked;
+  for (int64_t i = 0; i < v; ++i)
+    ranked.emplace_back(probs[i].item<double>(), i);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (top_k > 0 && top_k < v)
+    ranked.resize(static_cast<size_t>(top_k));
+  double mass = 0;
+  for (const auto& r : ranked)
+    mass += r.first;
+  size_t keep = ranked.size();
+  double cumulative = 0;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    cumulative += ranked[i].first / mass;
+    if (top_p < 1.0 && cumulative >= top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  ranked.resize(keep);
+  double kept_mass = 0;
+  for (const auto& r : ranked)
+    kept_mass += r.first;
+  for (const auto& r : ranked)
+    if (r.second == token)
+      return std::log(r.first / kept_mass);
+  return -inf;
+}
+
+void expect_error(const std::function<void()>& f, error_code code, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected an error mentioning " << needle;
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+} // namespace
+
+TEST(Generate, GreedyFollowsArgmaxOfFullForward) {
+  auto model = tiny_model();
+  const std::vector<int64_t> prompt{5, 17, 300, 42};
+  auto out = generate(*model, {prompt}, {make_params(10, 0.0, std::nullopt)});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].tokens.size(), 10u);
+  EXPECT_EQ(out[0].stop_reason, "length");
+  auto logits = full_logits(*model, concat(prompt, out[0].tokens));
+  auto lp = at::log_softmax(logits, 1);
+  for (size_t t = 0; t < out[0].tokens.size(); ++t) {
+    const auto pos = static_cast<int64_t>(prompt.size() + t) - 1;
+    EXPECT_EQ(out[0].tokens[t], logits[pos].argmax().item<int64_t>()) << "step " << t;
+    EXPECT_NEAR(out[0].logprobs[t], lp[pos][out[0].tokens[t]].item<double>(), 1e-5) << "step " << t;
+  }
+}
+
+TEST(Generate, SampledLogprobsMatchFullForwardRecomputation) {
+  auto model = tiny_model();
+  const std::vector<int64_t> prompt{1, 2, 3, 4, 5, 6};
+  struct case_t {
+    double t;
+    int64_t k;
+    double p;
+  };
+  for (const auto& c : std::vector<case_t>{{1.0, -1, 1.0}, {0.7, -1, 1.0}, {1.3, 20, 1.0},
+                                           {0.9, -1, 0.8}, {1.0, 40, 0.9}}) {
+    auto out = generate(*model, {prompt}, {make_params(12, c.t, 99, c.k, c.p)});
+    ASSERT_EQ(out[0].tokens.size(), 12u);
+    auto logits = full_logits(*model, concat(prompt, out[0].tokens));
+    for (size_t i = 0; i < out[0].tokens.size(); ++i) {
+      const auto pos = static_cast<int64_t>(prompt.size() + i) - 1;
+      const double want = reference_logprob(logits[pos], out[0].tokens[i], c.t, c.k, c.p);
+      ASSERT_NE(want, -inf) << "token outside the kept set: t=" << c.t << " k=" << c.k
+                            << " p=" << c.p << " step " << i;
+      EXPECT_NEAR(out[0].logprobs[i], want, 1e-5)
+        << "t=" << c.t << " k=" << c.k << " p=" << c.p << " step " << i;
+    }
+  }
+}
+
+TEST(Generate, SameSeedGivesSameTokens) {
+  auto model = tiny_model();
+  const prompt_list prompts{{9, 8, 7}};
+  auto a = generate(*model, prompts, {make_params(16, 1.0, 1234)});
+  auto b = generate(*model, prompts, {make_params(16, 1.0, 1234)});
+  EXPECT_EQ(a[0].tokens, b[0].tokens);
+  EXPECT_EQ(a[0].logprobs, b[0].logprobs);
+}
+
+TEST(Generate, DifferentSeedsGiveDifferentTokens) {
+  auto model = tiny_model();
+  const std::vector<int64_t> prompt{9, 8, 7};
+  std::vector<std::vector<int64_t>> seen;
+  for (uint64_t seed = 1; seed <= 6; ++seed)
+    seen.push_back(generate(*model, {prompt}, {make_params(12, 1.0, seed)})[0].tokens);
+  // Rows without a seed draw from distinct generators too.
+  seen.push_back(generate(*model, {prompt}, {make_params(12, 1.0, std::nullopt)})[0].tokens);
+  seen.push_back(generate(*model, {prompt}, {make_params(12, 1.0, std::nullopt)})[0].tokens);
+  for (size_t i = 0; i < seen.size(); ++i)
+    for (size_t j = i + 1; j < seen.size(); ++j)
+      EXPECT_NE(seen[i], seen[j]) << "runs " << i << " and " << j;
+}
+
+TEST(Generate, StopTokenEndsGenerationAndIsKept) {
+  auto model = tiny_model();
+  const std::vector<int64_t> prompt{11, 12, 13};
+  auto free_run = generate(*model, {prompt}, {make_params(12, 1.0, 5)})[0];
+  ASSERT_EQ(free_run.tokens.size(), 12u);
+  const int64_t stop = free_run.tokens[4];
+  const auto first = std::find(free_run.tokens.begin(), free_run.tokens.end(), stop);
+  const std::vector<int64_t> want(free_run.tokens.begin(), first + 1);
+
+  auto params = make_params(12, 1.0, 5);
+  params.stop_token_ids = {stop, 511};
+  auto stopped = generate(*model, {prompt}, {params})[0];
+  EXPECT_EQ(stopped.tokens, want);
+  EXPECT_EQ(stopped.stop_reason, "stop");
+  EXPECT_EQ(stopped.logprobs.size(), want.size());
+}
+
+TEST(Generate, MaxTokensEndsWithLength) {
+  auto model = tiny_model();
+  for (int64_t n : {1, 3, 7}) {
+    auto out = generate(*model, {{4, 5}}, {make_params(n, 0.8, 3)})[0];
+    EXPECT_EQ(static_cast<int64_t>(out.tokens.size()), n);
+    EXPECT_EQ(static_cast<int64_t>(out.logprobs.size()), n);
+    EXPECT_EQ(out.stop_reason, "length");
+  }
+}
+
+TEST(Generate, ContextLengthCapsGeneration) {
+  auto model = tiny_model(16);
+  // The long prompt finishes first; the short one then keeps generating past the width the
+  // padded batch started with, which must not count against its own context.
+  const std::vector<int64_t> prompt(12, 3);
+  auto out = generate(*model, {prompt, {1, 2}}, {make_params(10, 0.0, std::nullopt),
+                                                 make_params(10, 0.0, std::nullopt)});
+  EXPECT_EQ(out[0].tokens.size(), 4u); // 12 + 4 = 16 positions
+  EXPECT_EQ(out[0].stop_reason, "length");
+  EXPECT_EQ(out[1].tokens.size(), 10u);
+  EXPECT_EQ(out[1].stop_reason, "length");
+}
+
+TEST(Generate, BatchedRowsMatchEachAlone) {
+  auto model = tiny_model();
+  const prompt_list prompts{{3, 1, 4}, {1, 5, 9, 2, 6, 5, 3, 5}, {8}, {9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4}};
+  std::vector<sampling_params> params{make_params(9, 0.0, std::nullopt),
+                                      make_params(14, 0.8, 11, 50),
+                                      make_params(6, 1.0, 12, -1, 0.9),
+                                      make_params(12, 1.2, 13, 30, 0.95)};
+  // A stop token makes one row finish early, so the batch shrinks mid-way.
+  params[1].stop_token_ids = {generate(*model, {prompts[1]}, {params[1]})[0].tokens[5]};
+
+  auto batched = generate(*model, prompts, params);
+  // Another composition: reversed order.
+  prompt_list rev_prompts(prompts.rbegin(), prompts.rend());
+  std::vector<sampling_params> rev_params(params.rbegin(), params.rend());
+  auto reversed = generate(*model, rev_prompts, rev_params);
+  // And with unseeded sampling rows interleaved: they draw from their own generators.
+  prompt_list mixed_prompts;
+  std::vector<sampling_params> mixed_params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    mixed_prompts.push_back({static_cast<int64_t>(20 + i), 21, 22});
+    mixed_params.push_back(make_params(16, 1.0, std::nullopt));
+    mixed_prompts.push_back(prompts[i]);
+    mixed_params.push_back(params[i]);
+  }
+  auto mixed = generate(*model, mixed_prompts, mixed_params);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = generate(*model, {prompts[i]}, {params[i]})[0];
+    EXPECT_EQ(mixed[2 * i + 1].tokens, alone.tokens) << "row " << i;
+    const auto& b = batched[i];
+    const auto& r = reversed[prompts.size() - 1 - i];
+    EXPECT_EQ(b.tokens, alone.tokens) << "row " << i;
+    EXPECT_EQ(r.tokens, alone.tokens) << "row " << i;
+    EXPECT_EQ(b.stop_reason, alone.stop_reason) << "row " << i;
+    ASSERT_EQ(b.logprobs.size(), alone.logprobs.size());
+    for (size_t t = 0; t < alone.logprobs.size(); ++t) {
+      EXPECT_NEAR(b.logprobs[t], alone.logprobs[t], 1e-5) << "row " << i << " step " << t;
+      EXPECT_NEAR(r.logprobs[t], alone.logprobs[t], 1e-5) << "row " << i << " step " << t;
+    }
+  }
+  EXPECT_EQ(batched[1].stop_reason, "stop");
+  EXPECT_LE(batched[1].tokens.size(), 6u);
+}
+
+TEST(Generate, WithoutCacheGivesSameTokens) {
+  auto model = tiny_model();
+  const prompt_list prompts{{3, 1, 4, 1}, {2, 7}, {6, 6, 6, 6, 6, 6, 6}};
+  const std::vector<sampling_params> params{make_params(8, 0.0, std::nullopt),
+                                            make_params(10, 0.9, 21, 64),
+                                            make_params(5, 1.0, 22, -1, 0.85)};
+  auto cached = generate(*model, prompts, params);
+  auto uncached = generate(*model, prompts, params, generate_options{false});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(cached[i].tokens, uncached[i].tokens) << "row " << i;
+    ASSERT_EQ(cached[i].logprobs.size(), uncached[i].logprobs.size());
+    for (size_t t = 0; t < cached[i].logprobs.size(); ++t)
+      EXPECT_NEAR(cached[i].logprobs[t], uncached[i].logprobs[t], 1e-5);
+  }
+}
+
+TEST(Generate, PromptLogprobsMatchFullForward) {
+  auto model = tiny_model();
+  const prompt_list prompts{{10, 20, 30, 40, 50}, {7}, {100, 200, 300}};
+  std::vector<sampling_params> params(3, make_params(2, 0.0, std::nullopt));
+  params[0].prompt_logprobs = params[1].prompt_logprobs = true;
+  auto out = generate(*model, prompts, params);
+  EXPECT_TRUE(out[1].prompt_logprobs.empty()); // one token: nothing to predict
+  EXPECT_TRUE(out[2].prompt_logprobs.empty()); // not requested
+  ASSERT_EQ(out[0].prompt_logprobs.size(), 4u);
+  auto lp = at::log_softmax(full_logits(*model, prompts[0]), 1);
+  for (int64_t j = 1; j < 5; ++j)
+    EXPECT_NEAR(out[0].prompt_logprobs[static_cast<size_t>(j - 1)],
+                lp[j - 1][prompts[0][static_cast<size_t>(j)]].item<double>(), 1e-5);
+}
+
+TEST(Generate, EmptyBatchGivesNoResults) {
+  auto model = tiny_model();
+  EXPECT_TRUE(generate(*model, {}, {}).empty());
+}
+
+TEST(Generate, RejectsBadRequestsNamingThem) {
+  auto model = tiny_model(16);
+  const auto ok = make_params(4, 1.0, 1);
+  expect_error([&] { generate(*model, {{1}, {2}}, {ok}); }, error_code::invalid_argument,
+               "2 prompts but 1 sampling_params");
+  expect_error([&] { generate(*model, {{1}, {}}, {ok, ok}); }, error_code::invalid_argument,
+               "request 1: empty prompt");
+  expect_error([&] { generate(*model, {{1, 512}}, {ok}); }, error_code::out_of_range,
+               "prompt token 1 is 512, outside the vocabulary [0, 512)");
+  expect_error([&] { generate(*model, {{-3}}, {ok}); }, error_code::out_of_range,
+               "prompt token 0 is -3");
+  expect_error([&] { generate(*model, {std::vector<int64_t>(16, 1)}, {ok}); },
+               error_code::invalid_argument,
+               "prompt of 16 tokens leaves no room to generate within max_position_embeddings 16");
+  auto bad = ok;
+  bad.top_p = 2.0;
+  expect_error([&] { generate(*model, {{1}, {2}}, {ok, bad}); }, error_code::invalid_argument,
+               "request 1: sampling_params: top_p must be in (0, 1], got 2");
+  bad = ok;
+  bad.max_tokens = 0;
+  expect_error([&] { generate(*model, {{1}}, {bad}); }, error_code::invalid_argument,
+               "max_tokens must be >= 1, got 0");
+  bad = ok;
+  bad.stop_token_ids = {512};
+  expect_error([&] { generate(*model, {{1}}, {bad}); }, error_code::invalid_argument,
+               "stop token id 512");
 }
