@@ -114,7 +114,15 @@ caf::expected<uint64_t> read_unsigned(const msgpack::object& o, const char* what
                         ", expected an unsigned integer");
 }
 
-caf::expected<tensor_blob> decode_object(const msgpack::object& root) {
+// A validated encoding whose data still lives in the input buffer.
+struct parsed_blob {
+  dtype type = dtype::f32;
+  std::vector<int64_t> shape;
+  const char* data = nullptr;
+  size_t size = 0;
+};
+
+caf::expected<parsed_blob> parse_object(const msgpack::object& root) {
   if (root.type != msgpack::type::ARRAY)
     return decode_failure(std::string{"top-level value is a "} + msgpack_type_name(root.type) +
                           ", expected an array of 4 elements");
@@ -134,8 +142,8 @@ caf::expected<tensor_blob> decode_object(const msgpack::object& root) {
     return std::move(code.error());
   if (!is_valid_dtype_code(*code))
     return decode_failure("unknown dtype code " + std::to_string(*code));
-  tensor_blob result;
-  result.dtype = static_cast<dtype>(*code);
+  parsed_blob result;
+  result.type = static_cast<dtype>(*code);
   const msgpack::object& shape = fields[2];
   if (shape.type != msgpack::type::ARRAY)
     return decode_failure(std::string{"shape is a "} + msgpack_type_name(shape.type) +
@@ -161,19 +169,20 @@ caf::expected<tensor_blob> decode_object(const msgpack::object& root) {
   if (data.type != msgpack::type::BIN)
     return decode_failure(std::string{"data is a "} + msgpack_type_name(data.type) +
                           ", expected bin");
-  auto needed = expected_byte_size(result.dtype, result.shape);
+  auto needed = expected_byte_size(result.type, result.shape);
   if (!needed)
     return decode_failure(error_message(needed.error()));
   if (*needed != data.via.bin.size)
     return decode_failure("data has " + std::to_string(data.via.bin.size) + " bytes, but dtype " +
-                          to_string(result.dtype) + " and shape " + shape_to_string(result.shape) +
+                          to_string(result.type) + " and shape " + shape_to_string(result.shape) +
                           " need " + std::to_string(*needed));
-  if (result.dtype == dtype::boolean) {
+  if (result.type == dtype::boolean) {
     auto bad = first_non_boolean(data.via.bin.ptr, data.via.bin.size);
     if (bad != data.via.bin.size)
       return decode_failure(bool_error(data.via.bin.ptr, bad));
   }
-  result.bytes.assign(data.via.bin.ptr, data.via.bin.size);
+  result.data = data.via.bin.ptr;
+  result.size = data.via.bin.size;
   return result;
 }
 
@@ -329,19 +338,19 @@ caf::error check_deserialized(const tensor_blob& x) {
 
 } // namespace detail
 
-caf::expected<std::string> encode(const tensor_blob& x) {
+caf::error encode_to(const tensor_blob& x, std::string& out) {
+  out.clear();
   if (auto err = validate(x))
     return err;
   if (x.bytes.size() > std::numeric_limits<uint32_t>::max())
     return make_error(errc::invalid_argument,
                       "tensor data of " + std::to_string(x.bytes.size()) +
                           " bytes exceeds the 4 GiB - 1 limit of one encoded blob");
-  std::string out;
-  // Header: array tag, version, dtype code, shape array tag, <= 9 bytes per dimension, bin tag.
-  out.reserve(x.bytes.size() + 16 + 9 * x.shape.size());
-  string_sink sink{out};
-  msgpack::packer<string_sink> pk{sink};
   try {
+    // Header: array tag, version, dtype code, shape array tag, <= 9 bytes per dimension, bin tag.
+    out.reserve(x.bytes.size() + 16 + 9 * x.shape.size());
+    string_sink sink{out};
+    msgpack::packer<string_sink> pk{sink};
     pk.pack_array(static_cast<uint32_t>(top_level_fields));
     pk.pack_uint64(tensor_blob_format_version);
     pk.pack_uint8(static_cast<uint8_t>(x.dtype));
@@ -351,13 +360,21 @@ caf::expected<std::string> encode(const tensor_blob& x) {
     pk.pack_bin(static_cast<uint32_t>(x.bytes.size()));
     pk.pack_bin_body(x.bytes.data(), static_cast<uint32_t>(x.bytes.size()));
   } catch (const std::bad_alloc&) {
+    out.clear();
     return make_error(errc::internal, "tensor_blob encode: out of memory for " +
                                           std::to_string(x.bytes.size()) + " bytes");
   }
+  return caf::none;
+}
+
+caf::expected<std::string> encode(const tensor_blob& x) {
+  std::string out;
+  if (auto err = encode_to(x, out))
+    return err;
   return out;
 }
 
-caf::expected<tensor_blob> decode(const char* data, size_t size) {
+caf::error decode_into(const char* data, size_t size, tensor_blob& out) {
   if (size == 0)
     return decode_failure("empty input (0 bytes)");
   if (data == nullptr)
@@ -373,13 +390,17 @@ caf::expected<tensor_blob> decode(const char* data, size_t size) {
     bool referenced = false;
     auto handle =
         msgpack::unpack(data, size, offset, referenced, reference_everything, nullptr, limit);
-    auto result = decode_object(handle.get());
-    if (!result)
-      return result;
+    auto parsed = parse_object(handle.get());
+    if (!parsed)
+      return std::move(parsed.error());
     if (offset != size)
       return decode_failure(std::to_string(size - offset) + " trailing bytes after the " +
                             std::to_string(offset) + "-byte encoded blob");
-    return result;
+    // The copy goes first: if it throws, `out` is unchanged.
+    out.bytes.assign(parsed->data, parsed->size);
+    out.dtype = parsed->type;
+    out.shape = std::move(parsed->shape);
+    return caf::none;
   } catch (const msgpack::insufficient_bytes&) {
     return decode_failure("truncated input: " + std::to_string(size) +
                           " bytes end inside a msgpack value");
@@ -402,9 +423,20 @@ caf::expected<tensor_blob> decode(const char* data, size_t size) {
   }
 }
 
+caf::expected<tensor_blob> decode(const char* data, size_t size) {
+  tensor_blob out;
+  if (auto err = decode_into(data, size, out))
+    return err;
+  return out;
+}
+
 caf::expected<tensor_blob> decode(std::string_view bytes) {
   // A default-constructed view has a null data pointer; it is simply empty input.
   return decode(bytes.empty() ? "" : bytes.data(), bytes.size());
+}
+
+caf::error decode_into(std::string_view bytes, tensor_blob& out) {
+  return decode_into(bytes.empty() ? "" : bytes.data(), bytes.size(), out);
 }
 
 } // namespace rlforge

@@ -101,6 +101,11 @@ caf::error validate(const tensor_blob& x);
 /// `validate(x)` does, or when the data does not fit one bin element. Cost: one copy of the data.
 caf::expected<std::string> encode(const tensor_blob& x);
 
+/// `encode` into `out`, replacing its content and reusing its capacity: encoding into a buffer
+/// kept across calls avoids the page faults of a fresh large allocation. On failure `out` is
+/// empty.
+caf::error encode_to(const tensor_blob& x, std::string& out);
+
 /// Reads one encoded blob that must span exactly `size` bytes. Every field is checked (format
 /// version, dtype code, shape entry types and signs, rank, element-count overflow, data length
 /// against numel * element_size, bool values, trailing bytes); any violation or malformed msgpack
@@ -110,6 +115,13 @@ caf::expected<tensor_blob> decode(const char* data, size_t size);
 
 /// Same as `decode(bytes.data(), bytes.size())`.
 caf::expected<tensor_blob> decode(std::string_view bytes);
+
+/// `decode` into `out`, reusing the capacity of `out.bytes` (see `encode_to`). On failure `out`
+/// is unchanged.
+caf::error decode_into(const char* data, size_t size, tensor_blob& out);
+
+/// Same as `decode_into(bytes.data(), bytes.size(), out)`.
+caf::error decode_into(std::string_view bytes, tensor_blob& out);
 
 namespace detail {
 

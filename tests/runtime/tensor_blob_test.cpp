@@ -363,6 +363,34 @@ TEST(TensorBlobEncode, RejectsInvalidBlobsNamingTheProblem) {
   expect_invalid(bad_bool.error(), "byte value 5");
 }
 
+TEST(TensorBlobEncode, EncodeToReplacesTheBufferContent) {
+  auto x = make_blob(dtype::i32, {3}, raw_bytes(std::vector<int32_t>{4, 5, 6}));
+  std::string buf(1000, 'z');
+  ASSERT_FALSE(encode_to(x, buf));
+  EXPECT_EQ(buf, encoded(x));
+  EXPECT_GE(buf.capacity(), 1000u); // the existing allocation was kept
+  auto bad = encode_to(make_blob(dtype::i32, {3}, "short"), buf);
+  expect_invalid(bad, "blob holds 5 bytes");
+  EXPECT_TRUE(buf.empty());
+}
+
+TEST(TensorBlobDecode, DecodeIntoReplacesOrKeepsTheBlob) {
+  auto x = make_blob(dtype::f64, {2}, raw_bytes(std::vector<double>{0.25, -8.0}));
+  auto previous = make_blob(dtype::u8, {4, 4}, std::string(16, 'p'));
+  auto out = previous;
+  ASSERT_FALSE(decode_into(encoded(x), out));
+  EXPECT_EQ(out, x);
+  // A failed decode leaves the target as it was.
+  out = previous;
+  auto err = decode_into(encoded(x) + "!", out);
+  ASSERT_TRUE(err);
+  EXPECT_TRUE(is(err, errc::decode_error));
+  EXPECT_EQ(out, previous);
+  err = decode_into(std::string_view{}, out);
+  EXPECT_TRUE(is(err, errc::decode_error));
+  EXPECT_EQ(out, previous);
+}
+
 // -- decoding bad input -------------------------------------------------------------------------
 
 TEST(TensorBlobDecode, RejectsEveryTruncation) {
