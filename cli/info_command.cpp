@@ -1,10 +1,66 @@
 // `rlforge info`: the node's resources, the BLAS libtorch loaded, and the build's features.
 #include "cli/command.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include "backends/blas_info.hpp"
+#include "backends/error.hpp"
+
+#include <cstdio>
 #include <iostream>
 
 namespace rlforge::cli {
 namespace {
+
+// -- BLAS and GEMM ------------------------------------------------------------------------------
+
+constexpr int gemm_n = 1024;
+constexpr int gemm_reps = 9;
+
+/// Which BLAS libtorch runs on, torch's threading, and a measured fp32 GEMM rate, as the
+/// "blas", "torch" and "gemm" members of the report.
+nlohmann::json blas_section() {
+  auto r = backends::inspect_blas();
+  auto gflops = backends::measure_gemm_gflops(gemm_n, 0, gemm_reps);
+  auto warning = backends::blas_warning(r);
+  nlohmann::json out;
+  out["blas"] = {{"library", r.library},
+                 {"path", r.path},
+                 {"mapped", r.mapped},
+                 {"warning", warning.empty() ? nlohmann::json() : nlohmann::json(warning)}};
+  out["torch"] = {{"version", r.torch_version},
+                  {"threads", r.torch_threads},
+                  {"parallel_backend", r.parallel_backend},
+                  {"parallel_info", r.parallel_summary}};
+  out["gemm"] = {{"n", gemm_n},
+                 {"dtype", "float32"},
+                 {"threads", r.torch_threads},
+                 {"reps", gemm_reps},
+                 {"gflops", gflops}};
+  return out;
+}
+
+void print_blas_text(const nlohmann::json& s, std::ostream& out) {
+  const auto& blas = s["blas"];
+  const auto& torch = s["torch"];
+  const auto& gemm = s["gemm"];
+  out << "blas:    " << blas["library"].get<std::string>() << " ("
+      << blas["path"].get<std::string>() << ")\n";
+  out << "torch:   " << torch["version"].get<std::string>() << ", "
+      << torch["threads"].get<int>() << " intra-op thread(s), "
+      << torch["parallel_backend"].get<std::string>() << " backend\n";
+  char rate[64];
+  std::snprintf(rate, sizeof(rate), "%.1f", gemm["gflops"].get<double>());
+  out << "gemm:    " << rate << " GFLOP/s (fp32 " << gemm_n << "x" << gemm_n << ", "
+      << gemm["threads"].get<int>() << " thread(s), median of " << gemm_reps << ")\n";
+  if (!blas["warning"].is_null()) {
+    auto w = blas["warning"].get<std::string>();
+    out << "\n" << std::string(w.size(), '!') << "\n" << w << "\n"
+        << std::string(w.size(), '!') << "\n";
+  }
+}
+
+// -- the command --------------------------------------------------------------------------------
 
 int run_info(const args& a) {
   flag_parser flags({"--gpus"}, {"--json"});
@@ -12,7 +68,22 @@ int run_info(const args& a) {
     std::cerr << "rlforge info: " << flags.error() << "\n";
     return 2;
   }
-  std::cout << "rlforge 0.1.0\n";
+  nlohmann::json report = {{"version", "0.1.0"}};
+  try {
+    report.update(blas_section());
+  } catch (const backends::error& e) {
+    std::cerr << "rlforge info: " << e.what() << "\n";
+    return 1;
+  }
+  if (flags.has("--json")) {
+    std::cout << report.dump(2) << "\n";
+    // Loud even when the JSON goes to a file.
+    if (!report["blas"]["warning"].is_null())
+      std::cerr << report["blas"]["warning"].get<std::string>() << "\n";
+    return 0;
+  }
+  std::cout << "rlforge " << report["version"].get<std::string>() << "\n";
+  print_blas_text(report, std::cout);
   return 0;
 }
 
