@@ -40,7 +40,9 @@ std::vector<std::string> blas_libraries_in_maps(const std::string& maps_text);
 /// in, then reads /proc/self/maps and resolves the library that serves `sgemm_`.
 blas_report inspect_blas();
 
-/// One loud line when `r` is the reference (netlib) BLAS, naming its path; empty otherwise.
+/// One loud "WARNING: ..." line when `r` is a BLAS that makes training slow, naming its path
+/// and the fix: the reference (netlib) BLAS (~30x slower), or pthread OpenBLAS (oversubscribes
+/// the cores together with torch's OpenMP threads). Empty otherwise.
 std::string blas_warning(const blas_report& r);
 
 /// fp32 n×n matrix-product throughput in GFLOP/s: 2n³ divided by the median time of `reps`

@@ -4,7 +4,13 @@
 
 #include <ATen/Parallel.h>
 
+#include <unistd.h>
+
+#include <array>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,6 +92,43 @@ TEST(BlasInfo, ReportNamesTheLoadedLibraryAndTorchSettings) {
   EXPECT_FALSE(r.parallel_backend.empty()) << r.parallel_summary;
   EXPECT_TRUE(contains(r.parallel_summary, "at::get_num_threads()")) << r.parallel_summary;
   EXPECT_EQ(r.torch_version.rfind("1.", 0), 0u) << r.torch_version;
+}
+
+// Run in a child process by the next test: prints what this process's loader picked.
+TEST(BlasInfoChild, PrintsTheDetectedLibrary) {
+  if (std::getenv("RLFORGE_BLAS_INFO_CHILD") == nullptr)
+    GTEST_SKIP() << "only runs as the child of DetectsTheReferenceBlasWhenTheLoaderPicksIt";
+  auto r = inspect_blas();
+  std::printf("\nblas-library=%s\nblas-warning=%s\n", r.library.c_str(),
+              blas_warning(r).c_str());
+}
+
+TEST(BlasInfo, DetectsTheReferenceBlasWhenTheLoaderPicksIt) {
+  // Debian installs the reference BLAS / LAPACK next to the alternatives' flavour folders;
+  // putting their folders first on the loader path makes libtorch bind to them.
+  auto current = inspect_blas();
+  auto libdir = std::filesystem::path(current.path).parent_path();
+  if (current.library.rfind("openblas-", 0) == 0)
+    libdir = libdir.parent_path();
+  auto blas_dir = libdir / "blas";
+  auto lapack_dir = libdir / "lapack";
+  if (!std::filesystem::exists(blas_dir / "libblas.so.3") ||
+      !std::filesystem::exists(lapack_dir / "liblapack.so.3"))
+    GTEST_SKIP() << "no reference BLAS installed under " << libdir;
+  auto self = std::filesystem::read_symlink("/proc/self/exe");
+  auto cmd = "RLFORGE_BLAS_INFO_CHILD=1 LD_LIBRARY_PATH=" + blas_dir.string() + ":" +
+             lapack_dir.string() + " '" + self.string() +
+             "' --gtest_filter=BlasInfoChild.PrintsTheDetectedLibrary 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), static_cast<int>(buf.size()), pipe) != nullptr)
+    output += buf.data();
+  EXPECT_EQ(::pclose(pipe), 0) << output;
+  EXPECT_TRUE(contains(output, "blas-library=reference (netlib)\n")) << output;
+  EXPECT_TRUE(contains(output, "blas-warning=WARNING: libtorch is using the reference BLAS ("))
+    << output;
 }
 
 TEST(BlasInfo, WarnsOnlyAboutSlowLibraries) {
