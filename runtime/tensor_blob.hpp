@@ -109,8 +109,9 @@ caf::error encode_to(const tensor_blob& x, std::string& out);
 /// Reads one encoded blob that must span exactly `size` bytes. Every field is checked (format
 /// version, dtype code, shape entry types and signs, rank, element-count overflow, data length
 /// against numel * element_size, bool values, trailing bytes); any violation or malformed msgpack
-/// yields `errc::decode_error` with a message naming the bad value. Never throws, never allocates
-/// more than the input size plus a small constant. Cost: one copy of the data.
+/// yields `errc::decode_error` with a message naming the bad value. Integers may use any msgpack
+/// integer width (other writers need not pick the smallest). Never throws, never allocates more
+/// than the input size plus a small constant. Cost: one copy of the data.
 caf::expected<tensor_blob> decode(const char* data, size_t size);
 
 /// Same as `decode(bytes.data(), bytes.size())`.
