@@ -1,0 +1,200 @@
+// Runs `rlforge generate` end to end on a random checkpoint written by the test, and checks its
+// output against the library's own generate() on the same weights.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/hf_checkpoint.hpp"
+#include "backends/model/init.hpp"
+#include "backends/model/model_config.hpp"
+#include "backends/model/sampler.hpp"
+
+using namespace rlforge::backends;
+
+namespace {
+
+struct run_result {
+  int code = -1;
+  std::string out, err;
+};
+
+// `rlforge generate <args>` through the shell, capturing stdout and stderr.
+run_result run_generate(const std::string& args) {
+  const auto err_path = std::filesystem::temp_directory_path() /
+                        ("rlforge_generate_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string("'") + RLFORGE_CLI_PATH + "' generate " + args + " 2>'" +
+                          err_path.string() + "'";
+  run_result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr)
+    return r;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    r.out.append(buf, n);
+  const int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s)
+    n += c == '\n' ? 1 : 0;
+  return n;
+}
+
+// A random "tiny" checkpoint in a temporary directory, removed at the end of the suite.
+class GenerateCli : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                     ("rlforge_generate_model_" + std::to_string(::getpid())));
+    std::filesystem::remove_all(*dir_);
+    const auto config = preset("tiny");
+    save_hf_checkpoint(dir_->string(), config, random_hf_weights(config, 3, 0.2));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string model_flag() { return "--model '" + dir_->string() + "'"; }
+  static std::filesystem::path* dir_;
+};
+
+std::filesystem::path* GenerateCli::dir_ = nullptr;
+
+} // namespace
+
+TEST_F(GenerateCli, PrintsOneJsonObjectMatchingTheLibrary) {
+  auto r = run_generate(model_flag() + " --prompt-tokens 5,6,7 --max-tokens 9 --temperature 0.8 "
+                                       "--top-k 40 --top-p 0.95 --seed 77 --threads 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.out), 1u) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j.size(), 3u) << r.out;
+
+  auto model = causal_lm::load(dir_->string());
+  sampling_params p;
+  p.max_tokens = 9;
+  p.temperature = 0.8;
+  p.top_k = 40;
+  p.top_p = 0.95;
+  p.seed = 77;
+  const auto want = generate(*model, {{5, 6, 7}}, {p})[0];
+  EXPECT_EQ(j.at("tokens").get<std::vector<int64_t>>(), want.tokens);
+  const auto logprobs = j.at("logprobs").get<std::vector<double>>();
+  ASSERT_EQ(logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < logprobs.size(); ++i)
+    EXPECT_NEAR(logprobs[i], want.logprobs[i], 1e-9) << "token " << i;
+  EXPECT_EQ(j.at("stop_reason").get<std::string>(), "length");
+}
+
+TEST_F(GenerateCli, StopTokenEndsWithStop) {
+  auto free_run = run_generate(model_flag() + " --prompt-tokens 1,2 --max-tokens 6 --temperature 0");
+  ASSERT_EQ(free_run.code, 0) << free_run.err;
+  const auto tokens = nlohmann::json::parse(free_run.out).at("tokens").get<std::vector<int64_t>>();
+  ASSERT_EQ(tokens.size(), 6u);
+  const int64_t stop = tokens[2];
+  auto r = run_generate(model_flag() + " --prompt-tokens 1,2 --max-tokens 6 --temperature 0 "
+                                       "--stop-tokens 511," +
+                        std::to_string(stop));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("stop_reason").get<std::string>(), "stop");
+  const auto got = j.at("tokens").get<std::vector<int64_t>>();
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back(), stop);
+  EXPECT_EQ(got, std::vector<int64_t>(tokens.begin(), tokens.begin() + static_cast<long>(got.size())));
+}
+
+namespace {
+
+struct bad_case {
+  std::string args;
+  int code;
+  std::string needle;
+};
+
+// Each bad invocation prints nothing on stdout, exactly one line on stderr naming the problem,
+// and exits with `code`.
+void expect_rejected(const std::vector<bad_case>& cases) {
+  for (const auto& c : cases) {
+    auto r = run_generate(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args << "\n" << r.out;
+    EXPECT_EQ(count_lines(r.err), 1u) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
+} // namespace
+
+TEST_F(GenerateCli, MissingOrUnknownFlagsAreUsageErrors) {
+  const std::string m = model_flag();
+  expect_rejected({
+    {"--prompt-tokens 1 --max-tokens 2", 2, "missing --model"},
+    {m + " --max-tokens 2", 2, "missing --prompt-tokens"},
+    {m + " --prompt-tokens 1", 2, "missing --max-tokens"},
+    {m + " --prompt-tokens 1 --max-tokens 2 --bogus 1", 2, "unknown argument '--bogus'"},
+  });
+}
+
+TEST_F(GenerateCli, MalformedValuesAreUsageErrors) {
+  const std::string m = model_flag();
+  expect_rejected({
+    {m + " --prompt-tokens 1,,2 --max-tokens 2", 2, "--prompt-tokens expects"},
+    {m + " --prompt-tokens 1,x --max-tokens 2", 2, "expects an integer, got 'x'"},
+    {m + " --prompt-tokens 1 --max-tokens two", 2, "--max-tokens expects an integer, got 'two'"},
+    {m + " --prompt-tokens 1 --max-tokens 2 --temperature abc", 2, "got 'abc'"},
+  });
+}
+
+TEST_F(GenerateCli, MalformedOptionalValuesAreUsageErrors) {
+  const std::string m = model_flag();
+  expect_rejected({
+    {m + " --prompt-tokens 1 --max-tokens 2 --seed -4", 2, "--seed expects an unsigned"},
+    {m + " --prompt-tokens 1 --max-tokens 2 --threads 0", 2, "--threads must be in [1, 1024]"},
+  });
+}
+
+TEST_F(GenerateCli, OutOfDomainParametersAreUsageErrors) {
+  const std::string m = model_flag();
+  expect_rejected({
+    {m + " --prompt-tokens 1 --max-tokens 0", 2, "max_tokens must be >= 1, got 0"},
+    {m + " --prompt-tokens 1 --max-tokens 2 --temperature -1", 2, "temperature"},
+    {m + " --prompt-tokens 1 --max-tokens 2 --top-k 0", 2, "top_k must be -1 (off) or >= 1"},
+  });
+}
+
+TEST_F(GenerateCli, OutOfDomainFilterAndTokenValuesAreUsageErrors) {
+  const std::string m = model_flag();
+  expect_rejected({
+    {m + " --prompt-tokens 1 --max-tokens 2 --top-p 1.5", 2, "top_p must be in (0, 1], got 1.5"},
+    {m + " --prompt-tokens 1 --max-tokens 2 --stop-tokens 512", 2, "stop token id 512"},
+    {m + " --prompt-tokens 3,9999 --max-tokens 2", 2, "prompt token 1 is 9999"},
+  });
+}
+
+TEST_F(GenerateCli, MissingModelIsARuntimeError) {
+  expect_rejected({{"--model /nonexistent/rlforge-model --prompt-tokens 1 --max-tokens 2", 1,
+                    "cannot load model from '/nonexistent/rlforge-model'"}});
+}
