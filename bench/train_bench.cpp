@@ -1,0 +1,268 @@
+// Training throughput of the causal LM (fp32, CPU): forward + backward (+ optional AdamW step)
+// for a ~10M- and a ~100M-parameter Llama-style config at sequence length 256. Prints tokens/s,
+// achieved GFLOP/s and their ratio to the fp32 GEMM GFLOP/s this same program measures (MFU).
+//
+// FLOPs per step = tokens × (6 × N_matmul + 12 × layers × seq × heads × head_dim), where
+// N_matmul counts the parameters used in matrix products (all projections plus lm_head; not the
+// embedding table, which is a lookup, nor the norm weights). The first term is the usual
+// 2 (forward) + 4 (backward) FLOPs per weight per token; the second is attention's QK^T and PV
+// products (2 × 2 × seq × width per token forward, ×3 with backward; the full square is
+// computed, so no causal halving).
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/logprobs.hpp"
+#include "backends/model/model_config.hpp"
+
+namespace be = rlforge::backends;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Median GFLOP/s of an fp32 [m, k] x [k, n] matmul, repeated for about `budget` seconds.
+double gemm_gflops(int64_t m, int64_t k, int64_t n, double budget) {
+  auto a = torch::randn({m, k});
+  auto b = torch::randn({k, n});
+  auto c = torch::matmul(a, b); // warm-up
+  std::vector<double> times;
+  auto start = clock_type::now();
+  while (times.size() < 5 || (seconds_since(start) < budget && times.size() < 200)) {
+    auto t0 = clock_type::now();
+    c = torch::matmul(a, b);
+    times.push_back(seconds_since(t0));
+  }
+  return 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n)
+         / median(times) / 1e9;
+}
+
+be::model_config make_config(int64_t vocab, int64_t hidden, int64_t layers, int64_t heads,
+                             int64_t kv_heads, int64_t intermediate, int64_t max_pos) {
+  be::model_config c;
+  c.arch = be::architecture::llama;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = hidden / heads;
+  c.intermediate_size = intermediate;
+  c.max_position_embeddings = max_pos;
+  c.tie_word_embeddings = false;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000.0;
+  c.eos_token_ids = {};
+  c.bos_token_id.reset();
+  return c;
+}
+
+struct bench_case {
+  std::string name;
+  be::model_config config;
+  int64_t batch;
+  int steps;
+};
+
+struct options {
+  int threads = 2;
+  int64_t seq = 256;
+  bool adamw = false;
+  std::string only;
+  int steps_small = 5;
+  int steps_large = 3;
+  int64_t batch_small = 4;
+  int64_t batch_large = 1;
+  int64_t chunk = 128;
+};
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: train_bench [--threads N] [--seq S] [--adamw] [--only small|large]\n"
+               "                   [--steps-small K] [--steps-large K] [--batch-small B]\n"
+               "                   [--batch-large B] [--chunk C]\n");
+}
+
+bool parse(int argc, char** argv, options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&](const char* what) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "train_bench: %s needs a value\n", what);
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    auto positive = [&](const char* what, int64_t& out) {
+      auto v = next(what);
+      if (!v)
+        return false;
+      out = std::atoll(v);
+      if (out < 1) {
+        std::fprintf(stderr, "train_bench: %s must be >= 1, got '%s'\n", what, v);
+        return false;
+      }
+      return true;
+    };
+    int64_t tmp = 0;
+    if (a == "--adamw") {
+      o.adamw = true;
+    } else if (a == "--threads") {
+      if (!positive("--threads", tmp))
+        return false;
+      o.threads = static_cast<int>(tmp);
+    } else if (a == "--seq") {
+      if (!positive("--seq", o.seq))
+        return false;
+    } else if (a == "--steps-small") {
+      if (!positive("--steps-small", tmp))
+        return false;
+      o.steps_small = static_cast<int>(tmp);
+    } else if (a == "--steps-large") {
+      if (!positive("--steps-large", tmp))
+        return false;
+      o.steps_large = static_cast<int>(tmp);
+    } else if (a == "--batch-small") {
+      if (!positive("--batch-small", o.batch_small))
+        return false;
+    } else if (a == "--batch-large") {
+      if (!positive("--batch-large", o.batch_large))
+        return false;
+    } else if (a == "--chunk") {
+      if (!positive("--chunk", o.chunk))
+        return false;
+    } else if (a == "--only") {
+      auto v = next("--only");
+      if (!v)
+        return false;
+      o.only = v;
+      if (o.only != "small" && o.only != "large") {
+        std::fprintf(stderr, "train_bench: --only takes small or large, got '%s'\n", v);
+        return false;
+      }
+    } else {
+      std::fprintf(stderr, "train_bench: unknown argument '%s'\n", a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options opt;
+  if (!parse(argc, argv, opt)) {
+    usage();
+    return 2;
+  }
+  at::set_num_threads(opt.threads);
+  std::printf("train_bench: threads=%d seq=%lld adamw=%s chunk=%lld\n", at::get_num_threads(),
+              static_cast<long long>(opt.seq), opt.adamw ? "on" : "off",
+              static_cast<long long>(opt.chunk));
+
+  const double peak_square = gemm_gflops(1024, 1024, 1024, 3.0);
+  std::printf("fp32 GEMM 1024x1024x1024: %.1f GFLOP/s (median)\n", peak_square);
+
+  std::vector<bench_case> cases;
+  if (opt.only.empty() || opt.only == "small")
+    cases.push_back({"~10M", make_config(4096, 320, 6, 5, 5, 864, opt.seq), opt.batch_small,
+                     opt.steps_small});
+  if (opt.only.empty() || opt.only == "large")
+    cases.push_back({"~100M", make_config(16384, 768, 12, 12, 4, 2048, opt.seq), opt.batch_large,
+                     opt.steps_large});
+
+  for (auto& bc : cases) {
+    const auto& c = bc.config;
+    auto model = be::causal_lm::random(c, 1);
+    const int64_t params = model->num_parameters();
+    const int64_t matmul_params = params - c.vocab_size * c.hidden_size // embedding lookup
+                                  - (2 * c.num_hidden_layers + 1) * c.hidden_size; // norms
+    const int64_t tokens = bc.batch * opt.seq;
+    const double flops_per_token =
+      6.0 * static_cast<double>(matmul_params)
+      + 12.0 * static_cast<double>(c.num_hidden_layers) * static_cast<double>(opt.seq)
+          * static_cast<double>(c.num_attention_heads * c.head_dim);
+    const double step_flops = flops_per_token * static_cast<double>(tokens);
+    // The GEMM shape that dominates this model: tokens x hidden times hidden x intermediate.
+    const double peak_model = gemm_gflops(tokens, c.hidden_size, c.intermediate_size, 2.0);
+
+    auto params_list = model->trainable_parameters();
+    std::unique_ptr<torch::optim::AdamW> optimizer;
+    if (opt.adamw)
+      optimizer = std::make_unique<torch::optim::AdamW>(
+        params_list, torch::optim::AdamWOptions(1e-4).betas({0.9, 0.95}).weight_decay(0.0));
+    torch::manual_seed(7);
+    auto data = torch::randint(0, c.vocab_size, {bc.batch, opt.seq + 1}, torch::kLong);
+    auto inputs = data.narrow(1, 0, opt.seq);
+    auto targets = data.narrow(1, 1, opt.seq);
+
+    std::vector<double> fwd_times, bwd_times, opt_times, step_times;
+    double first_loss = 0, last_loss = 0;
+    for (int step = 0; step <= bc.steps; ++step) { // step 0 is warm-up
+      auto t0 = clock_type::now();
+      for (auto& p : params_list)
+        p.mutable_grad() = at::Tensor();
+      auto hidden = model->forward_hidden(inputs);
+      auto lp = be::token_logprobs(*model, hidden, targets, 1.0, opt.chunk, false).logprobs;
+      auto loss = -lp.mean();
+      double fwd = seconds_since(t0);
+      auto t1 = clock_type::now();
+      loss.backward();
+      double bwd = seconds_since(t1);
+      auto t2 = clock_type::now();
+      if (optimizer)
+        optimizer->step();
+      double opt_s = seconds_since(t2);
+      double total = seconds_since(t0);
+      double l = loss.item<double>();
+      if (step == 1)
+        first_loss = l;
+      last_loss = l;
+      if (step > 0) {
+        fwd_times.push_back(fwd);
+        bwd_times.push_back(bwd);
+        opt_times.push_back(opt_s);
+        step_times.push_back(total);
+      }
+    }
+    const double step_s = median(step_times);
+    const double achieved = step_flops / step_s / 1e9;
+    std::printf("\n%s: %lld params (%lld in matmuls), layers=%lld hidden=%lld heads=%lld/%lld "
+                "inter=%lld vocab=%lld, batch=%lld x seq=%lld = %lld tokens/step, %d steps\n",
+                bc.name.c_str(), static_cast<long long>(params),
+                static_cast<long long>(matmul_params), static_cast<long long>(c.num_hidden_layers),
+                static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
+                static_cast<long long>(c.num_key_value_heads),
+                static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
+                static_cast<long long>(bc.batch), static_cast<long long>(opt.seq),
+                static_cast<long long>(tokens), bc.steps);
+    std::printf("  median step %.3f s (forward %.3f, backward %.3f, AdamW %.3f), loss %.4f -> %.4f\n",
+                step_s, median(fwd_times), median(bwd_times), median(opt_times), first_loss,
+                last_loss);
+    std::printf("  throughput %.0f tokens/s, %.1f GFLOP/s (%.2f GFLOP/token)\n",
+                static_cast<double>(tokens) / step_s, achieved, flops_per_token / 1e9);
+    std::printf("  fp32 GEMM %lldx%lldx%lld: %.1f GFLOP/s\n", static_cast<long long>(tokens),
+                static_cast<long long>(c.hidden_size), static_cast<long long>(c.intermediate_size),
+                peak_model);
+    std::printf("  MFU = %.2f of GEMM 1024^3 (goal >= 0.60), %.2f of the model-shaped GEMM\n",
+                achieved / peak_square, achieved / peak_model);
+  }
+  return 0;
+}
