@@ -34,8 +34,8 @@ bool same_entries(const std::vector<tensor_entry>& a, const std::vector<tensor_e
   if (a.size() != b.size())
     return false;
   for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape
-        || a[i].begin != b[i].begin || a[i].end != b[i].end)
+    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape ||
+        a[i].begin != b[i].begin || a[i].end != b[i].end)
       return false;
   return true;
 }
@@ -44,8 +44,8 @@ bool same_entries(const std::vector<tensor_entry>& a, const std::vector<tensor_e
 
 std::vector<std::string> seeds() {
   std::vector<std::string> out;
-  out.push_back(file_of({{"w", "F32", {2, 3}, 0, 24}, {"b", "BF16", {3}, 24, 30}},
-                        {{"format", "pt"}}, 30));
+  out.push_back(
+      file_of({{"w", "F32", {2, 3}, 0, 24}, {"b", "BF16", {3}, 24, 30}}, {{"format", "pt"}}, 30));
   out.push_back(file_of({{"model.embed_tokens.weight", "F16", {4, 2}, 0, 16},
                          {"scalar", "F64", {}, 16, 24},
                          {"ids", "I64", {1}, 24, 32},
@@ -97,7 +97,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t bytes = safetensors_dtype_size(t.dtype);
     for (auto d : t.shape) {
       check(d >= 0, "negative dimension accepted");
-      check(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes), "size overflow accepted");
+      check(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes),
+            "size overflow accepted");
     }
     check(t.end - t.begin == bytes, "tensor " + t.name + " has a byte range of the wrong size");
     covered = t.end;

@@ -33,7 +33,8 @@ bool is_file(const std::string& path) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string shape_text(at::IntArrayRef shape) {
@@ -51,8 +52,8 @@ std::string shard_name(size_t i, size_t n) {
 }
 
 bool looks_like_shard(const std::string& file) {
-  return file.rfind("model-", 0) == 0 && ends_with(file, ".safetensors")
-         && file.find("-of-") != std::string::npos;
+  return file.rfind("model-", 0) == 0 && ends_with(file, ".safetensors") &&
+         file.find("-of-") != std::string::npos;
 }
 
 json read_json_file(const std::string& path) {
@@ -68,21 +69,22 @@ json read_json_file(const std::string& path) {
   }
 }
 
-std::map<std::string, at::Tensor> load_sharded(const std::string& dir, const std::string& index_path) {
+std::map<std::string, at::Tensor> load_sharded(const std::string& dir,
+                                               const std::string& index_path) {
   json index = read_json_file(index_path);
   if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object())
     fail(error_code::decode_error, in_quotes(index_path) + " has no 'weight_map' object");
   std::map<std::string, std::set<std::string>> listed; // shard file -> tensor names
   for (const auto& [name, file] : index.at("weight_map").items()) {
     if (!file.is_string())
-      fail(error_code::decode_error, in_quotes(index_path) + " maps tensor " + in_quotes(name)
-                                       + " to " + file.dump() + ", not a file name");
+      fail(error_code::decode_error, in_quotes(index_path) + " maps tensor " + in_quotes(name) +
+                                         " to " + file.dump() + ", not a file name");
     auto shard = file.get<std::string>();
     // Shards live next to the index; a path would let an index read arbitrary files.
     if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos)
-      fail(error_code::decode_error, in_quotes(index_path) + " maps tensor " + in_quotes(name)
-                                       + " to shard " + in_quotes(shard)
-                                       + ", which is not a file name inside the checkpoint directory");
+      fail(error_code::decode_error,
+           in_quotes(index_path) + " maps tensor " + in_quotes(name) + " to shard " +
+               in_quotes(shard) + ", which is not a file name inside the checkpoint directory");
     listed[shard].insert(name);
   }
   if (listed.empty())
@@ -93,23 +95,24 @@ std::map<std::string, at::Tensor> load_sharded(const std::string& dir, const std
   for (const auto& [shard, names] : listed) {
     std::string path = dir + "/" + shard;
     if (!is_file(path))
-      fail(error_code::not_found, in_quotes(index_path) + " maps tensor " + in_quotes(*names.begin())
-                                    + " to shard " + in_quotes(path) + ", which does not exist");
+      fail(error_code::not_found, in_quotes(index_path) + " maps tensor " +
+                                      in_quotes(*names.begin()) + " to shard " + in_quotes(path) +
+                                      ", which does not exist");
     for (auto& [name, tensor] : read_safetensors(path)) {
       auto [it, inserted] = origin.emplace(name, shard);
       if (!inserted)
-        fail(error_code::decode_error, "tensor " + in_quotes(name) + " is stored in two shards: "
-                                         + in_quotes(it->second) + " and " + in_quotes(shard));
+        fail(error_code::decode_error, "tensor " + in_quotes(name) + " is stored in two shards: " +
+                                           in_quotes(it->second) + " and " + in_quotes(shard));
       if (names.count(name) == 0)
-        fail(error_code::decode_error, "shard " + in_quotes(path) + " holds tensor " + in_quotes(name)
-                                         + ", which " + in_quotes(index_path)
-                                         + " does not map to it");
+        fail(error_code::decode_error, "shard " + in_quotes(path) + " holds tensor " +
+                                           in_quotes(name) + ", which " + in_quotes(index_path) +
+                                           " does not map to it");
       out.emplace(name, std::move(tensor));
     }
     for (const auto& name : names)
       if (out.count(name) == 0)
-        fail(error_code::decode_error, in_quotes(index_path) + " maps tensor " + in_quotes(name)
-                                         + " to shard " + in_quotes(path) + ", which lacks it");
+        fail(error_code::decode_error, in_quotes(index_path) + " maps tensor " + in_quotes(name) +
+                                           " to shard " + in_quotes(path) + ", which lacks it");
   }
   return out;
 }
@@ -145,8 +148,8 @@ std::map<std::string, at::Tensor> load_hf_weights(const std::string& dir) {
   std::string index = dir + "/" + index_file_name;
   if (is_file(index))
     return load_sharded(dir, index);
-  fail(error_code::not_found, "no weights in " + in_quotes(dir) + ": neither " + in_quotes(single)
-                                + " nor " + in_quotes(index) + " exists");
+  fail(error_code::not_found, "no weights in " + in_quotes(dir) + ": neither " + in_quotes(single) +
+                                  " nor " + in_quotes(index) + " exists");
 }
 
 hf_checkpoint load_hf_checkpoint(const std::string& dir) {
@@ -172,8 +175,8 @@ void save_hf_checkpoint(const std::string& dir, const model_config& config,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
-    fail(error_code::io_error, "cannot create checkpoint directory " + in_quotes(dir) + ": "
-                                 + ec.message());
+    fail(error_code::io_error,
+         "cannot create checkpoint directory " + in_quotes(dir) + ": " + ec.message());
   write_file_atomically(dir + "/config.json", to_json(config).dump(2) + "\n");
   const std::map<std::string, std::string> metadata{{"format", "pt"}};
 
@@ -227,12 +230,12 @@ std::vector<std::string> expected_weight_names(const model_config& c) {
     if (name == "lm_head.weight")
       return {c.num_hidden_layers + 1, 0};
     static const char* const order[] = {
-      "self_attn.q_proj.weight", "self_attn.q_proj.bias",   "self_attn.k_proj.weight",
-      "self_attn.k_proj.bias",   "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-      "self_attn.o_proj.weight", "self_attn.o_proj.bias",   "self_attn.q_norm.weight",
-      "self_attn.k_norm.weight", "mlp.gate_proj.weight",    "mlp.gate_proj.bias",
-      "mlp.up_proj.weight",      "mlp.up_proj.bias",        "mlp.down_proj.weight",
-      "mlp.down_proj.bias",      "input_layernorm.weight",  "post_attention_layernorm.weight",
+        "self_attn.q_proj.weight", "self_attn.q_proj.bias",   "self_attn.k_proj.weight",
+        "self_attn.k_proj.bias",   "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+        "self_attn.o_proj.weight", "self_attn.o_proj.bias",   "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight", "mlp.gate_proj.weight",    "mlp.gate_proj.bias",
+        "mlp.up_proj.weight",      "mlp.up_proj.bias",        "mlp.down_proj.weight",
+        "mlp.down_proj.bias",      "input_layernorm.weight",  "post_attention_layernorm.weight",
     };
     auto rest = name.substr(std::string("model.layers.").size());
     auto dot = rest.find('.');
@@ -319,12 +322,13 @@ weight_check compare_weights_to_config(const model_config& c,
       continue;
     }
     if (!it->second.defined()) {
-      out.shape_mismatches.push_back(name + ": expected " + shape_text(shape) + ", got an undefined tensor");
+      out.shape_mismatches.push_back(name + ": expected " + shape_text(shape) +
+                                     ", got an undefined tensor");
       continue;
     }
     if (it->second.sizes() != at::IntArrayRef(shape))
-      out.shape_mismatches.push_back(name + ": expected " + shape_text(shape) + ", got "
-                                     + shape_text(it->second.sizes()));
+      out.shape_mismatches.push_back(name + ": expected " + shape_text(shape) + ", got " +
+                                     shape_text(it->second.sizes()));
   }
   for (const auto& [name, tensor] : weights) {
     if (shapes.count(name) > 0 || ends_with(name, ".rotary_emb.inv_freq"))
@@ -333,9 +337,9 @@ weight_check compare_weights_to_config(const model_config& c,
     if (name == "lm_head.weight" && c.tie_word_embeddings) {
       auto embed = shapes.at("model.embed_tokens.weight");
       if (!tensor.defined() || tensor.sizes() != at::IntArrayRef(embed))
-        out.shape_mismatches.push_back(name + ": expected " + shape_text(embed) + ", got "
-                                       + (tensor.defined() ? shape_text(tensor.sizes())
-                                                           : std::string("an undefined tensor")));
+        out.shape_mismatches.push_back(
+            name + ": expected " + shape_text(embed) + ", got " +
+            (tensor.defined() ? shape_text(tensor.sizes()) : std::string("an undefined tensor")));
       continue;
     }
     out.unexpected.push_back(name);
@@ -347,8 +351,8 @@ void check_weights_against_config(const model_config& c,
                                   const std::map<std::string, at::Tensor>& weights) {
   auto check = compare_weights_to_config(c, weights);
   if (!check.ok())
-    fail(error_code::invalid_argument, std::string("weights do not match the ") + to_string(c.arch)
-                                         + " config: " + check.describe());
+    fail(error_code::invalid_argument, std::string("weights do not match the ") +
+                                           to_string(c.arch) + " config: " + check.describe());
 }
 
 } // namespace rlforge::backends

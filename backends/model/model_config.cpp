@@ -18,8 +18,8 @@ std::string in_quotes(const std::string& s) {
 }
 
 [[noreturn]] void ill_typed(const char* key, const char* want, const json& got) {
-  fail(error_code::decode_error, std::string("config.json: field '") + key + "' must be " + want
-                                   + ", got " + got.dump());
+  fail(error_code::decode_error,
+       std::string("config.json: field '") + key + "' must be " + want + ", got " + got.dump());
 }
 
 // Absent or null fields keep the architecture's default.
@@ -85,8 +85,8 @@ architecture detect_architecture(const json& j) {
     from_type = parse_architecture(type_name);
   }
   if (from_class && from_type && *from_class != *from_type)
-    fail(error_code::decode_error, "config.json: 'architectures' names " + class_name
-                                     + " but 'model_type' is " + in_quotes(type_name));
+    fail(error_code::decode_error, "config.json: 'architectures' names " + class_name +
+                                       " but 'model_type' is " + in_quotes(type_name));
   if (from_class)
     return *from_class;
   if (from_type)
@@ -100,20 +100,20 @@ model_config defaults_for(architecture arch) {
   model_config c;
   c.arch = arch;
   switch (arch) {
-    case architecture::llama:
-      c.vocab_size = 32000;
-      c.intermediate_size = 11008;
-      c.max_position_embeddings = 2048;
-      c.bos_token_id = 1;
-      c.eos_token_ids = {2};
-      break;
-    case architecture::qwen2:
-    case architecture::qwen3:
-      c.vocab_size = 151936;
-      c.intermediate_size = 22016;
-      c.max_position_embeddings = 32768;
-      c.attention_bias = arch == architecture::qwen2;
-      break;
+  case architecture::llama:
+    c.vocab_size = 32000;
+    c.intermediate_size = 11008;
+    c.max_position_embeddings = 2048;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+    break;
+  case architecture::qwen2:
+  case architecture::qwen3:
+    c.vocab_size = 151936;
+    c.intermediate_size = 22016;
+    c.max_position_embeddings = 32768;
+    c.attention_bias = arch == architecture::qwen2;
+    break;
   }
   c.hidden_size = 4096;
   c.num_hidden_layers = 32;
@@ -135,18 +135,24 @@ const char* const known_dtypes[] = {"float32", "float16", "bfloat16", "float64"}
 
 const char* to_string(architecture x) noexcept {
   switch (x) {
-    case architecture::llama: return "llama";
-    case architecture::qwen2: return "qwen2";
-    case architecture::qwen3: return "qwen3";
+  case architecture::llama:
+    return "llama";
+  case architecture::qwen2:
+    return "qwen2";
+  case architecture::qwen3:
+    return "qwen3";
   }
   return "unknown";
 }
 
 const char* hf_class_name(architecture x) noexcept {
   switch (x) {
-    case architecture::llama: return "LlamaForCausalLM";
-    case architecture::qwen2: return "Qwen2ForCausalLM";
-    case architecture::qwen3: return "Qwen3ForCausalLM";
+  case architecture::llama:
+    return "LlamaForCausalLM";
+  case architecture::qwen2:
+    return "Qwen2ForCausalLM";
+  case architecture::qwen3:
+    return "Qwen3ForCausalLM";
   }
   return "unknown";
 }
@@ -155,9 +161,9 @@ architecture parse_architecture(const std::string& name) {
   for (auto a : {architecture::llama, architecture::qwen2, architecture::qwen3})
     if (name == to_string(a) || name == hf_class_name(a))
       return a;
-  fail(error_code::unsupported,
-       "unsupported architecture " + in_quotes(name)
-         + " (supported: llama, qwen2, qwen3 / LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  fail(error_code::unsupported, "unsupported architecture " + in_quotes(name) +
+                                    " (supported: llama, qwen2, qwen3 / LlamaForCausalLM, "
+                                    "Qwen2ForCausalLM, Qwen3ForCausalLM)");
 }
 
 model_config parse_model_config(const json& j) {
@@ -176,8 +182,8 @@ model_config parse_model_config(const json& j) {
   } else if (!present(j, "head_dim") && c.num_attention_heads > 0) {
     if (c.hidden_size % c.num_attention_heads != 0)
       invalid("hidden_size", std::to_string(c.hidden_size),
-              "must be a multiple of num_attention_heads = "
-                + std::to_string(c.num_attention_heads) + " when head_dim is not given");
+              "must be a multiple of num_attention_heads = " +
+                  std::to_string(c.num_attention_heads) + " when head_dim is not given");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   read_int(j, "head_dim", c.head_dim);
@@ -201,8 +207,8 @@ model_config parse_model_config(const json& j) {
 
   if (j.contains("bos_token_id"))
     c.bos_token_id = j.at("bos_token_id").is_null()
-                       ? std::nullopt
-                       : std::optional<int64_t>(token_id("bos_token_id", j.at("bos_token_id")));
+                         ? std::nullopt
+                         : std::optional<int64_t>(token_id("bos_token_id", j.at("bos_token_id")));
   if (j.contains("eos_token_id")) {
     const auto& e = j.at("eos_token_id");
     c.eos_token_ids.clear();
@@ -249,26 +255,26 @@ model_config load_model_config(const std::string& dir) {
 
 json to_json(const model_config& c) {
   json j = {
-    {"architectures", {hf_class_name(c.arch)}},
-    {"model_type", to_string(c.arch)},
-    {"vocab_size", c.vocab_size},
-    {"hidden_size", c.hidden_size},
-    {"intermediate_size", c.intermediate_size},
-    {"num_hidden_layers", c.num_hidden_layers},
-    {"num_attention_heads", c.num_attention_heads},
-    {"num_key_value_heads", c.num_key_value_heads},
-    {"head_dim", c.head_dim},
-    {"hidden_act", "silu"},
-    {"rms_norm_eps", c.rms_norm_eps},
-    {"rope_theta", c.rope_theta},
-    {"rope_scaling", c.rope_scaling},
-    {"max_position_embeddings", c.max_position_embeddings},
-    {"tie_word_embeddings", c.tie_word_embeddings},
-    {"attention_bias", c.attention_bias},
-    {"attention_dropout", 0.0},
-    {"initializer_range", 0.02},
-    {"use_cache", true},
-    {"torch_dtype", c.torch_dtype},
+      {"architectures", {hf_class_name(c.arch)}},
+      {"model_type", to_string(c.arch)},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", c.rope_scaling},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"attention_bias", c.attention_bias},
+      {"attention_dropout", 0.0},
+      {"initializer_range", 0.02},
+      {"use_cache", true},
+      {"torch_dtype", c.torch_dtype},
   };
   if (c.arch == architecture::llama)
     j["mlp_bias"] = c.mlp_bias;
@@ -286,14 +292,14 @@ json to_json(const model_config& c) {
 
 void validate(const model_config& c) {
   const std::pair<const char*, int64_t> sizes[] = {
-    {"vocab_size", c.vocab_size},
-    {"hidden_size", c.hidden_size},
-    {"intermediate_size", c.intermediate_size},
-    {"num_hidden_layers", c.num_hidden_layers},
-    {"num_attention_heads", c.num_attention_heads},
-    {"num_key_value_heads", c.num_key_value_heads},
-    {"head_dim", c.head_dim},
-    {"max_position_embeddings", c.max_position_embeddings},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"max_position_embeddings", c.max_position_embeddings},
   };
   for (const auto& [field, value] : sizes)
     if (value <= 0)
@@ -371,7 +377,8 @@ model_config preset(const std::string& name) {
     std::string valid;
     for (const auto& n : preset_names())
       valid += (valid.empty() ? "" : ", ") + n;
-    fail(error_code::not_found, "unknown model preset " + in_quotes(name) + " (valid: " + valid + ")");
+    fail(error_code::not_found,
+         "unknown model preset " + in_quotes(name) + " (valid: " + valid + ")");
   }
   return c;
 }
@@ -393,18 +400,16 @@ int64_t num_parameters(const model_config& c) {
 }
 
 bool operator==(const model_config& a, const model_config& b) {
-  return a.arch == b.arch && a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size
-         && a.intermediate_size == b.intermediate_size
-         && a.num_hidden_layers == b.num_hidden_layers
-         && a.num_attention_heads == b.num_attention_heads
-         && a.num_key_value_heads == b.num_key_value_heads && a.head_dim == b.head_dim
-         && a.rms_norm_eps == b.rms_norm_eps && a.rope_theta == b.rope_theta
-         && a.rope_scaling == b.rope_scaling
-         && a.max_position_embeddings == b.max_position_embeddings
-         && a.tie_word_embeddings == b.tie_word_embeddings
-         && a.attention_bias == b.attention_bias && a.mlp_bias == b.mlp_bias
-         && a.bos_token_id == b.bos_token_id && a.eos_token_ids == b.eos_token_ids
-         && a.torch_dtype == b.torch_dtype;
+  return a.arch == b.arch && a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size &&
+         a.intermediate_size == b.intermediate_size && a.num_hidden_layers == b.num_hidden_layers &&
+         a.num_attention_heads == b.num_attention_heads &&
+         a.num_key_value_heads == b.num_key_value_heads && a.head_dim == b.head_dim &&
+         a.rms_norm_eps == b.rms_norm_eps && a.rope_theta == b.rope_theta &&
+         a.rope_scaling == b.rope_scaling &&
+         a.max_position_embeddings == b.max_position_embeddings &&
+         a.tie_word_embeddings == b.tie_word_embeddings && a.attention_bias == b.attention_bias &&
+         a.mlp_bias == b.mlp_bias && a.bos_token_id == b.bos_token_id &&
+         a.eos_token_ids == b.eos_token_ids && a.torch_dtype == b.torch_dtype;
 }
 
 } // namespace rlforge::backends

@@ -98,6 +98,8 @@ std::vector<std::string> preset_names();
 int64_t num_parameters(const model_config& c);
 
 bool operator==(const model_config& a, const model_config& b);
-inline bool operator!=(const model_config& a, const model_config& b) { return !(a == b); }
+inline bool operator!=(const model_config& a, const model_config& b) {
+  return !(a == b);
+}
 
 } // namespace rlforge::backends

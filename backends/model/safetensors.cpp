@@ -15,7 +15,8 @@
 #include "backends/error.hpp"
 
 // The format stores little-endian bytes; we copy them verbatim.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors I/O assumes a little-endian host");
 
 namespace rlforge::backends {
 
@@ -78,9 +79,11 @@ void read_exactly(int fd, const std::string& path, void* out, size_t n, uint64_t
     if (got < 0 && errno == EINTR)
       continue;
     if (got < 0)
-      fail(error_code::io_error, "safetensors: reading " + in_quotes(path) + " failed: " + errno_text());
+      fail(error_code::io_error,
+           "safetensors: reading " + in_quotes(path) + " failed: " + errno_text());
     if (got == 0)
-      fail(error_code::io_error, "safetensors: " + in_quotes(path) + " ended early (truncated while being read?)");
+      fail(error_code::io_error,
+           "safetensors: " + in_quotes(path) + " ended early (truncated while being read?)");
     p += got;
     n -= static_cast<size_t>(got);
     offset += static_cast<uint64_t>(got);
@@ -101,8 +104,7 @@ void write_all(int fd, const std::string& path, const void* data, size_t n) {
 }
 
 // Error messages from the header parser gain the file's path.
-template <class F>
-auto with_path(const std::string& path, F&& f) -> decltype(f()) {
+template <class F> auto with_path(const std::string& path, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const error& e) {
@@ -133,14 +135,13 @@ std::string directory_of(const std::string& path) {
 
 // Writes through `fill(fd, temp_path)` into a temporary file next to `path`, then makes it
 // durable and renames it over `path`, so readers see the old file or the new one, never a part.
-template <class Fill>
-void atomic_write(const std::string& path, Fill&& fill) {
+template <class Fill> void atomic_write(const std::string& path, Fill&& fill) {
   static std::atomic<uint64_t> counter{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   file_descriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0)
-    fail(error_code::io_error, "cannot create " + in_quotes(tmp) + " to write " + in_quotes(path)
-                                 + ": " + errno_text());
+    fail(error_code::io_error,
+         "cannot create " + in_quotes(tmp) + " to write " + in_quotes(path) + ": " + errno_text());
   try {
     fill(fd.get(), tmp);
     if (::fsync(fd.get()) != 0)
@@ -148,8 +149,8 @@ void atomic_write(const std::string& path, Fill&& fill) {
     if (fd.close() != 0)
       fail(error_code::io_error, "closing " + in_quotes(tmp) + " failed: " + errno_text());
     if (::rename(tmp.c_str(), path.c_str()) != 0)
-      fail(error_code::io_error, "cannot rename " + in_quotes(tmp) + " to " + in_quotes(path)
-                                   + ": " + errno_text());
+      fail(error_code::io_error,
+           "cannot rename " + in_quotes(tmp) + " to " + in_quotes(path) + ": " + errno_text());
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
@@ -164,17 +165,28 @@ void atomic_write(const std::string& path, Fill&& fill) {
 
 std::string safetensors_dtype_of(at::ScalarType type) {
   switch (type) {
-    case at::kDouble: return "F64";
-    case at::kFloat: return "F32";
-    case at::kHalf: return "F16";
-    case at::kBFloat16: return "BF16";
-    case at::kLong: return "I64";
-    case at::kInt: return "I32";
-    case at::kShort: return "I16";
-    case at::kChar: return "I8";
-    case at::kByte: return "U8";
-    case at::kBool: return "BOOL";
-    default: break;
+  case at::kDouble:
+    return "F64";
+  case at::kFloat:
+    return "F32";
+  case at::kHalf:
+    return "F16";
+  case at::kBFloat16:
+    return "BF16";
+  case at::kLong:
+    return "I64";
+  case at::kInt:
+    return "I32";
+  case at::kShort:
+    return "I16";
+  case at::kChar:
+    return "I8";
+  case at::kByte:
+    return "U8";
+  case at::kBool:
+    return "BOOL";
+  default:
+    break;
   }
   fail(error_code::invalid_argument,
        std::string("safetensors: dtype ") + c10::toString(type) + " cannot be stored");
@@ -182,9 +194,9 @@ std::string safetensors_dtype_of(at::ScalarType type) {
 
 at::ScalarType scalar_type_of_safetensors_dtype(const std::string& dtype) {
   static const std::pair<const char*, at::ScalarType> types[] = {
-    {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16},
-    {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
-    {"U8", at::kByte},    {"BOOL", at::kBool},
+      {"F64", at::kDouble}, {"F32", at::kFloat}, {"F16", at::kHalf},  {"BF16", at::kBFloat16},
+      {"I64", at::kLong},   {"I32", at::kInt},   {"I16", at::kShort}, {"I8", at::kChar},
+      {"U8", at::kByte},    {"BOOL", at::kBool},
   };
   for (const auto& [name, type] : types)
     if (dtype == name)
@@ -206,7 +218,8 @@ safetensors_file read_safetensors_file(const std::string& path) {
   out.metadata = std::move(header.metadata);
   // Each tensor is read straight into its own storage: one copy, nothing tied to the file.
   for (const auto& t : header.tensors) {
-    auto tensor = at::empty(t.shape, at::TensorOptions().dtype(scalar_type_of_safetensors_dtype(t.dtype)));
+    auto tensor =
+        at::empty(t.shape, at::TensorOptions().dtype(scalar_type_of_safetensors_dtype(t.dtype)));
     size_t bytes = static_cast<size_t>(t.end - t.begin);
     if (bytes > 0)
       read_exactly(fd.get(), path, tensor.data_ptr(), bytes, header.data_offset + t.begin);
@@ -230,7 +243,8 @@ void write_safetensors(const std::string& path, const std::map<std::string, at::
     if (name.empty())
       fail(error_code::invalid_argument, "safetensors: tensor names must not be empty");
     if (!tensor.defined())
-      fail(error_code::invalid_argument, "safetensors: tensor " + in_quotes(name) + " is undefined");
+      fail(error_code::invalid_argument,
+           "safetensors: tensor " + in_quotes(name) + " is undefined");
     tensor_entry e;
     e.name = name;
     try {

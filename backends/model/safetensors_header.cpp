@@ -50,27 +50,27 @@ json parse_json(const char* begin, const char* end) {
   std::vector<std::set<std::string>> keys;
   auto callback = [&keys](int depth, json::parse_event_t event, json& parsed) {
     switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth > max_container_depth)
-          bad("header nests containers deeper than " + std::to_string(max_container_depth)
-              + " levels");
-        if (event == json::parse_event_t::object_start)
-          keys.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!keys.empty())
-          keys.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!keys.empty() && parsed.is_string()) {
-          const auto& k = parsed.get_ref<const std::string&>();
-          if (!keys.back().insert(k).second)
-            bad("duplicate key " + in_quotes(k) + " in header");
-        }
-        break;
-      default:
-        break;
+    case json::parse_event_t::object_start:
+    case json::parse_event_t::array_start:
+      if (depth > max_container_depth)
+        bad("header nests containers deeper than " + std::to_string(max_container_depth) +
+            " levels");
+      if (event == json::parse_event_t::object_start)
+        keys.emplace_back();
+      break;
+    case json::parse_event_t::object_end:
+      if (!keys.empty())
+        keys.pop_back();
+      break;
+    case json::parse_event_t::key:
+      if (!keys.empty() && parsed.is_string()) {
+        const auto& k = parsed.get_ref<const std::string&>();
+        if (!keys.back().insert(k).second)
+          bad("duplicate key " + in_quotes(k) + " in header");
+      }
+      break;
+    default:
+      break;
     }
     return true;
   };
@@ -89,7 +89,8 @@ int64_t parse_dim(const std::string& name, const json& v) {
     return static_cast<int64_t>(x);
   }
   if (v.is_number_integer())
-    bad("tensor " + in_quotes(name) + " has negative dimension " + std::to_string(v.get<int64_t>()));
+    bad("tensor " + in_quotes(name) + " has negative dimension " +
+        std::to_string(v.get<int64_t>()));
   bad("tensor " + in_quotes(name) + " has a shape entry that is not an integer: " + v.dump());
 }
 
@@ -97,7 +98,8 @@ uint64_t parse_offset(const std::string& name, const json& v) {
   if (v.is_number_unsigned())
     return v.get<uint64_t>();
   if (v.is_number_integer())
-    bad("tensor " + in_quotes(name) + " has negative data offset " + std::to_string(v.get<int64_t>()));
+    bad("tensor " + in_quotes(name) + " has negative data offset " +
+        std::to_string(v.get<int64_t>()));
   bad("tensor " + in_quotes(name) + " has a data offset that is not an integer: " + v.dump());
 }
 
@@ -133,23 +135,23 @@ tensor_entry parse_entry(const std::string& name, const json& v, uint64_t data_s
   t.begin = parse_offset(name, (*offsets)[0]);
   t.end = parse_offset(name, (*offsets)[1]);
   if (t.end < t.begin)
-    bad("tensor " + in_quotes(name) + " has data_offsets [" + std::to_string(t.begin) + ", "
-        + std::to_string(t.end) + "] whose end is before its begin");
+    bad("tensor " + in_quotes(name) + " has data_offsets [" + std::to_string(t.begin) + ", " +
+        std::to_string(t.end) + "] whose end is before its begin");
   if (t.end > data_size)
-    bad("tensor " + in_quotes(name) + " has data_offsets [" + std::to_string(t.begin) + ", "
-        + std::to_string(t.end) + "] out of range of the " + std::to_string(data_size)
-        + "-byte data section");
+    bad("tensor " + in_quotes(name) + " has data_offsets [" + std::to_string(t.begin) + ", " +
+        std::to_string(t.end) + "] out of range of the " + std::to_string(data_size) +
+        "-byte data section");
 
   uint64_t bytes = safetensors_dtype_size(t.dtype);
   for (auto d : t.shape) {
     if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
-      bad("tensor " + in_quotes(name) + " of shape " + shape_text(t.shape) + " and dtype " + t.dtype
-          + " has a byte size that overflows 64 bits");
+      bad("tensor " + in_quotes(name) + " of shape " + shape_text(t.shape) + " and dtype " +
+          t.dtype + " has a byte size that overflows 64 bits");
   }
   if (t.end - t.begin != bytes)
-    bad("tensor " + in_quotes(name) + " of shape " + shape_text(t.shape) + " and dtype " + t.dtype
-        + " needs " + std::to_string(bytes) + " bytes but its data_offsets span "
-        + std::to_string(t.end - t.begin));
+    bad("tensor " + in_quotes(name) + " of shape " + shape_text(t.shape) + " and dtype " + t.dtype +
+        " needs " + std::to_string(bytes) + " bytes but its data_offsets span " +
+        std::to_string(t.end - t.begin));
   return t;
 }
 
@@ -157,14 +159,14 @@ tensor_entry parse_entry(const std::string& name, const json& v, uint64_t data_s
 
 size_t safetensors_dtype_size(const std::string& dtype) {
   static const std::pair<const char*, size_t> sizes[] = {
-    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
-    {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+      {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
   };
   for (const auto& [name, size] : sizes)
     if (dtype == name)
       return size;
-  fail(error_code::decode_error, "safetensors: unknown dtype " + in_quotes(dtype)
-                                   + " (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+  fail(error_code::decode_error, "safetensors: unknown dtype " + in_quotes(dtype) +
+                                     " (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
 }
 
 bool is_safetensors_dtype(const std::string& dtype) noexcept {
@@ -178,33 +180,33 @@ bool is_safetensors_dtype(const std::string& dtype) noexcept {
 
 uint64_t safetensors_header_bytes(const uint8_t* data, size_t available, uint64_t file_size) {
   if (file_size < 8)
-    bad("file is " + std::to_string(file_size)
-        + " bytes, shorter than the 8-byte header length prefix");
+    bad("file is " + std::to_string(file_size) +
+        " bytes, shorter than the 8-byte header length prefix");
   if (data == nullptr || available < 8)
     fail(error_code::invalid_argument,
-         "safetensors: the 8-byte header length prefix was not provided (" + std::to_string(available)
-           + " bytes available)");
+         "safetensors: the 8-byte header length prefix was not provided (" +
+             std::to_string(available) + " bytes available)");
   uint64_t header_len = read_le64(data);
   if (header_len > max_safetensors_header_bytes)
-    bad("header length " + std::to_string(header_len) + " exceeds the limit of "
-        + std::to_string(max_safetensors_header_bytes) + " bytes");
+    bad("header length " + std::to_string(header_len) + " exceeds the limit of " +
+        std::to_string(max_safetensors_header_bytes) + " bytes");
   if (header_len > file_size - 8)
-    bad("header length " + std::to_string(header_len) + " runs past the end of the "
-        + std::to_string(file_size) + "-byte file");
+    bad("header length " + std::to_string(header_len) + " runs past the end of the " +
+        std::to_string(file_size) + "-byte file");
   return 8 + header_len;
 }
 
 safetensors_header parse_safetensors_header(const uint8_t* data, size_t available,
                                             uint64_t file_size) {
   if (available > file_size)
-    fail(error_code::invalid_argument, "safetensors: " + std::to_string(available)
-                                         + " bytes available but the file is only "
-                                         + std::to_string(file_size) + " bytes");
+    fail(error_code::invalid_argument, "safetensors: " + std::to_string(available) +
+                                           " bytes available but the file is only " +
+                                           std::to_string(file_size) + " bytes");
   uint64_t prefix = safetensors_header_bytes(data, available, file_size);
   if (available < prefix)
-    fail(error_code::invalid_argument,
-         "safetensors: the header needs " + std::to_string(prefix) + " bytes but only "
-           + std::to_string(available) + " were provided");
+    fail(error_code::invalid_argument, "safetensors: the header needs " + std::to_string(prefix) +
+                                           " bytes but only " + std::to_string(available) +
+                                           " were provided");
 
   const char* begin = reinterpret_cast<const char*>(data) + 8;
   const char* end = reinterpret_cast<const char*>(data) + prefix;
@@ -239,18 +241,18 @@ safetensors_header parse_safetensors_header(const uint8_t* data, size_t availabl
   const tensor_entry* previous = nullptr;
   for (const auto& t : h.tensors) {
     if (t.begin < expected)
-      bad("tensor " + in_quotes(t.name) + " at data_offsets [" + std::to_string(t.begin) + ", "
-          + std::to_string(t.end) + "] overlaps tensor " + in_quotes(previous->name) + " at ["
-          + std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "]");
+      bad("tensor " + in_quotes(t.name) + " at data_offsets [" + std::to_string(t.begin) + ", " +
+          std::to_string(t.end) + "] overlaps tensor " + in_quotes(previous->name) + " at [" +
+          std::to_string(previous->begin) + ", " + std::to_string(previous->end) + "]");
     if (t.begin > expected)
-      bad("hole of " + std::to_string(t.begin - expected) + " bytes before tensor "
-          + in_quotes(t.name) + " at data offset " + std::to_string(expected));
+      bad("hole of " + std::to_string(t.begin - expected) + " bytes before tensor " +
+          in_quotes(t.name) + " at data offset " + std::to_string(expected));
     expected = t.end;
     previous = &t;
   }
   if (expected != data_size)
-    bad(std::to_string(data_size - expected) + " bytes after the last tensor are not covered by "
-        + "any tensor (data section is " + std::to_string(data_size) + " bytes)");
+    bad(std::to_string(data_size - expected) + " bytes after the last tensor are not covered by " +
+        "any tensor (data section is " + std::to_string(data_size) + " bytes)");
   return h;
 }
 
@@ -259,12 +261,13 @@ std::string encode_safetensors_header(const std::vector<tensor_entry>& tensors,
   json root = json::object();
   for (const auto& t : tensors) {
     if (t.name == "__metadata__")
-      fail(error_code::invalid_argument, "safetensors: '__metadata__' is reserved, not a tensor name");
+      fail(error_code::invalid_argument,
+           "safetensors: '__metadata__' is reserved, not a tensor name");
     if (root.contains(t.name))
       fail(error_code::invalid_argument, "safetensors: duplicate tensor name " + in_quotes(t.name));
     if (!is_safetensors_dtype(t.dtype))
-      fail(error_code::invalid_argument, "safetensors: tensor " + in_quotes(t.name)
-                                           + " has unknown dtype " + in_quotes(t.dtype));
+      fail(error_code::invalid_argument,
+           "safetensors: tensor " + in_quotes(t.name) + " has unknown dtype " + in_quotes(t.dtype));
     root[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
   }
   if (!metadata.empty())
@@ -274,7 +277,8 @@ std::string encode_safetensors_header(const std::vector<tensor_entry>& tensors,
     text = root.dump();
   } catch (const json::exception& e) {
     fail(error_code::invalid_argument,
-         std::string("safetensors: a tensor name or metadata entry is not valid UTF-8: ") + e.what());
+         std::string("safetensors: a tensor name or metadata entry is not valid UTF-8: ") +
+             e.what());
   }
   // Pad with spaces so the data section starts 8-byte aligned.
   text.append((8 - text.size() % 8) % 8, ' ');

@@ -24,8 +24,8 @@ class temp_dir {
 public:
   temp_dir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path()
-            / ("rlforge_hf_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ = fs::temp_directory_path() /
+            ("rlforge_hf_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -55,7 +55,7 @@ void expect_error(F&& f, error_code code, const std::vector<std::string>& needle
     EXPECT_EQ(e.code(), code) << e.what();
     for (const auto& n : needles)
       EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-        << "message: " << e.what() << "\nexpected to mention: " << n;
+          << "message: " << e.what() << "\nexpected to mention: " << n;
   }
 }
 
@@ -100,11 +100,11 @@ TEST(HfCheckpoint, ExpectedNamesFollowHfLayoutInModelOrder) {
   EXPECT_EQ(names[names.size() - 2], "model.norm.weight");
   EXPECT_EQ(names.back(), "lm_head.weight");
   const std::set<std::string> layer0{
-    "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
-    "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
-    "model.layers.0.mlp.gate_proj.weight",    "model.layers.0.mlp.up_proj.weight",
-    "model.layers.0.mlp.down_proj.weight",    "model.layers.0.input_layernorm.weight",
-    "model.layers.0.post_attention_layernorm.weight"};
+      "model.layers.0.self_attn.q_proj.weight",        "model.layers.0.self_attn.k_proj.weight",
+      "model.layers.0.self_attn.v_proj.weight",        "model.layers.0.self_attn.o_proj.weight",
+      "model.layers.0.mlp.gate_proj.weight",           "model.layers.0.mlp.up_proj.weight",
+      "model.layers.0.mlp.down_proj.weight",           "model.layers.0.input_layernorm.weight",
+      "model.layers.0.post_attention_layernorm.weight"};
   EXPECT_EQ(std::set<std::string>(names.begin() + 1, names.begin() + 10), layer0);
 
   c.tie_word_embeddings = true;
@@ -280,7 +280,8 @@ TEST(HfCheckpoint, RejectsInconsistentShardIndexes) {
     write_safetensors(dir.file("s1.safetensors"), a);
     write_safetensors(dir.file("s2.safetensors"), b);
     write_json(dir.file("model.safetensors.index.json"),
-               {{"weight_map", {{"x", "s1.safetensors"}, {"y", "s1.safetensors"}, {"z", "s2.safetensors"}}}});
+               {{"weight_map",
+                 {{"x", "s1.safetensors"}, {"y", "s1.safetensors"}, {"z", "s2.safetensors"}}}});
     expect_error([&] { load_hf_weights(dir.str()); }, error_code::decode_error,
                  {"'y'", "s1.safetensors", "s2.safetensors", "two shards"});
   }
@@ -288,13 +289,16 @@ TEST(HfCheckpoint, RejectsInconsistentShardIndexes) {
     temp_dir dir;
     write_safetensors(dir.file("s1.safetensors"), a);
     write_json(dir.file("model.safetensors.index.json"),
-               {{"weight_map", {{"x", "s1.safetensors"}, {"y", "s1.safetensors"}, {"w", "s1.safetensors"}}}});
-    expect_error([&] { load_hf_weights(dir.str()); }, error_code::decode_error, {"'w'", "lacks it"});
+               {{"weight_map",
+                 {{"x", "s1.safetensors"}, {"y", "s1.safetensors"}, {"w", "s1.safetensors"}}}});
+    expect_error([&] { load_hf_weights(dir.str()); }, error_code::decode_error,
+                 {"'w'", "lacks it"});
   }
   {
     temp_dir dir;
     write_safetensors(dir.file("s1.safetensors"), a);
-    write_json(dir.file("model.safetensors.index.json"), {{"weight_map", {{"x", "s1.safetensors"}}}});
+    write_json(dir.file("model.safetensors.index.json"),
+               {{"weight_map", {{"x", "s1.safetensors"}}}});
     expect_error([&] { load_hf_weights(dir.str()); }, error_code::decode_error,
                  {"'y'", "does not map"});
   }

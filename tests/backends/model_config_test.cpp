@@ -25,7 +25,7 @@ void expect_error(F&& f, error_code code, const std::vector<std::string>& needle
     EXPECT_EQ(e.code(), code) << e.what();
     for (const auto& n : needles)
       EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-        << "message: " << e.what() << "\nexpected to mention: " << n;
+          << "message: " << e.what() << "\nexpected to mention: " << n;
   }
 }
 
@@ -33,8 +33,8 @@ class temp_dir {
 public:
   temp_dir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path()
-            / ("rlforge_cfg_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ = fs::temp_directory_path() /
+            ("rlforge_cfg_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -87,7 +87,7 @@ TEST(ModelConfig, ParsesAFullLlamaConfig) {
 
 TEST(ModelConfig, AppliesLlamaDefaults) {
   auto c = parse_model_config(json::parse(
-    R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4})"));
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4})"));
   EXPECT_EQ(c.num_key_value_heads, 4);
   EXPECT_EQ(c.head_dim, 16);
   EXPECT_EQ(c.vocab_size, 32000);
@@ -106,7 +106,7 @@ TEST(ModelConfig, AppliesLlamaDefaults) {
 
 TEST(ModelConfig, HonoursLlamaBiasFlags) {
   auto c = parse_model_config(json::parse(
-    R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_attention_heads": 4,
+      R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_attention_heads": 4,
         "attention_bias": true, "mlp_bias": true})"));
   EXPECT_TRUE(c.attention_bias);
   EXPECT_TRUE(c.mlp_bias);
@@ -129,7 +129,7 @@ TEST(ModelConfig, ParsesQwen2WithAlwaysOnAttentionBias) {
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
   // HF's Qwen2 ignores the key: biases are always there.
   auto d = parse_model_config(json::parse(
-    R"({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
+      R"({"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4,
         "attention_bias": false})"));
   EXPECT_TRUE(d.attention_bias);
   EXPECT_EQ(d.vocab_size, 151936);
@@ -151,13 +151,13 @@ TEST(ModelConfig, ParsesQwen3WithItsHeadDim) {
   EXPECT_FALSE(c.attention_bias);
   EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
   auto d = parse_model_config(
-    json::parse(R"({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4})"));
+      json::parse(R"({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4})"));
   EXPECT_EQ(d.head_dim, 128);
 }
 
 TEST(ModelConfig, AcceptsNewerHfSpellings) {
   auto c = parse_model_config(json::parse(
-    R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10,
+      R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10,
         "dtype": "float16", "rope_parameters": {"rope_type": "default", "rope_theta": 250000.0},
         "bos_token_id": null, "eos_token_id": null})"));
   EXPECT_EQ(c.torch_dtype, "float16");
@@ -167,18 +167,19 @@ TEST(ModelConfig, AcceptsNewerHfSpellings) {
 }
 
 TEST(ModelConfig, RejectsUnknownOrConflictingArchitectures) {
-  expect_error([] { parse_model_config(json::parse(R"({"architectures": ["MistralForCausalLM"]})")); },
-               error_code::unsupported, {"MistralForCausalLM"});
+  expect_error(
+      [] { parse_model_config(json::parse(R"({"architectures": ["MistralForCausalLM"]})")); },
+      error_code::unsupported, {"MistralForCausalLM"});
   expect_error([] { parse_model_config(json::parse(R"({"model_type": "gpt2"})")); },
                error_code::unsupported, {"gpt2"});
   expect_error([] { parse_model_config(json::parse(R"({"hidden_size": 64})")); },
                error_code::decode_error, {"names no architecture"});
   expect_error(
-    [] {
-      parse_model_config(
-        json::parse(R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "llama"})"));
-    },
-    error_code::decode_error, {"Qwen2ForCausalLM", "llama"});
+      [] {
+        parse_model_config(
+            json::parse(R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "llama"})"));
+      },
+      error_code::decode_error, {"Qwen2ForCausalLM", "llama"});
   expect_error([] { parse_model_config(json::parse("[1, 2]")); }, error_code::decode_error,
                {"object"});
   EXPECT_EQ(parse_architecture("Qwen3ForCausalLM"), architecture::qwen3);
@@ -188,17 +189,17 @@ TEST(ModelConfig, RejectsUnknownOrConflictingArchitectures) {
 TEST(ModelConfig, RejectsIllTypedFieldsNamingThem) {
   const std::string base = R"("model_type": "llama", "hidden_size": 64, "num_attention_heads": 4)";
   const std::vector<std::pair<std::string, std::string>> cases = {
-    {R"("vocab_size": "512")", "vocab_size"},
-    {R"("hidden_size": 64.5)", "hidden_size"},
-    {R"("rms_norm_eps": "1e-5")", "rms_norm_eps"},
-    {R"("tie_word_embeddings": 1)", "tie_word_embeddings"},
-    {R"("eos_token_id": "</s>")", "eos_token_id"},
-    {R"("eos_token_id": [2, "x"])", "eos_token_id"},
-    {R"("bos_token_id": 1.5)", "bos_token_id"},
-    {R"("rope_scaling": 3)", "rope_scaling"},
-    {R"("torch_dtype": 16)", "torch_dtype"},
-    {R"("architectures": "LlamaForCausalLM")", "architectures"},
-    {R"("num_key_value_heads": 18446744073709551615)", "num_key_value_heads"},
+      {R"("vocab_size": "512")", "vocab_size"},
+      {R"("hidden_size": 64.5)", "hidden_size"},
+      {R"("rms_norm_eps": "1e-5")", "rms_norm_eps"},
+      {R"("tie_word_embeddings": 1)", "tie_word_embeddings"},
+      {R"("eos_token_id": "</s>")", "eos_token_id"},
+      {R"("eos_token_id": [2, "x"])", "eos_token_id"},
+      {R"("bos_token_id": 1.5)", "bos_token_id"},
+      {R"("rope_scaling": 3)", "rope_scaling"},
+      {R"("torch_dtype": 16)", "torch_dtype"},
+      {R"("architectures": "LlamaForCausalLM")", "architectures"},
+      {R"("num_key_value_heads": 18446744073709551615)", "num_key_value_heads"},
   };
   for (const auto& [field, needle] : cases) {
     auto text = "{" + base + ", " + field + "}";
@@ -213,30 +214,33 @@ TEST(ModelConfig, ValidateRejectsBadValuesNamingFieldAndValue) {
     std::vector<std::string> needles;
   };
   const std::vector<bad_case> cases = {
-    {[](model_config& c) { c.vocab_size = 0; }, {"vocab_size", "0"}},
-    {[](model_config& c) { c.hidden_size = -64; }, {"hidden_size", "-64"}},
-    {[](model_config& c) { c.intermediate_size = 0; }, {"intermediate_size"}},
-    {[](model_config& c) { c.num_hidden_layers = 0; }, {"num_hidden_layers"}},
-    {[](model_config& c) { c.num_attention_heads = -1; }, {"num_attention_heads", "-1"}},
-    {[](model_config& c) { c.num_key_value_heads = 3; }, {"num_key_value_heads", "3", "4"}},
-    {[](model_config& c) { c.head_dim = 15; }, {"head_dim", "15"}},
-    {[](model_config& c) { c.max_position_embeddings = 0; }, {"max_position_embeddings"}},
-    {[](model_config& c) { c.rms_norm_eps = 0; }, {"rms_norm_eps"}},
-    {[](model_config& c) { c.rope_theta = -1; }, {"rope_theta"}},
-    {[](model_config& c) { c.bos_token_id = 512; }, {"bos_token_id", "512"}},
-    {[](model_config& c) { c.eos_token_ids = {2, -3}; }, {"eos_token_id", "-3"}},
-    {[](model_config& c) { c.torch_dtype = "int8"; }, {"torch_dtype", "int8"}},
-    {[](model_config& c) { c.rope_scaling = json::array({1}); }, {"rope_scaling"}},
-    {[](model_config& c) {
-       c.arch = architecture::qwen2;
-       c.attention_bias = false;
-     },
-     {"attention_bias", "qwen2"}},
-    {[](model_config& c) {
-       c.arch = architecture::qwen3;
-       c.mlp_bias = true;
-     },
-     {"mlp_bias", "qwen3"}},
+      {[](model_config& c) { c.vocab_size = 0; }, {"vocab_size", "0"}},
+      {[](model_config& c) { c.hidden_size = -64; }, {"hidden_size", "-64"}},
+      {[](model_config& c) { c.intermediate_size = 0; }, {"intermediate_size"}},
+      {[](model_config& c) { c.num_hidden_layers = 0; }, {"num_hidden_layers"}},
+      {[](model_config& c) { c.num_attention_heads = -1; }, {"num_attention_heads", "-1"}},
+      {[](model_config& c) { c.num_key_value_heads = 3; }, {"num_key_value_heads", "3", "4"}},
+      {[](model_config& c) { c.head_dim = 15; }, {"head_dim", "15"}},
+      {[](model_config& c) { c.max_position_embeddings = 0; }, {"max_position_embeddings"}},
+      {[](model_config& c) { c.rms_norm_eps = 0; }, {"rms_norm_eps"}},
+      {[](model_config& c) { c.rope_theta = -1; }, {"rope_theta"}},
+      {[](model_config& c) { c.bos_token_id = 512; }, {"bos_token_id", "512"}},
+      {[](model_config& c) {
+         c.eos_token_ids = {2, -3};
+       },
+       {"eos_token_id", "-3"}},
+      {[](model_config& c) { c.torch_dtype = "int8"; }, {"torch_dtype", "int8"}},
+      {[](model_config& c) { c.rope_scaling = json::array({1}); }, {"rope_scaling"}},
+      {[](model_config& c) {
+         c.arch = architecture::qwen2;
+         c.attention_bias = false;
+       },
+       {"attention_bias", "qwen2"}},
+      {[](model_config& c) {
+         c.arch = architecture::qwen3;
+         c.mlp_bias = true;
+       },
+       {"mlp_bias", "qwen3"}},
   };
   for (const auto& bc : cases) {
     auto c = preset("tiny");
@@ -245,17 +249,17 @@ TEST(ModelConfig, ValidateRejectsBadValuesNamingFieldAndValue) {
   }
   // parse_model_config validates too.
   expect_error(
-    [] {
-      parse_model_config(json::parse(
-        R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 6})"));
-    },
-    error_code::invalid_argument, {"hidden_size", "64", "num_attention_heads = 6"});
+      [] {
+        parse_model_config(
+            json::parse(R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 6})"));
+      },
+      error_code::invalid_argument, {"hidden_size", "64", "num_attention_heads = 6"});
   expect_error(
-    [] {
-      parse_model_config(json::parse(R"({"model_type": "llama", "hidden_size": 64,
+      [] {
+        parse_model_config(json::parse(R"({"model_type": "llama", "hidden_size": 64,
                                          "num_attention_heads": 4, "num_key_value_heads": 3})"));
-    },
-    error_code::invalid_argument, {"num_key_value_heads", "3"});
+      },
+      error_code::invalid_argument, {"num_key_value_heads", "3"});
 }
 
 TEST(ModelConfig, ToJsonIsHfCompatibleAndRoundTrips) {
@@ -322,7 +326,8 @@ TEST(ModelConfig, PresetsHaveTheDocumentedShapesAndSizes) {
     EXPECT_NO_THROW(validate(preset(name))) << name;
 
   // Hand counts: tiny = 2·512·64 (embed + head) + 2·(2·64·64 + 2·32·64 + 3·64·128 + 2·64) + 64.
-  EXPECT_EQ(num_parameters(t), 2 * 512 * 64 + 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128 + 128) + 64);
+  EXPECT_EQ(num_parameters(t),
+            2 * 512 * 64 + 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128 + 128) + 64);
   EXPECT_EQ(num_parameters(t), 139584);
   EXPECT_EQ(num_parameters(preset("tiny-qwen2")), 139584 + 2 * (64 + 32 + 32));
   EXPECT_EQ(num_parameters(preset("tiny-qwen3")), 139584 + 2 * (16 + 16));

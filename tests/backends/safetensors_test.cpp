@@ -28,8 +28,8 @@ class temp_dir {
 public:
   temp_dir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path()
-            / ("rlforge_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ = fs::temp_directory_path() /
+            ("rlforge_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -67,7 +67,8 @@ std::vector<uint8_t> file_bytes(const std::string& header, size_t data_size) {
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
@@ -80,12 +81,11 @@ safetensors_header parse(const std::vector<uint8_t>& bytes) {
 }
 
 bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
-  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && a.nbytes() == b.nbytes()
-         && std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && a.nbytes() == b.nbytes() &&
+         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
 }
 
-template <class T>
-std::vector<uint8_t> raw(const std::vector<T>& values) {
+template <class T> std::vector<uint8_t> raw(const std::vector<T>& values) {
   std::vector<uint8_t> out(values.size() * sizeof(T));
   std::memcpy(out.data(), values.data(), out.size());
   return out;
@@ -139,10 +139,10 @@ TEST(Safetensors, RoundTripIsBitExactForEveryDtype) {
   // Random bit patterns cover NaN payloads, infinities, signed zeros and subnormals.
   tensors["f64"] = at::randint(std::numeric_limits<int64_t>::min() / 2,
                                std::numeric_limits<int64_t>::max() / 2, shape, at::kLong)
-                     .view(at::kDouble);
+                       .view(at::kDouble);
   tensors["f32"] = at::randint(std::numeric_limits<int32_t>::min(),
                                std::numeric_limits<int32_t>::max(), shape, at::kInt)
-                     .view(at::kFloat);
+                       .view(at::kFloat);
   tensors["f16"] = at::randint(-32768, 32767, shape, at::kShort).view(at::kHalf);
   tensors["bf16"] = at::randint(-32768, 32767, shape, at::kShort).view(at::kBFloat16);
   tensors["i64"] = at::randint(std::numeric_limits<int64_t>::min() / 2,
@@ -177,9 +177,9 @@ TEST(Safetensors, RoundTripIsBitExactForEveryDtype) {
 TEST(Safetensors, WrittenFileFollowsThePublishedLayout) {
   temp_dir dir;
   std::map<std::string, at::Tensor> tensors{
-    {"zeta", at::arange(5, at::kInt)},
-    {"alpha", at::arange(3, at::kDouble)},
-    {"mid", at::ones({2, 3}, at::kHalf)},
+      {"zeta", at::arange(5, at::kInt)},
+      {"alpha", at::arange(3, at::kDouble)},
+      {"mid", at::ones({2, 3}, at::kHalf)},
   };
   write_safetensors(dir.file("t.safetensors"), tensors, {{"format", "pt"}});
   auto bytes = read_bytes(dir.file("t.safetensors"));
@@ -211,9 +211,9 @@ TEST(Safetensors, StoresViewsAndNonContiguousTensorsByValue) {
   temp_dir dir;
   auto base = at::arange(24, at::kFloat).view({4, 6});
   std::map<std::string, at::Tensor> tensors{
-    {"transposed", base.t()},
-    {"slice", base.slice(0, 1, 3).slice(1, 2, 5)},
-    {"offset_view", base.view(-1).slice(0, 5, 11)},
+      {"transposed", base.t()},
+      {"slice", base.slice(0, 1, 3).slice(1, 2, 5)},
+      {"offset_view", base.view(-1).slice(0, 5, 11)},
   };
   write_safetensors(dir.file("v.safetensors"), tensors);
   auto back = read_safetensors(dir.file("v.safetensors"));
@@ -260,7 +260,8 @@ TEST(Safetensors, WriteRejectsBadInputsNamingThem) {
     FAIL() << "expected io_error";
   } catch (const error& e) {
     EXPECT_EQ(e.code(), error_code::io_error);
-    EXPECT_NE(std::string(e.what()).find("no/such/dir/x.safetensors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no/such/dir/x.safetensors"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -298,39 +299,40 @@ TEST(SafetensorsHeader, RejectsEachKindOfCorruptionWithAMessageNamingIt) {
   };
   const std::string ok_entry = R"("t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
   const std::vector<bad_case> cases = {
-    {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, "not valid JSON"},
-    {R"(["t"])", 0, "does not start with '{'"},
-    {R"( {})", 0, "does not start with '{'"},
-    {R"({"t":[1,2]})", 8, "is not an object"},
-    {R"({"t":{"shape":[2],"data_offsets":[0,8]}})", 8, "no 'dtype'"},
-    {R"({"t":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", 8, "'dtype' that is not a string"},
-    {R"({"t":{"dtype":"F8","shape":[2],"data_offsets":[0,2]}})", 2, "unknown dtype 'F8'"},
-    {R"({"t":{"dtype":"F32","data_offsets":[0,8]}})", 8, "no 'shape'"},
-    {R"({"t":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8, "'shape' that is not an array"},
-    {R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "negative dimension -2"},
-    {R"({"t":{"dtype":"F32","shape":[1.5],"data_offsets":[0,8]}})", 8, "not an integer"},
-    {R"({"t":{"dtype":"F32","shape":[2]}})", 8, "no 'data_offsets'"},
-    {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8, "not a [begin, end] pair"},
-    {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[-1,7]}})", 8, "negative data offset"},
-    {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "end is before its begin"},
-    {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4, "out of range"},
-    {R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12 bytes"},
-    {R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8,
-     "overflows"},
-    {R"({"t":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})", 8,
-     "too large"},
-    {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-     12, "overlaps"},
-    {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-     R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-     12, "hole of 4 bytes"},
-    {"{" + ok_entry + "}", 12, "4 bytes after the last tensor"},
-    {"{" + ok_entry + "," + ok_entry + "}", 8, "duplicate key 't'"},
-    {"{" + ok_entry + R"(,"__metadata__":[1]})", 8, "'__metadata__' is not an object"},
-    {"{" + ok_entry + R"(,"__metadata__":{"k":1}})", 8, "metadata value for 'k'"},
-    {R"({"t":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8, "deeper than"},
-    {"{\"t\":" + std::string(5000, '[') + std::string(5000, ']') + "}", 0, "deeper than"},
+      {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})", 8, "not valid JSON"},
+      {R"(["t"])", 0, "does not start with '{'"},
+      {R"( {})", 0, "does not start with '{'"},
+      {R"({"t":[1,2]})", 8, "is not an object"},
+      {R"({"t":{"shape":[2],"data_offsets":[0,8]}})", 8, "no 'dtype'"},
+      {R"({"t":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", 8, "'dtype' that is not a string"},
+      {R"({"t":{"dtype":"F8","shape":[2],"data_offsets":[0,2]}})", 2, "unknown dtype 'F8'"},
+      {R"({"t":{"dtype":"F32","data_offsets":[0,8]}})", 8, "no 'shape'"},
+      {R"({"t":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8,
+       "'shape' that is not an array"},
+      {R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "negative dimension -2"},
+      {R"({"t":{"dtype":"F32","shape":[1.5],"data_offsets":[0,8]}})", 8, "not an integer"},
+      {R"({"t":{"dtype":"F32","shape":[2]}})", 8, "no 'data_offsets'"},
+      {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8, "not a [begin, end] pair"},
+      {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[-1,7]}})", 8, "negative data offset"},
+      {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "end is before its begin"},
+      {R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4, "out of range"},
+      {R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8, "needs 12 bytes"},
+      {R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8,
+       "overflows"},
+      {R"({"t":{"dtype":"F32","shape":[9223372036854775808],"data_offsets":[0,8]}})", 8,
+       "too large"},
+      {R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12, "overlaps"},
+      {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       12, "hole of 4 bytes"},
+      {"{" + ok_entry + "}", 12, "4 bytes after the last tensor"},
+      {"{" + ok_entry + "," + ok_entry + "}", 8, "duplicate key 't'"},
+      {"{" + ok_entry + R"(,"__metadata__":[1]})", 8, "'__metadata__' is not an object"},
+      {"{" + ok_entry + R"(,"__metadata__":{"k":1}})", 8, "metadata value for 'k'"},
+      {R"({"t":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8, "deeper than"},
+      {"{\"t\":" + std::string(5000, '[') + std::string(5000, ']') + "}", 0, "deeper than"},
   };
   for (const auto& c : cases) {
     auto bytes = file_bytes(c.header, c.data_size);
@@ -340,7 +342,7 @@ TEST(SafetensorsHeader, RejectsEachKindOfCorruptionWithAMessageNamingIt) {
     } catch (const error& e) {
       EXPECT_EQ(e.code(), error_code::decode_error) << e.what();
       EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos)
-        << "message: " << e.what() << "\nexpected to mention: " << c.needle;
+          << "message: " << e.what() << "\nexpected to mention: " << c.needle;
     }
   }
 }
@@ -388,9 +390,9 @@ TEST(SafetensorsHeader, RejectsInconsistentBufferArguments) {
 
 TEST(SafetensorsHeader, EncodeThenParseGivesTheEntriesBack) {
   std::vector<tensor_entry> entries{
-    {"w", "BF16", {3, 4}, 0, 24},
-    {"b", "I8", {5}, 24, 29},
-    {"s", "F64", {}, 29, 37},
+      {"w", "BF16", {3, 4}, 0, 24},
+      {"b", "I8", {5}, 24, 29},
+      {"s", "F64", {}, 29, 37},
   };
   auto prefix = encode_safetensors_header(entries, {{"k", "v"}});
   EXPECT_EQ(prefix.size() % 8, 0u);
@@ -439,11 +441,8 @@ TEST(SafetensorsHeader, DtypeSizesMatchTheFormat) {
 TEST(SafetensorsHeader, RandomMutationsEitherParseConsistentlyOrThrowBackendErrors) {
   temp_dir dir;
   std::vector<tensor_entry> entries{
-    {"a.weight", "F32", {4, 3}, 0, 48},
-    {"a.bias", "F16", {3}, 48, 54},
-    {"b", "I64", {2}, 54, 70},
-    {"flag", "BOOL", {}, 70, 71},
-    {"z", "BF16", {0}, 71, 71},
+      {"a.weight", "F32", {4, 3}, 0, 48}, {"a.bias", "F16", {3}, 48, 54}, {"b", "I64", {2}, 54, 70},
+      {"flag", "BOOL", {}, 70, 71},       {"z", "BF16", {0}, 71, 71},
   };
   auto prefix = encode_safetensors_header(entries, {{"format", "pt"}});
   std::vector<uint8_t> valid(prefix.begin(), prefix.end());
@@ -457,41 +456,41 @@ TEST(SafetensorsHeader, RandomMutationsEitherParseConsistentlyOrThrowBackendErro
   for (int iter = 0; iter < 4000; ++iter) {
     auto bytes = valid;
     switch (iter % 6) {
-      case 0: // a few bit flips anywhere
-        for (int k = 0, n = 1 + static_cast<int>(pick(4)); k < n; ++k)
-          bytes[pick(bytes.size())] ^= static_cast<uint8_t>(1u << pick(8));
-        break;
-      case 1: // truncation
-        bytes.resize(pick(bytes.size()));
-        break;
-      case 2: { // header length changes, small and wild
-        uint64_t n = 0;
-        for (int i = 7; i >= 0; --i)
-          n = (n << 8) | bytes[static_cast<size_t>(i)];
-        n = pick(2) ? n + static_cast<uint64_t>(pick(17)) - 8 : rng();
-        auto p = le64(n);
-        std::copy(p.begin(), p.end(), bytes.begin());
-        break;
-      }
-      case 3: // random byte in the JSON text
-        bytes[8 + pick(prefix.size() - 8)] = static_cast<uint8_t>(rng());
-        break;
-      case 4: // a byte inserted or removed inside the header
-        if (pick(2))
-          bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(8 + pick(prefix.size() - 8)),
-                       static_cast<uint8_t>(rng()));
-        else
-          bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(8 + pick(prefix.size() - 8)));
-        break;
-      case 5: // a digit of some number replaced by another digit
-        for (size_t tries = 0; tries < 64; ++tries) {
-          size_t at = 8 + pick(prefix.size() - 8);
-          if (bytes[at] >= '0' && bytes[at] <= '9') {
-            bytes[at] = static_cast<uint8_t>('0' + pick(10));
-            break;
-          }
+    case 0: // a few bit flips anywhere
+      for (int k = 0, n = 1 + static_cast<int>(pick(4)); k < n; ++k)
+        bytes[pick(bytes.size())] ^= static_cast<uint8_t>(1u << pick(8));
+      break;
+    case 1: // truncation
+      bytes.resize(pick(bytes.size()));
+      break;
+    case 2: { // header length changes, small and wild
+      uint64_t n = 0;
+      for (int i = 7; i >= 0; --i)
+        n = (n << 8) | bytes[static_cast<size_t>(i)];
+      n = pick(2) ? n + static_cast<uint64_t>(pick(17)) - 8 : rng();
+      auto p = le64(n);
+      std::copy(p.begin(), p.end(), bytes.begin());
+      break;
+    }
+    case 3: // random byte in the JSON text
+      bytes[8 + pick(prefix.size() - 8)] = static_cast<uint8_t>(rng());
+      break;
+    case 4: // a byte inserted or removed inside the header
+      if (pick(2))
+        bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(8 + pick(prefix.size() - 8)),
+                     static_cast<uint8_t>(rng()));
+      else
+        bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(8 + pick(prefix.size() - 8)));
+      break;
+    case 5: // a digit of some number replaced by another digit
+      for (size_t tries = 0; tries < 64; ++tries) {
+        size_t at = 8 + pick(prefix.size() - 8);
+        if (bytes[at] >= '0' && bytes[at] <= '9') {
+          bytes[at] = static_cast<uint8_t>('0' + pick(10));
+          break;
         }
-        break;
+      }
+      break;
     }
     try {
       auto h = parse(bytes);
