@@ -25,7 +25,8 @@ const char* to_string(errc x) noexcept {
 }
 
 std::string error_message(const caf::error& err) {
-  if (err.category() != errc_category)
+  // An empty caf::error has no category in CAF 0.17: asking for it would dereference null.
+  if (!err || err.category() != errc_category)
     return {};
   const auto& ctx = err.context();
   if (ctx.size() == 1 && ctx.match_element<std::string>(0))

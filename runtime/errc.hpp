@@ -50,7 +50,7 @@ inline caf::error make_error(errc code) {
 
 /// True when `err` is an rlforge error with the given code.
 inline bool is(const caf::error& err, errc code) {
-  return err.category() == errc_category && err.code() == static_cast<uint8_t>(code);
+  return err && err.category() == errc_category && err.code() == static_cast<uint8_t>(code);
 }
 
 /// The message of an rlforge error (empty when there is none or it is another category).

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/message.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include "runtime/tensor_blob.hpp"
@@ -139,6 +140,21 @@ typename Inspector::result_type inspect(Inspector& f, collective_spec& x) {
 inline bool operator==(const collective_spec& a, const collective_spec& b) {
   return a.store == b.store && a.name == b.name && a.host == b.host && a.port == b.port
          && a.timeout_ms == b.timeout_ms;
+}
+
+/// The reply of one rank to one op: whatever the op returned, as one message. (A bare
+/// `caf::message` reply would be flattened into the response itself.)
+struct op_result {
+  caf::message value;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_result& x) {
+  return f(caf::meta::type_name("op_result"), x.value);
+}
+
+inline bool operator==(const op_result& a, const op_result& b) {
+  return to_string(a.value) == to_string(b.value);
 }
 
 /// A list of tensors (a batch chunk, a gradient bucket) in wire form.

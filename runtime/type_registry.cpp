@@ -7,7 +7,7 @@ namespace rlforge::runtime {
 const char* const message_type_names[] = {
   "rlforge::tensor_blob",     "rlforge::node_resources",   "rlforge::placement_group_request",
   "rlforge::bundle_placement", "rlforge::placement_group_info", "rlforge::rank_info",
-  "rlforge::collective_spec", "rlforge::resource_amounts", "std::vector<int32_t>",
+  "rlforge::collective_spec", "rlforge::op_result",      "rlforge::resource_amounts", "std::vector<int32_t>",
   "std::vector<int64_t>",     "std::vector<float>",        "std::vector<double>",
   "std::vector<caf::message>", "std::vector<uint8_t>",
 };

@@ -18,7 +18,7 @@ namespace rlforge::runtime {
 /// sends a value of each across a real connection.
 using message_types = caf::detail::type_list<
   tensor_blob, node_resources, placement_group_request, bundle_placement, placement_group_info,
-  rank_info, collective_spec, resource_amounts, std::vector<int32_t>, std::vector<int64_t>,
+  rank_info, collective_spec, op_result, resource_amounts, std::vector<int32_t>, std::vector<int64_t>,
   std::vector<float>, std::vector<double>, std::vector<caf::message>, std::vector<uint8_t>>;
 
 /// The CAF name of each type in `message_types` (same order).

@@ -46,6 +46,9 @@ rank_info sample(rank_info*) {
 collective_spec sample(collective_spec*) {
   return {"tcp", "grp#9", "127.0.0.1", 29500, 1234};
 }
+op_result sample(op_result*) {
+  return {caf::make_message(std::string{"loss"}, 0.25, sample(static_cast<collective_spec*>(nullptr)))};
+}
 resource_amounts sample(resource_amounts*) {
   return {{"GPU", 0.0001}, {"CPU", 48}, {"custom", -0.5}};
 }

@@ -100,3 +100,9 @@ TEST(Errc, RendersCodeAndMessage) {
   EXPECT_FALSE(is(err, errc::internal));
   EXPECT_STREQ(to_string(errc::rank_failed), "rank_failed");
 }
+
+TEST(Errc, EmptyAndForeignErrorsHaveNoRlforgeMessage) {
+  EXPECT_EQ(error_message(caf::error{}), "");
+  EXPECT_FALSE(is(caf::error{}, errc::none));
+  EXPECT_EQ(error_message(caf::make_error(caf::sec::request_timeout)), "");
+}

@@ -1,0 +1,58 @@
+#include "actors/actor_kind.hpp"
+
+#include <mutex>
+
+#include "backends/collective_group.hpp"
+#include "runtime/errc.hpp"
+
+namespace rlforge::actors {
+
+rank_context::rank_context() = default;
+rank_context::~rank_context() = default;
+rank_context::rank_context(rank_context&&) noexcept = default;
+rank_context& rank_context::operator=(rank_context&&) noexcept = default;
+
+namespace {
+
+struct kind_table {
+  std::mutex mx;
+  std::map<std::string, actor_kind> kinds;
+};
+
+kind_table& table() {
+  static kind_table t;
+  return t;
+}
+
+} // namespace
+
+void register_kind(actor_kind kind) {
+  auto& t = table();
+  std::lock_guard<std::mutex> guard{t.mx};
+  auto name = kind.name;
+  t.kinds[name] = std::move(kind);
+}
+
+caf::expected<actor_kind> find_kind(const std::string& name) {
+  auto& t = table();
+  std::lock_guard<std::mutex> guard{t.mx};
+  auto i = t.kinds.find(name);
+  if (i != t.kinds.end())
+    return i->second;
+  std::string known;
+  for (auto& [k, _] : t.kinds)
+    known += (known.empty() ? "" : ", ") + k;
+  return make_error(errc::not_found,
+                    "unknown actor kind '" + name + "' (registered: " + known + ")");
+}
+
+std::vector<std::string> kind_names() {
+  auto& t = table();
+  std::lock_guard<std::mutex> guard{t.mx};
+  std::vector<std::string> out;
+  for (auto& [k, _] : t.kinds)
+    out.push_back(k);
+  return out;
+}
+
+} // namespace rlforge::actors

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <caf/message.hpp>
+
+#include "runtime/messages.hpp"
+
+namespace rlforge::backends {
+class collective_group;
+} // namespace rlforge::backends
+
+namespace rlforge::actors {
+
+/// What one rank owns while it lives: who it is, its collective group (after
+/// `init_collective`), and the kind's own state.
+struct rank_context {
+  rank_info info;
+  std::unique_ptr<backends::collective_group> collective;
+  std::shared_ptr<void> state; ///< the kind's state, created by `actor_kind::make_state`
+  /// Set by an op to make the rank exit with this reason right after the op, without
+  /// answering it (e.g. a fatal, unrecoverable device error): callers see the rank die.
+  caf::error exit_reason;
+
+  rank_context();
+  ~rank_context();
+  rank_context(rank_context&&) noexcept;
+  rank_context& operator=(rank_context&&) noexcept;
+
+  /// The kind's state as `T` (the type its `make_state` created).
+  template <class T>
+  T& as() {
+    return *static_cast<T*>(state.get());
+  }
+};
+
+/// One operation of a kind: gets the rank's context and the call's arguments, returns the
+/// result. May throw (a `backends::error`, a torch error): the rank turns the exception into an
+/// error naming group, rank and operation, and stays alive.
+using op_fn = std::function<caf::expected<caf::message>(rank_context&, const caf::message& args)>;
+
+/// A kind of rank actor ("worker", "policy", "engine", ...): a state factory and named ops.
+/// Every kind also answers the built-in ops `info`, `ping`, `threads`, `init_collective`,
+/// `all_reduce` and `broadcast` (see rank_actor.hpp).
+struct actor_kind {
+  std::string name;
+  std::function<std::shared_ptr<void>(const rank_info&)> make_state;
+  std::map<std::string, op_fn> ops;
+};
+
+/// Registers a kind under its name so groups (and node agents, for remote spawns) can spawn it.
+/// Registering the same name again replaces it. Thread-safe.
+void register_kind(actor_kind kind);
+
+/// The kind registered under `name`, or an error naming it and the known kinds.
+caf::expected<actor_kind> find_kind(const std::string& name);
+
+/// Names of all registered kinds, sorted.
+std::vector<std::string> kind_names();
+
+} // namespace rlforge::actors

@@ -1,0 +1,128 @@
+#include "actors/collective_ops.hpp"
+
+#include <map>
+#include <mutex>
+
+#include <ATen/ATen.h>
+
+#include "actors/tensor_convert.hpp"
+#include "backends/collective_group.hpp"
+#include "backends/error.hpp"
+#include "runtime/errc.hpp"
+
+namespace rlforge::actors {
+
+namespace {
+
+using backends::error_code;
+using backends::fail;
+
+/// In-process stores by group: every rank of a local group must get the same one.
+struct local_stores {
+  std::mutex mx;
+  std::map<std::string, backends::store_handle> by_name;
+};
+
+local_stores& stores() {
+  static local_stores s;
+  return s;
+}
+
+backends::store_handle local_store(const std::string& name) {
+  auto& s = stores();
+  std::lock_guard<std::mutex> guard{s.mx};
+  auto i = s.by_name.find(name);
+  if (i == s.by_name.end())
+    i = s.by_name.emplace(name, backends::make_in_process_store()).first;
+  return i->second;
+}
+
+std::vector<at::Tensor> to_tensors(const tensor_list& blobs) {
+  std::vector<at::Tensor> out;
+  out.reserve(blobs.size());
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    auto t = from_blob(blobs[i]);
+    if (!t)
+      fail(error_code::invalid_argument,
+           "tensor " + std::to_string(i) + ": " + error_message(t.error()));
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+tensor_list to_blobs(const std::vector<at::Tensor>& ts) {
+  tensor_list out;
+  out.reserve(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    auto blob = to_blob(ts[i]);
+    if (!blob)
+      fail(error_code::internal,
+           "tensor " + std::to_string(i) + " after the collective: " + error_message(blob.error()));
+    out.push_back(std::move(*blob));
+  }
+  return out;
+}
+
+backends::collective_group& require_group(rank_context& ctx, const std::string& op) {
+  if (!ctx.collective)
+    fail(error_code::invalid_argument,
+         op + " before init_collective: this group was spawned without collectives");
+  return *ctx.collective;
+}
+
+} // namespace
+
+void release_local_store(const std::string& name) {
+  auto& s = stores();
+  std::lock_guard<std::mutex> guard{s.mx};
+  s.by_name.erase(name);
+}
+
+caf::expected<caf::message> run_collective_op(rank_context& ctx, const std::string& op,
+                                              const caf::message& args) {
+  if (op == "init_collective") {
+    if (args.size() != 1 || !args.match_element<collective_spec>(0))
+      fail(error_code::invalid_argument, "init_collective expects (collective_spec)");
+    auto spec = args.get_as<collective_spec>(0);
+    if (spec.timeout_ms <= 0)
+      fail(error_code::invalid_argument,
+           "collective timeout must be > 0 ms, got " + std::to_string(spec.timeout_ms));
+    backends::collective_options opts;
+    opts.timeout = std::chrono::milliseconds{spec.timeout_ms};
+    opts.group_name = spec.name;
+    opts.interface_host = spec.host;
+    if (spec.store == "local") {
+      ctx.collective = backends::collective_group::create(local_store(spec.name), ctx.info.rank,
+                                                          ctx.info.world_size, opts);
+    } else if (spec.store == "tcp") {
+      auto store = backends::make_tcp_store(spec.host, spec.port, ctx.info.rank == 0,
+                                            ctx.info.world_size, opts.timeout);
+      ctx.collective = backends::collective_group::create(store, ctx.info.rank,
+                                                          ctx.info.world_size, opts);
+    } else {
+      fail(error_code::invalid_argument,
+           "unknown collective store '" + spec.store + "' (expected local or tcp)");
+    }
+    return caf::message{};
+  }
+  if (op == "all_reduce") {
+    if (args.size() != 1 || !args.match_element<tensor_list>(0))
+      fail(error_code::invalid_argument, "all_reduce expects (tensor_list)");
+    auto& group = require_group(ctx, op);
+    auto ts = to_tensors(args.get_as<tensor_list>(0));
+    group.all_reduce_sum(ts);
+    return caf::make_message(to_blobs(ts));
+  }
+  if (op == "broadcast") {
+    if (args.size() != 2 || !args.match_element<tensor_list>(0)
+        || !args.match_element<int32_t>(1))
+      fail(error_code::invalid_argument, "broadcast expects (tensor_list, int32 root)");
+    auto& group = require_group(ctx, op);
+    auto ts = to_tensors(args.get_as<tensor_list>(0));
+    group.broadcast(ts, args.get_as<int32_t>(1));
+    return caf::make_message(to_blobs(ts));
+  }
+  fail(error_code::internal, "run_collective_op called with op '" + op + "'");
+}
+
+} // namespace rlforge::actors

@@ -1,0 +1,29 @@
+#pragma once
+
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include "runtime/messages.hpp"
+
+namespace rlforge::actors {
+
+/// Spawns one rank of kind `kind` as a detached actor (its own OS thread: ranks block in
+/// libtorch and collectives). The rank sets its torch intra-op threads to `info.threads` on its
+/// own thread, creates the kind's state, then answers
+/// `(call_atom, std::string op, caf::message args) → caf::message`.
+///
+/// Built-in ops of every kind:
+///  - `info` → rank_info; `ping` → (); `threads` → int32 intra-op threads of the rank's thread
+///  - `init_collective` (collective_spec) → (): joins the group's collective group (rendezvous
+///    and barrier, bounded by the spec's timeout)
+///  - `all_reduce` (tensor_list) → tensor_list: element-wise SUM over ranks
+///  - `broadcast` (tensor_list, int32 root) → tensor_list: the root's tensors on every rank
+///
+/// A failing op (unknown name, bad arguments, a backend exception) answers an error naming
+/// group, rank and op; the rank stays alive and keeps its state.
+caf::expected<caf::actor> spawn_rank(caf::actor_system& sys, const std::string& kind,
+                                     rank_info info);
+
+} // namespace rlforge::actors
