@@ -155,8 +155,24 @@ at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::
                        const at::Tensor& a, const at::Tensor& b_up, double scaling, double dropout,
                        bool training) {
   auto y = at::linear(x, weight, bias);
-  if (!a.defined())
+  if (!a.defined() && !b_up.defined())
     return y;
+  auto shape = [](const at::Tensor& t) {
+    if (!t.defined())
+      return std::string("undefined");
+    std::string out = "[";
+    for (int64_t i = 0; i < t.dim(); ++i)
+      out += (i ? ", " : "") + std::to_string(t.size(i));
+    return out + "]";
+  };
+  const int64_t in = weight.size(1), out = weight.size(0);
+  if (!a.defined() || a.dim() != 2 || a.size(1) != in)
+    fail(error_code::invalid_argument, "lora_linear: lora_A must be [rank, " + std::to_string(in)
+                                         + "], got " + shape(a));
+  if (!b_up.defined() || b_up.dim() != 2 || b_up.size(0) != out || b_up.size(1) != a.size(0))
+    fail(error_code::invalid_argument,
+         "lora_linear: lora_B must be [" + std::to_string(out) + ", " + std::to_string(a.size(0))
+           + "], got " + shape(b_up));
   auto xa = training && dropout > 0 ? at::dropout(x, dropout, true) : x;
   return y + at::linear(at::linear(xa, a), b_up) * scaling;
 }

@@ -469,7 +469,7 @@ TEST(CausalLm, RejectsWeightShapeDisagreeingWithConfig) {
   auto w = spread_weights(c, 1);
   w["model.layers.1.self_attn.k_proj.weight"] = at::zeros({7, c.hidden_size});
   expect_error([&] { causal_lm::from_weights(c, w); }, error_code::invalid_argument,
-               {"model.layers.1.self_attn.k_proj.weight", "7"});
+               {"model.layers.1.self_attn.k_proj.weight", "[32, 64]", "[7, 64]"});
   auto missing = spread_weights(c, 1);
   missing.erase("model.layers.0.mlp.up_proj.weight");
   expect_error([&] { causal_lm::from_weights(c, missing); }, error_code::invalid_argument,
@@ -531,4 +531,20 @@ TEST(CausalLm, RejectsMalformedInputs) {
   expect_error([&] { model->logits(at::zeros({2, 5})); }, error_code::invalid_argument, {"[2, 5]"});
   expect_error([] { causal_lm::load("/nonexistent/rlforge-model"); }, error_code::not_found,
                {"/nonexistent/rlforge-model"});
+}
+
+TEST(CausalLm, RejectsInvalidConfigsAndInitSettings) {
+  auto c = llama_tied();
+  c.num_key_value_heads = 3; // does not divide 4 heads
+  expect_error([&] { causal_lm::random(c, 1); }, error_code::invalid_argument,
+               {"num_key_value_heads"});
+  for (double std : {0.0, -0.5, std::nan("")})
+    expect_error([&] { random_hf_weights(llama_tied(), 1, std); }, error_code::invalid_argument,
+                 {"std"});
+  auto model = causal_lm::random(llama_tied(), 1);
+  model->add_value_head(1);
+  expect_error([&] { model->values(at::zeros({2, 3, 10})); }, error_code::invalid_argument,
+               {"[2, 3, 10]"});
+  expect_error([&] { model->values(at::zeros({2, 64})); }, error_code::invalid_argument,
+               {"[2, 64]"});
 }

@@ -207,3 +207,14 @@ TEST(Logprobs, RejectsBadShapesAndChunkSizes) {
   expect_error([&] { score_tokens(*model, {3}); }, error_code::invalid_argument, {"2 tokens"});
   expect_error([&] { score_tokens(*model, {3, 80}); }, error_code::out_of_range, {"80"});
 }
+
+TEST(Logprobs, SequenceLogprobsRejectsBadShapes) {
+  auto model = causal_lm::random(tiny(), 1);
+  auto ids = at::ones({2, 4}, at::kLong);
+  expect_error([&] { sequence_logprobs(*model, ids.narrow(1, 0, 1), at::ones({2, 1}, at::kLong)); },
+               error_code::invalid_argument, {"S >= 2", "[2, 1]"});
+  expect_error([&] { sequence_logprobs(*model, ids, at::ones({2, 3}, at::kLong)); },
+               error_code::invalid_argument, {"attention_mask", "[2, 4]"});
+  expect_error([&] { sequence_logprobs(*model, ids, at::ones({2, 4}, at::kLong), -1.0); },
+               error_code::invalid_argument, {"temperature", "-1"});
+}

@@ -237,3 +237,26 @@ TEST(Lora, RejectsBadConfigurations) {
   EXPECT_DOUBLE_EQ(parsed.scaling(), 4.0);
   EXPECT_EQ(parsed.target_modules, (std::vector<std::string>{"v_proj", "q_proj"}));
 }
+
+TEST(Lora, LinearRejectsAdapterShapesThatDoNotFit) {
+  auto x = at::randn({3, 6});
+  auto w = at::randn({5, 6});
+  expect_error([&] { lora_linear(x, w, {}, at::randn({2, 7}), at::randn({5, 2}), 1.0); },
+               error_code::invalid_argument, {"lora_A", "[2, 7]"});
+  expect_error([&] { lora_linear(x, w, {}, at::randn({2, 6}), at::randn({5, 3}), 1.0); },
+               error_code::invalid_argument, {"lora_B", "[5, 3]"});
+  expect_error([&] { lora_linear(x, w, {}, at::randn({2, 6}), {}, 1.0); },
+               error_code::invalid_argument, {"lora_B"});
+}
+
+TEST(Lora, SaveReportsUnwritableDirectory) {
+  lora_adapter adapter;
+  adapter.config = config(2, 4);
+  adapter.tensors["base_model.model.x.lora_A.weight"] = at::zeros({2, 3});
+  temp_dir dir("unwritable");
+  auto file = dir.path / "a_file";
+  std::ofstream(file) << "x";
+  // A directory cannot be created beneath a regular file.
+  expect_error([&] { save_lora_adapter((file / "sub").string(), adapter); }, error_code::io_error,
+               {"a_file"});
+}
