@@ -153,7 +153,7 @@ blas_report inspect_blas() {
     auto c = at::mm(a, a);
     if (c[0][0].item<float>() != 64.0f)
       fail(error_code::internal, "inspect_blas: a 64x64 product of ones gave " +
-                                   std::to_string(c[0][0].item<float>()) + ", expected 64");
+                                     std::to_string(c[0][0].item<float>()) + ", expected 64");
   }
   blas_report r;
   for (const auto& p : blas_libraries_in_maps(read_file("/proc/self/maps"))) {
@@ -227,8 +227,7 @@ double measure_gemm_gflops(int n, int threads, int reps) {
          "measure_gemm_gflops: n must be in [1, 8192], got " + std::to_string(n));
   if (threads < 0)
     fail(error_code::invalid_argument,
-         "measure_gemm_gflops: threads must be >= 0 (0 = current), got " +
-           std::to_string(threads));
+         "measure_gemm_gflops: threads must be >= 0 (0 = current), got " + std::to_string(threads));
   if (reps < 1 || reps > 1000)
     fail(error_code::invalid_argument,
          "measure_gemm_gflops: reps must be in [1, 1000], got " + std::to_string(reps));
@@ -256,7 +255,7 @@ double measure_gemm_gflops(int n, int threads, int reps) {
     auto start = std::chrono::steady_clock::now();
     at::mm_out(c, a, b);
     seconds.push_back(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(seconds.begin(), seconds.end());
   auto median = seconds[seconds.size() / 2];

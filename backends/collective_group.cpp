@@ -8,7 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef RLFORGE_WITH_CUDA
-#  include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -24,7 +24,7 @@
 #include <utility>
 
 #ifndef USE_C10D_GLOO
-#  error "rlforge::backends needs libtorch's c10d Gloo (the torch CMake target defines USE_C10D_GLOO)"
+#error "rlforge::backends needs libtorch's c10d Gloo (the torch CMake target defines USE_C10D_GLOO)"
 #endif
 
 namespace rlforge::backends {
@@ -119,7 +119,7 @@ class bounded_store final : public c10d::Store {
 public:
   bounded_store(c10::intrusive_ptr<c10d::Store> base, std::string prefix,
                 std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), base_(std::move(base)), prefix_(std::move(prefix)) {}
+      : c10d::Store(timeout), base_(std::move(base)), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     base_->set(prefix_ + key, value);
@@ -139,17 +139,11 @@ public:
     return base_->add(prefix_ + key, value);
   }
 
-  bool deleteKey(const std::string& key) override {
-    return base_->deleteKey(prefix_ + key);
-  }
+  bool deleteKey(const std::string& key) override { return base_->deleteKey(prefix_ + key); }
 
-  bool check(const std::vector<std::string>& keys) override {
-    return base_->check(prefixed(keys));
-  }
+  bool check(const std::vector<std::string>& keys) override { return base_->check(prefixed(keys)); }
 
-  int64_t getNumKeys() override {
-    return base_->getNumKeys();
-  }
+  int64_t getNumKeys() override { return base_->getNumKeys(); }
 
   void wait(const std::vector<std::string>& keys) override {
     base_->wait(prefixed(keys), timeout_);
@@ -177,16 +171,16 @@ private:
 
 bool supported_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kFloat:
-    case at::kDouble:
-    case at::kHalf:
-    case at::kChar:
-    case at::kByte:
-    case at::kInt:
-    case at::kLong:
-      return true;
-    default:
-      return false;
+  case at::kFloat:
+  case at::kDouble:
+  case at::kHalf:
+  case at::kChar:
+  case at::kByte:
+  case at::kInt:
+  case at::kLong:
+    return true;
+  default:
+    return false;
   }
 }
 
@@ -196,9 +190,12 @@ bool supported_dtype(at::ScalarType t) {
 
 const char* to_string(store_kind x) noexcept {
   switch (x) {
-    case store_kind::in_process: return "in_process";
-    case store_kind::tcp: return "tcp";
-    case store_kind::file: return "file";
+  case store_kind::in_process:
+    return "in_process";
+  case store_kind::tcp:
+    return "tcp";
+  case store_kind::file:
+    return "file";
   }
   return "unknown";
 }
@@ -259,8 +256,8 @@ store_handle make_tcp_store(const std::string& host, std::uint16_t port, bool is
       auto tcp = c10::make_intrusive<c10d::TCPStore>(host, o);
       st->kind = store_kind::tcp;
       st->port = tcp->getPort();
-      st->description = "tcp " + host + ":" + std::to_string(st->port) +
-                        (is_server ? " (server)" : " (client)");
+      st->description =
+          "tcp " + host + ":" + std::to_string(st->port) + (is_server ? " (server)" : " (client)");
       st->store = std::move(tcp);
       return store_handle{std::move(st)};
     } catch (const std::exception& e) {
@@ -273,9 +270,9 @@ store_handle make_tcp_store(const std::string& host, std::uint16_t port, bool is
         std::this_thread::sleep_for(std::min(retry_pause, left));
         retry_pause = std::min(retry_pause * 2, max_retry_pause);
         // Never 0: c10d reads a zero timeout as "wait forever".
-        o.timeout = std::max(std::chrono::milliseconds(1),
-                             std::chrono::duration_cast<std::chrono::milliseconds>(
-                               deadline - clock_type::now()));
+        o.timeout = std::max(
+            std::chrono::milliseconds(1),
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()));
         continue;
       }
       fail(error_code::timeout, "tcp store: could not reach the server at " + endpoint +
@@ -292,8 +289,8 @@ store_handle make_file_store(const std::string& path, int world_size) {
   std::error_code ec;
   auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
-    fail(error_code::io_error, "file store: directory '" + parent.string() + "' of '" + path +
-                                 "' does not exist");
+    fail(error_code::io_error,
+         "file store: directory '" + parent.string() + "' of '" + path + "' does not exist");
   try {
     auto st = std::make_shared<detail::store_state>();
     st->kind = store_kind::file;
@@ -315,9 +312,7 @@ struct collective_group::impl {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::optional<std::string> broken; // the first failure, once there was one
 
-  bool is_gloo() const {
-    return opts.backend == "gloo";
-  }
+  bool is_gloo() const { return opts.backend == "gloo"; }
 
   std::string where(const char* op) const {
     return "collective group '" + opts.group_name + "': " + op + " on rank " +
@@ -333,7 +328,7 @@ struct collective_group::impl {
   void check_root(const char* op, int root) const {
     if (root < 0 || root >= world_size)
       fail(error_code::out_of_range, where(op) + ": root " + std::to_string(root) +
-                                       " is outside [0, " + std::to_string(world_size) + ")");
+                                         " is outside [0, " + std::to_string(world_size) + ")");
   }
 
   void check_tensor(const char* op, const at::Tensor& t, std::optional<std::size_t> index) const {
@@ -345,26 +340,25 @@ struct collective_group::impl {
            where(op) + ": " + name + " is not dense; only strided tensors are supported");
     if (is_gloo() && !t.device().is_cpu())
       fail(error_code::invalid_argument, where(op) + ": " + name + " is on device " +
-                                           t.device().str() +
-                                           "; the gloo backend takes CPU tensors");
+                                             t.device().str() +
+                                             "; the gloo backend takes CPU tensors");
     if (!is_gloo() && !t.device().is_cuda())
       fail(error_code::invalid_argument, where(op) + ": " + name + " is on device " +
-                                           t.device().str() +
-                                           "; the nccl backend takes CUDA tensors");
+                                             t.device().str() +
+                                             "; the nccl backend takes CUDA tensors");
     if (!supported_dtype(t.scalar_type()))
-      fail(error_code::unsupported,
-           where(op) + ": " + name + " has dtype " + c10::toString(t.scalar_type()) +
-             ", not one of Half, Float, Double, Char, Byte, Int, Long");
+      fail(error_code::unsupported, where(op) + ": " + name + " has dtype " +
+                                        c10::toString(t.scalar_type()) +
+                                        ", not one of Half, Float, Double, Char, Byte, Int, Long");
     if (at::has_internal_overlap(t) == at::MemOverlap::Yes)
       fail(error_code::invalid_argument,
            where(op) + ": " + name +
-             " has elements sharing memory (an expanded view?); pass a tensor owning its data");
+               " has elements sharing memory (an expanded view?); pass a tensor owning its data");
   }
 
   // Issues one c10d operation and waits for it with the group's timeout, turning every c10d or
   // Gloo failure into an `error` and marking the group unusable.
-  template <class Issue>
-  void run(const char* op, Issue&& issue) {
+  template <class Issue> void run(const char* op, Issue&& issue) {
     check_usable(op);
     auto start = clock_type::now();
     try {
@@ -376,9 +370,9 @@ struct collective_group::impl {
         broken = op + std::string(" timed out: ") + m;
         fail(error_code::timeout,
              where(op) + " timed out after " + ms(opts.timeout) +
-               " (a peer did not join: collectives must be called in the same order on all "
-               "ranks, or a peer died): " +
-               m);
+                 " (a peer did not join: collectives must be called in the same order on all "
+                 "ranks, or a peer died): " +
+                 m);
       }
       broken = op + std::string(" failed: ") + m;
       fail(error_code::backend_error, where(op) + " failed: " + m);
@@ -491,11 +485,11 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
   check_world_size(what, world_size);
   if (rank < 0 || rank >= world_size)
     fail(error_code::out_of_range, std::string(what) + ": rank " + std::to_string(rank) +
-                                     " is outside [0, " + std::to_string(world_size) + ")");
+                                       " is outside [0, " + std::to_string(world_size) + ")");
   check_timeout(what, opts.timeout);
   if (opts.backend != "gloo" && opts.backend != "nccl")
-    fail(error_code::invalid_argument, std::string(what) + ": unknown backend '" + opts.backend +
-                                         "' (expected gloo or nccl)");
+    fail(error_code::invalid_argument,
+         std::string(what) + ": unknown backend '" + opts.backend + "' (expected gloo or nccl)");
 #ifndef RLFORGE_WITH_CUDA
   if (opts.backend == "nccl")
     fail(error_code::unsupported,
@@ -509,23 +503,23 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
     fail(error_code::invalid_argument, std::string(what) + ": bucket_bytes must be > 0, got 0");
   if (opts.gloo_threads < 1)
     fail(error_code::invalid_argument, std::string(what) + ": gloo_threads must be >= 1, got " +
-                                         std::to_string(opts.gloo_threads));
+                                           std::to_string(opts.gloo_threads));
 
   auto p = std::make_unique<impl>();
   p->rank = rank;
   p->world_size = world_size;
   p->opts = opts;
   p->store_description = store.description();
-  auto who = "collective group '" + opts.group_name + "' rendezvous: rank " +
-             std::to_string(rank) + " of " + std::to_string(world_size);
+  auto who = "collective group '" + opts.group_name + "' rendezvous: rank " + std::to_string(rank) +
+             " of " + std::to_string(world_size);
 
   std::shared_ptr<::gloo::transport::Device> device;
   if (opts.backend == "gloo") {
     try {
       device = c10d::ProcessGroupGloo::createDeviceForHostname(opts.interface_host);
     } catch (const std::exception& e) {
-      fail(error_code::invalid_argument, who + ": cannot use interface_host '" +
-                                           opts.interface_host + "': " + message_of(e));
+      fail(error_code::invalid_argument,
+           who + ": cannot use interface_host '" + opts.interface_host + "': " + message_of(e));
     }
   }
 
@@ -556,13 +550,12 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
     auto m = message_of(e);
     if (looks_like_timeout(m, start, opts.timeout))
       fail(error_code::timeout, who + " timed out after " + ms(opts.timeout) +
-                                  " waiting for peers (store: " + p->store_description +
-                                  "); every rank in [0, " + std::to_string(world_size) +
-                                  ") must call create with the same world size and group "
-                                  "name: " +
-                                  m);
-    fail(error_code::backend_error,
-         who + " failed (store: " + p->store_description + "): " + m);
+                                    " waiting for peers (store: " + p->store_description +
+                                    "); every rank in [0, " + std::to_string(world_size) +
+                                    ") must call create with the same world size and group "
+                                    "name: " +
+                                    m);
+    fail(error_code::backend_error, who + " failed (store: " + p->store_description + "): " + m);
   }
 
   try {

@@ -111,8 +111,7 @@ public:
   /// `error{invalid_argument}` / `error{out_of_range}` / `error{unsupported}` for bad
   /// arguments.
   static std::unique_ptr<collective_group> create(const store_handle& store, int rank,
-                                                  int world_size,
-                                                  collective_options opts = {});
+                                                  int world_size, collective_options opts = {});
 
   ~collective_group();
   collective_group(const collective_group&) = delete;

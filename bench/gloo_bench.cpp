@@ -65,8 +65,7 @@ struct rank_times {
 // Times one collective `iters` times after `warmup` untimed runs; a barrier lines the ranks up
 // before each run so every sample measures the collective alone.
 std::vector<double> time_op(collective_group& g, const settings& s,
-                            const std::function<void()>& prepare,
-                            const std::function<void()>& op) {
+                            const std::function<void()>& prepare, const std::function<void()>& op) {
   std::vector<double> out;
   for (int i = 0; i < s.warmup + s.iters; ++i) {
     prepare();
@@ -97,19 +96,21 @@ rank_times run_rank(const store_handle& store, int rank, const settings& s) {
   g->all_reduce_sum(t);
   r.correct = r.correct && t.eq(3.0f).all().item<bool>();
 
-  r.broadcast = time_op(*g, s, [&] {}, [&] { g->broadcast(t, 0); });
-  r.all_reduce = time_op(*g, s, [&] { t.fill_(mine); }, [&] { g->all_reduce_sum(t); });
+  r.broadcast = time_op(
+      *g, s, [&] {}, [&] { g->broadcast(t, 0); });
+  r.all_reduce = time_op(
+      *g, s, [&] { t.fill_(mine); }, [&] { g->all_reduce_sum(t); });
 
   std::vector<at::Tensor> pieces;
   for (int64_t i = 0; i < bucketed_pieces; ++i)
     pieces.push_back(at::empty({numel / bucketed_pieces}, at::kFloat));
   r.bucketed = time_op(
-    *g, s,
-    [&] {
-      for (auto& p : pieces)
-        p.fill_(mine);
-    },
-    [&] { g->all_reduce_sum(pieces); });
+      *g, s,
+      [&] {
+        for (auto& p : pieces)
+          p.fill_(mine);
+      },
+      [&] { g->all_reduce_sum(pieces); });
   for (auto& p : pieces)
     r.correct = r.correct && p.eq(3.0f).all().item<bool>();
   g->barrier();
@@ -144,8 +145,9 @@ void print_results(const rank_times& r, const settings& s, const char* how, doub
   auto size = std::to_string(s.mb) + "MB";
   report("gloo.broadcast", size, how, r.broadcast, bytes, memcpy);
   report("gloo.all_reduce_sum", size, how, r.all_reduce, bytes, memcpy);
-  report("gloo.all_reduce_sum.bucketed", std::to_string(bucketed_pieces) + "x" +
-           std::to_string(s.mb * 1024 / bucketed_pieces) + "KB",
+  report("gloo.all_reduce_sum.bucketed",
+         std::to_string(bucketed_pieces) + "x" + std::to_string(s.mb * 1024 / bucketed_pieces) +
+             "KB",
          how, r.bucketed, bytes, memcpy);
   if (!r.correct)
     std::printf("ERROR: a collective returned wrong values (%s)\n", how);
@@ -182,9 +184,11 @@ int run_threads(const settings& s, double memcpy) {
 
 int run_processes(const settings& s, const char* self, double memcpy) {
   auto server = make_tcp_store("127.0.0.1", 0, true, 2, group_timeout);
-  std::vector<std::string> args{self,     "--worker",          "--rank", "1",
-                                "--port", std::to_string(server.port()), "--mb",
-                                std::to_string(s.mb), "--iters", std::to_string(s.iters),
+  std::vector<std::string> args{self,       "--worker",
+                                "--rank",   "1",
+                                "--port",   std::to_string(server.port()),
+                                "--mb",     std::to_string(s.mb),
+                                "--iters",  std::to_string(s.iters),
                                 "--warmup", std::to_string(s.warmup)};
   std::vector<char*> argv;
   for (auto& a : args)
@@ -215,8 +219,8 @@ int run_processes(const settings& s, const char* self, double memcpy) {
 
 int run_worker(const settings& s) {
   try {
-    auto store = make_tcp_store("127.0.0.1", static_cast<std::uint16_t>(s.port), false, 2,
-                                group_timeout);
+    auto store =
+        make_tcp_store("127.0.0.1", static_cast<std::uint16_t>(s.port), false, 2, group_timeout);
     auto r = run_rank(store, s.rank, s);
     return r.correct ? 0 : 1;
   } catch (const std::exception& e) {

@@ -46,16 +46,17 @@ void print_blas_text(const nlohmann::json& s, std::ostream& out) {
   const auto& gemm = s["gemm"];
   out << "blas:    " << blas["library"].get<std::string>() << " ("
       << blas["path"].get<std::string>() << ")\n";
-  out << "torch:   " << torch["version"].get<std::string>() << ", "
-      << torch["threads"].get<int>() << " intra-op thread(s), "
-      << torch["parallel_backend"].get<std::string>() << " backend\n";
+  out << "torch:   " << torch["version"].get<std::string>() << ", " << torch["threads"].get<int>()
+      << " intra-op thread(s), " << torch["parallel_backend"].get<std::string>() << " backend\n";
   char rate[64];
   std::snprintf(rate, sizeof(rate), "%.1f", gemm["gflops"].get<double>());
   out << "gemm:    " << rate << " GFLOP/s (fp32 " << gemm_n << "x" << gemm_n << ", "
       << gemm["threads"].get<int>() << " thread(s), median of " << gemm_reps << ")\n";
   if (!blas["warning"].is_null()) {
     auto w = blas["warning"].get<std::string>();
-    out << "\n" << std::string(w.size(), '!') << "\n" << w << "\n"
+    out << "\n"
+        << std::string(w.size(), '!') << "\n"
+        << w << "\n"
         << std::string(w.size(), '!') << "\n";
   }
 }

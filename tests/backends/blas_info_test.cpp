@@ -31,21 +31,21 @@ TEST(BlasInfo, ClassifiesLibraryPaths) {
     const char* expected;
   };
   const std::vector<row> table{
-    {"/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3", "openblas-openmp"},
-    {"/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblasp-r0.3.21.so", "openblas-openmp"},
-    {"/usr/lib/x86_64-linux-gnu/openblas-openmp/liblapack.so.3", "openblas-openmp"},
-    {"/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3", "openblas-pthread"},
-    {"/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so", "openblas-pthread"},
-    {"/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3", "openblas-serial"},
-    {"/opt/OpenBLAS/lib/libopenblas.so.0", "openblas"},
-    {"/usr/lib/x86_64-linux-gnu/blas/libblas.so.3", "reference (netlib)"},
-    {"/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0", "reference (netlib)"},
-    {"/usr/lib/x86_64-linux-gnu/lapack/liblapack.so.3.11.0", "reference (netlib)"},
-    {"/usr/lib64/libcblas.so.3", "reference (netlib)"},
-    {"/opt/intel/oneapi/mkl/latest/lib/intel64/libmkl_rt.so.2", "mkl"},
-    {"/usr/lib/x86_64-linux-gnu/libmkl_intel_lp64.so", "mkl"},
-    {"/usr/lib/x86_64-linux-gnu/atlas/libblas.so.3", "atlas"},
-    {"/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3", "blis"},
+      {"/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3", "openblas-openmp"},
+      {"/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblasp-r0.3.21.so", "openblas-openmp"},
+      {"/usr/lib/x86_64-linux-gnu/openblas-openmp/liblapack.so.3", "openblas-openmp"},
+      {"/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3", "openblas-pthread"},
+      {"/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so", "openblas-pthread"},
+      {"/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3", "openblas-serial"},
+      {"/opt/OpenBLAS/lib/libopenblas.so.0", "openblas"},
+      {"/usr/lib/x86_64-linux-gnu/blas/libblas.so.3", "reference (netlib)"},
+      {"/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0", "reference (netlib)"},
+      {"/usr/lib/x86_64-linux-gnu/lapack/liblapack.so.3.11.0", "reference (netlib)"},
+      {"/usr/lib64/libcblas.so.3", "reference (netlib)"},
+      {"/opt/intel/oneapi/mkl/latest/lib/intel64/libmkl_rt.so.2", "mkl"},
+      {"/usr/lib/x86_64-linux-gnu/libmkl_intel_lp64.so", "mkl"},
+      {"/usr/lib/x86_64-linux-gnu/atlas/libblas.so.3", "atlas"},
+      {"/usr/lib/x86_64-linux-gnu/blis-openmp/libblas.so.3", "blis"},
   };
   for (const auto& r : table)
     EXPECT_EQ(classify_blas_path(r.path), r.expected) << r.path;
@@ -55,23 +55,24 @@ TEST(BlasInfo, ClassifiesLibraryPaths) {
 
 TEST(BlasInfo, FindsBlasLibrariesInAMapsFile) {
   const std::string maps =
-    "55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 123 /usr/bin/prog\n"
-    "7f0000000000-7f0000001000 r--p 00000000 08:01 200 "
-    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3\n"
-    "7f0000001000-7f0000002000 r-xp 00001000 08:01 200 "
-    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3\n"
-    "7f0000003000-7f0000004000 r-xp 00000000 08:01 201 "
-    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblasp-r0.3.21.so\n"
-    "7f0000005000-7f0000006000 r-xp 00000000 08:01 202 /usr/lib/x86_64-linux-gnu/libcublas.so.12\n"
-    "7f0000007000-7f0000008000 r-xp 00000000 08:01 203 /usr/lib/x86_64-linux-gnu/libgomp.so.1\n"
-    "7f0000009000-7f000000a000 rw-p 00000000 00:00 0 \n"
-    "7f000000b000-7f000000c000 rw-p 00000000 00:00 0 [heap]\n"
-    "7f000000d000-7f000000e000 r-xp 00000000 08:01 204 /opt/my libs/liblapack.so.3 (deleted)\n";
+      "55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 123 /usr/bin/prog\n"
+      "7f0000000000-7f0000001000 r--p 00000000 08:01 200 "
+      "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3\n"
+      "7f0000001000-7f0000002000 r-xp 00001000 08:01 200 "
+      "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3\n"
+      "7f0000003000-7f0000004000 r-xp 00000000 08:01 201 "
+      "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblasp-r0.3.21.so\n"
+      "7f0000005000-7f0000006000 r-xp 00000000 08:01 202 "
+      "/usr/lib/x86_64-linux-gnu/libcublas.so.12\n"
+      "7f0000007000-7f0000008000 r-xp 00000000 08:01 203 /usr/lib/x86_64-linux-gnu/libgomp.so.1\n"
+      "7f0000009000-7f000000a000 rw-p 00000000 00:00 0 \n"
+      "7f000000b000-7f000000c000 rw-p 00000000 00:00 0 [heap]\n"
+      "7f000000d000-7f000000e000 r-xp 00000000 08:01 204 /opt/my libs/liblapack.so.3 (deleted)\n";
   auto found = blas_libraries_in_maps(maps);
   std::vector<std::string> expected{
-    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3",
-    "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblasp-r0.3.21.so",
-    "/opt/my libs/liblapack.so.3",
+      "/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3",
+      "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblasp-r0.3.21.so",
+      "/opt/my libs/liblapack.so.3",
   };
   EXPECT_EQ(found, expected);
   EXPECT_TRUE(blas_libraries_in_maps("").empty());
@@ -99,8 +100,7 @@ TEST(BlasInfoChild, PrintsTheDetectedLibrary) {
   if (std::getenv("RLFORGE_BLAS_INFO_CHILD") == nullptr)
     GTEST_SKIP() << "only runs as the child of DetectsTheReferenceBlasWhenTheLoaderPicksIt";
   auto r = inspect_blas();
-  std::printf("\nblas-library=%s\nblas-warning=%s\n", r.library.c_str(),
-              blas_warning(r).c_str());
+  std::printf("\nblas-library=%s\nblas-warning=%s\n", r.library.c_str(), blas_warning(r).c_str());
 }
 
 TEST(BlasInfo, DetectsTheReferenceBlasWhenTheLoaderPicksIt) {
@@ -128,7 +128,7 @@ TEST(BlasInfo, DetectsTheReferenceBlasWhenTheLoaderPicksIt) {
   EXPECT_EQ(::pclose(pipe), 0) << output;
   EXPECT_TRUE(contains(output, "blas-library=reference (netlib)\n")) << output;
   EXPECT_TRUE(contains(output, "blas-warning=WARNING: libtorch is using the reference BLAS ("))
-    << output;
+      << output;
 }
 
 TEST(BlasInfo, WarnsOnlyAboutSlowLibraries) {
@@ -175,12 +175,12 @@ TEST(BlasInfo, GemmRejectsBadArguments) {
     const char* needle;
   };
   const std::vector<row> table{
-    {0, 0, 1, "n must be in [1, 8192], got 0"},
-    {-4, 0, 1, "got -4"},
-    {8193, 0, 1, "got 8193"},
-    {64, -1, 1, "threads must be >= 0 (0 = current), got -1"},
-    {64, 0, 0, "reps must be in [1, 1000], got 0"},
-    {64, 0, 1001, "got 1001"},
+      {0, 0, 1, "n must be in [1, 8192], got 0"},
+      {-4, 0, 1, "got -4"},
+      {8193, 0, 1, "got 8193"},
+      {64, -1, 1, "threads must be >= 0 (0 = current), got -1"},
+      {64, 0, 0, "reps must be in [1, 1000], got 0"},
+      {64, 0, 1001, "got 1001"},
   };
   for (const auto& r : table) {
     try {

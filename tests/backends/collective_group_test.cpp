@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -23,6 +24,13 @@
 
 using namespace rlforge::backends;
 using namespace std::chrono_literals;
+
+namespace rlforge::backends {
+// Readable parameter values in test names and failure messages.
+void PrintTo(store_kind kind, std::ostream* os) {
+  *os << to_string(kind);
+}
+} // namespace rlforge::backends
 
 namespace {
 
@@ -68,28 +76,27 @@ std::string unique_file_path(const std::string& tag) {
 std::vector<store_handle> make_stores(store_kind kind, int n) {
   std::vector<store_handle> out;
   switch (kind) {
-    case store_kind::in_process:
-      out.assign(static_cast<std::size_t>(n), make_in_process_store());
-      break;
-    case store_kind::tcp: {
-      auto server = make_tcp_store("127.0.0.1", 0, true, n, test_timeout);
-      out.push_back(server);
-      for (int r = 1; r < n; ++r)
-        out.push_back(make_tcp_store("127.0.0.1", server.port(), false, n, test_timeout));
-      break;
-    }
-    case store_kind::file: {
-      auto path = unique_file_path("group");
-      for (int r = 0; r < n; ++r)
-        out.push_back(make_file_store(path, n));
-      break;
-    }
+  case store_kind::in_process:
+    out.assign(static_cast<std::size_t>(n), make_in_process_store());
+    break;
+  case store_kind::tcp: {
+    auto server = make_tcp_store("127.0.0.1", 0, true, n, test_timeout);
+    out.push_back(server);
+    for (int r = 1; r < n; ++r)
+      out.push_back(make_tcp_store("127.0.0.1", server.port(), false, n, test_timeout));
+    break;
+  }
+  case store_kind::file: {
+    auto path = unique_file_path("group");
+    for (int r = 0; r < n; ++r)
+      out.push_back(make_file_store(path, n));
+    break;
+  }
   }
   return out;
 }
 
-template <class F>
-error expect_error(F&& f) {
+template <class F> error expect_error(F&& f) {
   try {
     f();
   } catch (const error& e) {
@@ -115,8 +122,7 @@ TEST_P(CollectiveGroup, AllReduceSumMatchesClosedFormForFloatAndInt64) {
   auto n = world();
   auto stores = make_stores(kind(), n);
   run_ranks(n, [&](int rank) {
-    auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n,
-                                      opts_with());
+    auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n, opts_with());
     EXPECT_EQ(g->rank(), rank);
     EXPECT_EQ(g->world_size(), n);
     // float: rank r holds (r + 1) * (i + 1); the sum over ranks is (i + 1) * n (n + 1) / 2.
@@ -140,8 +146,7 @@ TEST_P(CollectiveGroup, BroadcastFromEveryRootCopiesTheRootsValues) {
   auto n = world();
   auto stores = make_stores(kind(), n);
   run_ranks(n, [&](int rank) {
-    auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n,
-                                      opts_with());
+    auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n, opts_with());
     for (int root = 0; root < n; ++root) {
       auto t = at::arange(0, 64, at::kDouble) * double(rank + 1) + 0.5;
       auto i = at::full({3, 5}, int64_t(rank * 7 + 1), at::kLong);
@@ -151,7 +156,7 @@ TEST_P(CollectiveGroup, BroadcastFromEveryRootCopiesTheRootsValues) {
       for (int64_t k = 0; k < 64; ++k)
         ASSERT_EQ(ta[k], double(k) * double(root + 1) + 0.5) << "root=" << root << " k=" << k;
       EXPECT_TRUE(at::equal(i, at::full({3, 5}, int64_t(root * 7 + 1), at::kLong)))
-        << "root=" << root;
+          << "root=" << root;
     }
   });
 }
@@ -165,13 +170,13 @@ TEST_P(CollectiveGroup, MultiTensorCallsBucketMixedDtypesAndShapes) {
     auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n, o);
     auto r = double(rank + 1);
     std::vector<at::Tensor> ts{
-      at::full({4}, r, at::kFloat),                       // 16 bytes
-      at::full({2, 3}, int64_t(rank + 10), at::kLong),    // 48 bytes
-      at::arange(0, 40, at::kFloat).reshape({5, 8}) * r,  // 160 bytes: alone
-      at::empty({0}, at::kFloat),                         // nothing to send
-      at::full({3}, r / 4, at::kDouble),                  // 24 bytes
-      at::arange(0, 6, at::kFloat).reshape({2, 3}).t() * r, // non-contiguous
-      at::full({5}, int64_t(rank), at::kLong),
+        at::full({4}, r, at::kFloat),                         // 16 bytes
+        at::full({2, 3}, int64_t(rank + 10), at::kLong),      // 48 bytes
+        at::arange(0, 40, at::kFloat).reshape({5, 8}) * r,    // 160 bytes: alone
+        at::empty({0}, at::kFloat),                           // nothing to send
+        at::full({3}, r / 4, at::kDouble),                    // 24 bytes
+        at::arange(0, 6, at::kFloat).reshape({2, 3}).t() * r, // non-contiguous
+        at::full({5}, int64_t(rank), at::kLong),
     };
     g->all_reduce_sum(ts);
     double s = n * (n + 1) / 2.0; // sum over ranks of (rank + 1)
@@ -186,7 +191,8 @@ TEST_P(CollectiveGroup, MultiTensorCallsBucketMixedDtypesAndShapes) {
 
     // Broadcast of the same kind of list from the last rank.
     int root = n - 1;
-    std::vector<at::Tensor> bs{at::full({7}, r, at::kFloat), at::full({2, 2}, int64_t(rank), at::kLong),
+    std::vector<at::Tensor> bs{at::full({7}, r, at::kFloat),
+                               at::full({2, 2}, int64_t(rank), at::kLong),
                                at::arange(0, 50, at::kFloat) * r};
     g->broadcast(bs, root);
     EXPECT_TRUE(at::equal(bs[0], at::full({7}, double(root + 1), at::kFloat)));
@@ -201,8 +207,7 @@ TEST_P(CollectiveGroup, BarrierReleasesNoRankBeforeAllArrive) {
   std::atomic<int> arrived{0};
   std::vector<int> seen(static_cast<std::size_t>(n), -1);
   run_ranks(n, [&](int rank) {
-    auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n,
-                                      opts_with());
+    auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n, opts_with());
     // The last rank is late; nobody may leave the barrier before it has arrived.
     if (rank == n - 1)
       std::this_thread::sleep_for(200ms);
@@ -280,7 +285,7 @@ TEST(CollectiveGroupSingle, TcpServerOnPortZeroGetsAFreePort) {
   EXPECT_EQ(server.kind(), store_kind::tcp);
   EXPECT_NE(server.port(), 0);
   EXPECT_TRUE(contains(server.description(), std::to_string(server.port())))
-    << server.description();
+      << server.description();
   auto other = make_tcp_store("127.0.0.1", 0, true, 2, test_timeout);
   EXPECT_NE(other.port(), server.port());
 }
@@ -344,7 +349,7 @@ TEST(CollectiveGroupInputs, CreateRejectsBadRankWorldSizeAndOptions) {
     auto r = expect_error([&] { collective_group::create(store, rank, 2, opts_with()); });
     EXPECT_EQ(r.code(), error_code::out_of_range);
     EXPECT_TRUE(contains(r.what(), "rank " + std::to_string(rank) + " is outside [0, 2)"))
-      << r.what();
+        << r.what();
   }
   for (auto t : {0ms, -5ms}) {
     auto r = expect_error([&] { collective_group::create(store, 0, 1, opts_with(t)); });
@@ -417,8 +422,9 @@ TEST(CollectiveGroupInputs, CollectivesRejectBadTensorsAndRootsBeforeSending) {
   EXPECT_EQ(sparse.code(), error_code::invalid_argument);
   EXPECT_TRUE(contains(sparse.what(), "not dense")) << sparse.what();
 
-  auto listed = expect_error(
-    [&] { g->all_reduce_sum(std::vector<at::Tensor>{good, at::ones({2}, at::kBool)}); });
+  auto listed = expect_error([&] {
+    g->all_reduce_sum(std::vector<at::Tensor>{good, at::ones({2}, at::kBool)});
+  });
   EXPECT_EQ(listed.code(), error_code::unsupported);
   EXPECT_TRUE(contains(listed.what(), "tensor 1")) << listed.what();
 
