@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/collective_ops.hpp"
 #include "actors/protocol.hpp"
 #include "actors/rank_actor.hpp"
 #include "runtime/errc.hpp"
@@ -39,6 +40,10 @@ struct pending_call {
 
 struct group_state {
   std::string group;
+  caf::actor manager;                  ///< placement-group manager holding our reservations
+  std::string placement_group;
+  std::vector<uint64_t> reservations;
+  std::string store_name;              ///< in-process rendezvous store, dropped at stop
   std::vector<caf::actor> ranks;
   std::vector<rank_info> infos;
   std::vector<std::string> dead; ///< per rank: empty while alive, else why it died
@@ -119,8 +124,14 @@ start_call(caf::stateful_actor<group_state>* self, const std::string& op,
 }
 
 caf::behavior group_actor(caf::stateful_actor<group_state>* self, std::string name,
-                          std::vector<caf::actor> ranks, std::vector<rank_info> infos) {
+                          std::vector<caf::actor> ranks, std::vector<rank_info> infos,
+                          caf::actor manager, std::string placement_group,
+                          std::vector<uint64_t> reservations) {
   auto& st = self->state;
+  st.manager = std::move(manager);
+  st.placement_group = std::move(placement_group);
+  st.reservations = std::move(reservations);
+  st.store_name = name + "#" + std::to_string(self->id());
   st.group = std::move(name);
   st.ranks = std::move(ranks);
   st.infos = std::move(infos);
@@ -163,8 +174,13 @@ caf::behavior group_actor(caf::stateful_actor<group_state>* self, std::string na
     [=](ranks_atom) { return self->state.infos; },
     [=](handles_atom) { return self->state.ranks; },
     [=](stop_atom) {
-      for (auto& r : self->state.ranks)
+      auto& st = self->state;
+      for (auto& r : st.ranks)
         self->send_exit(r, caf::exit_reason::user_shutdown);
+      if (st.manager)
+        for (auto id : st.reservations)
+          self->send(st.manager, release_atom::value, st.placement_group, id);
+      release_local_store(st.store_name);
       self->quit();
     },
   };
@@ -231,10 +247,42 @@ caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_
   if (!plan)
     return std::move(plan.error());
   std::vector<caf::actor> ranks;
+  std::vector<uint64_t> reservations;
+  auto release_all = [&] {
+    caf::scoped_actor self{sys};
+    for (auto id : reservations)
+      self->send(spec.placement_manager, release_atom::value, spec.placement.name, id);
+    reservations.clear();
+  };
   auto stop_all = [&] {
     for (auto& r : ranks)
       caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
+    release_all();
   };
+  if (spec.placement_manager) {
+    // Reserve every rank's GPU share in its bundle first, so a group that does not fit next to
+    // the groups already sharing the bundle fails before anything is spawned.
+    caf::scoped_actor self{sys};
+    for (auto& info : *plan) {
+      if (info.gpu_fraction <= 0)
+        continue;
+      const auto& b = spec.placement.bundles[info.rank / (plan->size() / spec.placement.bundles.size())];
+      caf::error failure;
+      self->request(spec.placement_manager, std::chrono::seconds(30), reserve_atom::value,
+                    spec.placement.name, b.bundle_index, resource_amounts{{"GPU", info.gpu_fraction}})
+        .receive([&](uint64_t id) { reservations.push_back(id); },
+                 [&](caf::error& e) { failure = std::move(e); });
+      if (failure) {
+        release_all();
+        return make_error(errc::invalid_argument,
+                          "group '" + spec.name + "': rank " + std::to_string(info.rank)
+                            + " cannot take GPU " + std::to_string(info.gpu_fraction)
+                            + " of bundle " + std::to_string(b.bundle_index) + ": "
+                            + (error_message(failure).empty() ? sys.render(failure)
+                                                              : error_message(failure)));
+      }
+    }
+  }
   for (auto& info : *plan) {
     auto r = spawn_rank(sys, spec.kind, info);
     if (!r) {
@@ -245,7 +293,8 @@ caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_
     }
     ranks.push_back(std::move(*r));
   }
-  auto group = sys.spawn(group_actor, spec.name, ranks, *plan);
+  auto group = sys.spawn(group_actor, spec.name, ranks, *plan, spec.placement_manager,
+                         spec.placement.name, reservations);
   if (spec.collectives) {
     collective_spec cs;
     cs.store = "local";

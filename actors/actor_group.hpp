@@ -23,6 +23,10 @@ struct group_spec {
   double gpu_per_rank = 0;         ///< GPU share per rank (0 = bundle GPU / ranks per bundle)
   int32_t threads_per_rank = 0;    ///< torch threads per rank (0 = bundle CPUs / ranks, ≥ 1)
   bool collectives = true;         ///< create the group's c10d process group at spawn
+  /// When set, each rank's GPU share is reserved in its bundle through this placement-group
+  /// manager (exact across groups sharing a bundle: policy, ref and engines at 0.2 each) and
+  /// released when the group stops. Without it only this group's own shares are checked.
+  caf::actor placement_manager;
   std::chrono::milliseconds init_timeout{30000};
 };
 

@@ -10,6 +10,7 @@
 
 #include "actors/actor_group.hpp"
 #include "actors/actor_kind.hpp"
+#include "actors/placement_manager.hpp"
 #include "actors/protocol.hpp"
 #include "actors/tensor_convert.hpp"
 #include "backends/error.hpp"
@@ -327,4 +328,47 @@ TEST_F(ActorGroup, CollectiveOpsWithoutAProcessGroupAreClearErrors) {
                         caf::make_message(tensor_list{blob(at::ones({2}))}), 5s);
   ASSERT_FALSE(out);
   EXPECT_NE(error_message(out.error()).find("before init_collective"), std::string::npos);
+}
+
+TEST_F(ActorGroup, GroupsSharingABundleReserveExactGpuSharesThroughTheManager) {
+  node_resources n;
+  n.node_id = "node0";
+  n.gpus = 1;
+  n.cpus = 2;
+  auto mgr = spawn_placement_manager(*sys_, {n}, 10s);
+  placement_client pgs{*sys_, mgr};
+  auto pg = pgs.create({"colocated", {{{"GPU", 1}, {"CPU", 2}}}, "strict_pack", 0});
+  ASSERT_TRUE(pg) << sys_->render(pg.error());
+  auto make = [&](std::string name, int ranks) {
+    group_spec s;
+    s.name = std::move(name);
+    s.kind = "test.worker";
+    s.placement = *pg;
+    s.num_ranks = ranks;
+    s.gpu_per_rank = 0.2;
+    s.collectives = false;
+    s.placement_manager = mgr;
+    return s;
+  };
+  auto policy = actor_group::spawn(*sys_, make("policy", 4)); // 0.8 of the GPU
+  ASSERT_TRUE(policy) << sys_->render(policy.error());
+  auto ref = actor_group::spawn(*sys_, make("ref", 2)); // 0.4 more: does not fit
+  ASSERT_FALSE(ref);
+  EXPECT_NE(error_message(ref.error()).find("group 'ref': rank 1 cannot take GPU 0.2"),
+            std::string::npos)
+    << error_message(ref.error());
+  auto engine = actor_group::spawn(*sys_, make("engine", 1)); // the last 0.2 fits exactly
+  ASSERT_TRUE(engine) << sys_->render(engine.error());
+  policy->stop();
+  // The stopped group's shares come back (the release is asynchronous: retry briefly).
+  caf::expected<actor_group> ref2{caf::error{}};
+  for (int i = 0; i < 50 && !ref2; ++i) {
+    ref2 = actor_group::spawn(*sys_, make("ref", 2));
+    if (!ref2)
+      std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(ref2) << sys_->render(ref2.error());
+  ref2->stop();
+  engine->stop();
+  caf::anon_send_exit(mgr, caf::exit_reason::user_shutdown);
 }
