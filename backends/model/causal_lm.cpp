@@ -75,6 +75,10 @@ struct layer {
   at::Tensor input_norm, post_attention_norm, q_norm, k_norm;
 
   projection& by_name(const std::string& name) {
+    return const_cast<projection&>(static_cast<const layer&>(*this).by_name(name));
+  }
+
+  const projection& by_name(const std::string& name) const {
     if (name == "q_proj")
       return q;
     if (name == "k_proj")
@@ -148,15 +152,22 @@ std::unique_ptr<causal_lm> causal_lm::load(const std::string& dir) {
   if (std::filesystem::exists(head_path))
     for (auto& [name, t] : read_safetensors(head_path.string()))
       weights[name] = t;
-  return from_weights(config, std::move(weights));
+  // The freshly read tensors belong to nobody else: adopt them without a copy.
+  return build(config, std::move(weights), /*own_storage=*/false);
 }
 
 std::unique_ptr<causal_lm> causal_lm::random(const model_config& config, uint64_t seed) {
-  return from_weights(config, random_hf_weights(config, seed));
+  return build(config, random_hf_weights(config, seed), /*own_storage=*/false);
 }
 
 std::unique_ptr<causal_lm> causal_lm::from_weights(const model_config& config,
                                                    std::map<std::string, at::Tensor> weights) {
+  return build(config, std::move(weights), /*own_storage=*/true);
+}
+
+std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
+                                            std::map<std::string, at::Tensor> weights,
+                                            bool own_storage) {
   validate(config);
   auto p = std::make_unique<impl>();
   p->config = config;
@@ -184,8 +195,8 @@ std::unique_ptr<causal_lm> causal_lm::from_weights(const model_config& config,
       return {};
     }
     auto t = i->second.detach().to(at::kFloat).contiguous();
-    if (t.data_ptr() == i->second.data_ptr())
-      t = t.clone(); // never share storage with the caller's map
+    if (own_storage && t.data_ptr() == i->second.data_ptr())
+      t = t.clone(); // never share storage with tensors the caller still holds
     t.requires_grad_(true);
     p->base.emplace_back(name, t);
     return t;
@@ -407,7 +418,7 @@ std::vector<std::pair<std::string, at::Tensor>> causal_lm::named_parameters() co
     out.emplace_back("value_head.weight", impl_->value_head);
   for (auto& l : impl_->layers)
     for (auto& name : projection_names()) {
-      auto& p = const_cast<layer&>(l).by_name(name);
+      auto& p = l.by_name(name);
       if (p.lora_a.defined()) {
         out.emplace_back(p.path + ".lora_A.weight", p.lora_a);
         out.emplace_back(p.path + ".lora_B.weight", p.lora_b);
@@ -431,7 +442,7 @@ std::map<std::string, at::Tensor> causal_lm::state_dict() const {
     out[name] = t.detach().clone();
   for (auto& l : impl_->layers)
     for (auto& name : projection_names()) {
-      auto& p = const_cast<layer&>(l).by_name(name);
+      auto& p = l.by_name(name);
       if (p.lora_a.defined())
         out[p.path + ".weight"].add_(at::matmul(p.lora_b, p.lora_a), impl_->lora.scaling());
     }
@@ -534,7 +545,7 @@ void causal_lm::save_lora_adapter(const std::string& dir, const std::string& bas
   adapter.base_model = base_model;
   for (auto& l : impl_->layers)
     for (auto& name : projection_names()) {
-      auto& p = const_cast<layer&>(l).by_name(name);
+      auto& p = l.by_name(name);
       if (!p.lora_a.defined())
         continue;
       adapter.tensors[peft_prefix + p.path + ".lora_A.weight"] = p.lora_a.detach();

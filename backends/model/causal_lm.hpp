@@ -142,6 +142,10 @@ public:
 private:
   struct impl;
   explicit causal_lm(std::unique_ptr<impl> p);
+  /// `from_weights`; with `own_storage` false, fp32 contiguous tensors are adopted uncopied.
+  static std::unique_ptr<causal_lm> build(const model_config& config,
+                                          std::map<std::string, at::Tensor> weights,
+                                          bool own_storage);
   std::unique_ptr<impl> impl_;
 };
 

@@ -548,3 +548,14 @@ TEST(CausalLm, RejectsInvalidConfigsAndInitSettings) {
   expect_error([&] { model->values(at::zeros({2, 64})); }, error_code::invalid_argument,
                {"[2, 64]"});
 }
+
+TEST(CausalLm, FromWeightsNeverAliasesTheCallersTensors) {
+  auto c = llama_tied();
+  auto weights = spread_weights(c, 8);
+  auto model = causal_lm::from_weights(c, weights);
+  auto ids = at::tensor({4, 5, 6}, at::kLong).view({1, 3});
+  auto before = full_logits(*model, ids);
+  for (auto& [name, t] : weights)
+    t.zero_();
+  EXPECT_TRUE(at::equal(full_logits(*model, ids), before));
+}
