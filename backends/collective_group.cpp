@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -122,11 +123,13 @@ public:
       : c10d::Store(timeout), base_(std::move(base)), prefix_(std::move(prefix)) {}
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    remember(key);
     base_->set(prefix_ + key, value);
   }
 
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override {
+    remember(key);
     return base_->compareSet(prefix_ + key, expected, desired);
   }
 
@@ -136,6 +139,7 @@ public:
   }
 
   int64_t add(const std::string& key, int64_t value) override {
+    remember(key);
     return base_->add(prefix_ + key, value);
   }
 
@@ -156,7 +160,27 @@ public:
     base_->wait(prefixed(keys), bound);
   }
 
+  /// Deletes every key this rank wrote (best effort), so that a failed rendezvous leaves no
+  /// stale address behind for a later attempt under the same prefix.
+  void erase_written() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (const auto& k : written_) {
+      try {
+        base_->deleteKey(prefix_ + k);
+      } catch (const std::exception&) {
+        // The store itself may be what failed; nothing more to clean then.
+      }
+    }
+    written_.clear();
+  }
+
 private:
+  void remember(const std::string& key) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (std::find(written_.begin(), written_.end(), key) == written_.end())
+      written_.push_back(key);
+  }
+
   std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {
     std::vector<std::string> out;
     out.reserve(keys.size());
@@ -167,6 +191,8 @@ private:
 
   c10::intrusive_ptr<c10d::Store> base_;
   std::string prefix_;
+  std::mutex mutex_;
+  std::vector<std::string> written_;
 };
 
 bool supported_dtype(at::ScalarType t) {
@@ -524,14 +550,18 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
   }
 
   auto start = clock_type::now();
+  // Each rank numbers the groups it builds on this store; with the ordering contract, the n-th
+  // group of every rank is the same group, so its keys never meet an earlier group's.
+  auto base = store.state()->store;
+  auto ns = "rlforge/collective/" + opts.group_name + "/";
+  auto generation_key = ns + "generation/" + std::to_string(rank);
+  bool numbered = false;
+  c10::intrusive_ptr<bounded_store> scoped;
   try {
-    // Each rank numbers the groups it builds on this store; with the ordering contract, the
-    // n-th group of every rank is the same group, so its keys never meet an earlier group's.
-    auto base = store.state()->store;
-    auto ns = "rlforge/collective/" + opts.group_name + "/";
-    auto generation = base->add(ns + "generation/" + std::to_string(rank), 1);
-    auto scoped = c10::make_intrusive<bounded_store>(base, ns + std::to_string(generation) + "/",
-                                                     opts.timeout);
+    auto generation = base->add(generation_key, 1);
+    numbered = true;
+    scoped = c10::make_intrusive<bounded_store>(base, ns + std::to_string(generation) + "/",
+                                                opts.timeout);
     if (opts.backend == "gloo") {
       auto gopts = c10d::ProcessGroupGloo::Options::create(opts.timeout);
       gopts->devices.push_back(device);
@@ -548,6 +578,16 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
     }
   } catch (const std::exception& e) {
     auto m = message_of(e);
+    // Undo this rank's part: calling create again then meets the peers under the same number.
+    if (scoped)
+      scoped->erase_written();
+    if (numbered) {
+      try {
+        base->add(generation_key, -1);
+      } catch (const std::exception&) {
+        // The store itself failed; the error below says so.
+      }
+    }
     if (looks_like_timeout(m, start, opts.timeout))
       fail(error_code::timeout, who + " timed out after " + ms(opts.timeout) +
                                     " waiting for peers (store: " + p->store_description +

@@ -307,6 +307,24 @@ TEST(CollectiveGroupTimeout, RendezvousFailsWhenAPeerNeverComes) {
   }
 }
 
+TEST(CollectiveGroupTimeout, RankCanRetryAfterItsRendezvousTimedOut) {
+  for (auto kind : {store_kind::in_process, store_kind::tcp}) {
+    auto stores = make_stores(kind, 2);
+    // Rank 0 comes alone and gives up, twice; then both ranks come.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      auto e = expect_error([&] { collective_group::create(stores[0], 0, 2, opts_with(300ms)); });
+      EXPECT_EQ(e.code(), error_code::timeout) << e.what();
+    }
+    run_ranks(2, [&](int rank) {
+      auto g =
+          collective_group::create(stores[static_cast<std::size_t>(rank)], rank, 2, opts_with());
+      auto t = at::full({3}, double(rank + 1), at::kFloat);
+      g->all_reduce_sum(t);
+      EXPECT_TRUE(at::equal(t, at::full({3}, 3.0, at::kFloat))) << to_string(kind);
+    });
+  }
+}
+
 TEST(CollectiveGroupTimeout, CollectiveFailsWhenAPeerSkipsItAndTheGroupIsThenUnusable) {
   auto store = make_in_process_store();
   std::mutex m;
