@@ -100,9 +100,12 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * (x * at::rsqrt(variance + eps));
 }
 
-at::Tensor rotate_half(const at::Tensor& x) {
+// HF's `x * cos + rotate_half(x) * sin` with rotate_half(x) = cat(-x2, x1), written as
+// `x * cos + cat(x2, x1) * signed_sin` where signed_sin = cat(-sin1, sin2) is computed once per
+// forward (saves a negation per call).
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& signed_sin) {
   auto half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + at::cat({x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * signed_sin;
 }
 
 std::string shape_string(at::IntArrayRef s) {
@@ -318,6 +321,14 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
   auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);            // [B, T, 1, d]
   auto cos = emb.cos();
   auto sin = emb.sin();
+  const int64_t half = head_dim / 2;
+  auto signed_sin = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1);
+  // The attention scale 1/sqrt(head_dim) is folded into the query's rotary factors, so the
+  // [T, T_total] scores need no separate scaling pass (HF scales the scores; the results agree
+  // to fp32 rounding, exactly when head_dim is a power of 4).
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  auto cos_q = cos * scale;
+  auto sin_q = signed_sin * scale;
 
   // Additive mask [B, 1, 1, T, T_total]: causal, padding keys hidden, and every query may see
   // itself so a padding query's row is never fully masked (no NaN from softmax).
@@ -330,7 +341,6 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
   auto bias = at::zeros({batch, len, total}, at::kFloat)
                 .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity())
                 .view({batch, 1, 1, len, total});
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
   if (cache && past == 0) {
     cache->keys.assign(static_cast<size_t>(c.num_hidden_layers), at::Tensor());
@@ -348,8 +358,8 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
       q = rms_norm(q, l.q_norm, eps);
     if (l.k_norm.defined())
       k = rms_norm(k, l.k_norm, eps);
-    q = q * cos + rotate_half(q) * sin; // [B, T, H, d]
-    k = k * cos + rotate_half(k) * sin; // [B, T, KV, d]
+    q = apply_rotary(q, cos_q, sin_q);     // [B, T, H, d], pre-scaled
+    k = apply_rotary(k, cos, signed_sin);  // [B, T, KV, d]
     k = k.transpose(1, 2);              // [B, KV, T, d]
     v = v.transpose(1, 2);
     if (cache) {
@@ -365,7 +375,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
     auto qg = q.view({batch, len, kv_heads, group, head_dim})
                 .permute({0, 2, 3, 1, 4})
                 .reshape({batch, kv_heads, group * len, head_dim});
-    auto scores = at::matmul(qg, k.transpose(-1, -2)) * scale; // [B, KV, G*T, T_total]
+    auto scores = at::matmul(qg, k.transpose(-1, -2)); // [B, KV, G*T, T_total], scaled
     auto probs = at::softmax(scores.view({batch, kv_heads, group, len, total}) + bias, -1);
     auto out = at::matmul(probs.view({batch, kv_heads, group * len, total}), v)
                  .view({batch, kv_heads, group, len, head_dim})

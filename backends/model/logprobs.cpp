@@ -73,7 +73,7 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
       at::Tensor gz;
       if (g_lp.defined()) {
         auto g = g_lp.narrow(0, s, len).unsqueeze(1);
-        gz = -p * g;
+        gz = p * g.neg();
         gz.scatter_add_(1, targets.narrow(0, s, len).unsqueeze(1), g);
       } else {
         gz = at::zeros_like(p);
