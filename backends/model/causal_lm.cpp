@@ -108,6 +108,57 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
   return x * cos + at::cat({x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * signed_sin;
 }
 
+// Rotary inverse frequencies as HF computes them: 1 / theta^(arange(0, d, 2) / d) in fp32, then
+// adjusted by `rope_scaling` ("linear": divided by factor; "llama3": Llama 3.1's frequency-band
+// smoothing). Other scaling types change more than the frequencies and are refused.
+at::Tensor rotary_inv_freq(const model_config& c) {
+  auto exponents =
+    at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(c.head_dim);
+  auto inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
+  const auto& rs = c.rope_scaling;
+  if (rs.is_null())
+    return inv_freq;
+  std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+  auto number = [&](const char* key) {
+    auto i = rs.find(key);
+    if (i == rs.end() || !i->is_number())
+      fail(error_code::invalid_argument,
+           "rope_scaling of type '" + type + "' needs a number '" + key + "'");
+    return i->get<double>();
+  };
+  if (type == "default")
+    return inv_freq;
+  if (type == "linear") {
+    auto factor = number("factor");
+    if (!(factor > 0))
+      fail(error_code::invalid_argument,
+           "rope_scaling factor must be > 0, got " + std::to_string(factor));
+    return inv_freq / factor;
+  }
+  if (type == "llama3") {
+    auto factor = number("factor");
+    auto low = number("low_freq_factor");
+    auto high = number("high_freq_factor");
+    auto old_len = number("original_max_position_embeddings");
+    if (!(factor > 0) || !(high > low) || !(old_len > 0))
+      fail(error_code::invalid_argument, "rope_scaling llama3: need factor > 0, "
+                                         "high_freq_factor > low_freq_factor and "
+                                         "original_max_position_embeddings > 0, got "
+                                           + rs.dump());
+    const double pi = 3.14159265358979323846;
+    auto wavelen = 2 * pi / inv_freq;
+    auto low_wavelen = old_len / low;
+    auto high_wavelen = old_len / high;
+    auto scaled = at::where(wavelen > low_wavelen, inv_freq / factor, inv_freq);
+    auto smooth = (old_len / wavelen - low) / (high - low);
+    auto smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+    auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    return at::where(medium, smoothed, scaled);
+  }
+  fail(error_code::unsupported, "rope_scaling type '" + type
+                                  + "' is not supported (supported: default, linear, llama3)");
+}
+
 std::string shape_string(at::IntArrayRef s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i)
@@ -120,6 +171,7 @@ std::string shape_string(at::IntArrayRef s) {
 struct causal_lm::impl {
   model_config config;
   at::Tensor embed, final_norm, lm_head, value_head;
+  at::Tensor inv_freq; // [head_dim / 2] fp32 rotary frequencies
   bool tied = false;
   std::vector<layer> layers;
   std::vector<std::pair<std::string, at::Tensor>> base; // HF names, live leaves
@@ -174,6 +226,7 @@ std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
   validate(config);
   auto p = std::make_unique<impl>();
   p->config = config;
+  p->inv_freq = rotary_inv_freq(config);
   p->tied = config.tie_word_embeddings;
   at::Tensor value_head;
   if (auto i = weights.find("value_head.weight"); i != weights.end()) {
@@ -314,10 +367,8 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
   const int64_t head_dim = c.head_dim;
   const double eps = c.rms_norm_eps;
 
-  // Rotary angles exactly as HF: inv_freq in fp32, angle = position * inv_freq, cat(f, f).
-  auto exponents = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
-  auto inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
-  auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq; // [B, T, d/2]
+  // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
+  auto freqs = positions.to(at::kFloat).unsqueeze(-1) * impl_->inv_freq; // [B, T, d/2]
   auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);            // [B, T, 1, d]
   auto cos = emb.cos();
   auto sin = emb.sin();

@@ -42,6 +42,9 @@ struct kv_cache {
 /// are named `<projection path>.lora_A.weight` / `.lora_B.weight` (PEFT without the
 /// `base_model.model.` prefix); the value head is `value_head.weight` `[1, hidden]`.
 ///
+/// Rotary embeddings follow `config.rope_scaling`: none/"default", "linear" and "llama3" (Llama
+/// 3.1); other types are refused with `backends::error(unsupported)` at construction.
+///
 /// Thread-safety: none; one owner drives a model. Inference callers should hold an
 /// `at::NoGradGuard` (base weights require grad unless LoRA is enabled).
 class causal_lm {

@@ -109,10 +109,32 @@ std::vector<double> manual_linear(const std::vector<double>& x, const at::Tensor
   return y;
 }
 
+// Rotary frequency i of head width d, with HF's "linear" and "llama3" rope scaling written out
+// per frequency.
+double reference_freq(const model_config& c, int64_t i) {
+  double f = std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+  if (c.rope_scaling.is_null())
+    return f;
+  auto& rs = c.rope_scaling;
+  double factor = rs.at("factor").get<double>();
+  if (rs.at("rope_type") == "linear")
+    return f / factor;
+  double low = rs.at("low_freq_factor").get<double>();
+  double high = rs.at("high_freq_factor").get<double>();
+  double old_len = rs.at("original_max_position_embeddings").get<double>();
+  double wavelen = 2 * M_PI / f;
+  if (wavelen < old_len / high)
+    return f; // high frequency: unchanged
+  if (wavelen > old_len / low)
+    return f / factor; // low frequency: fully scaled
+  double smooth = (old_len / wavelen - low) / (high - low);
+  return (1 - smooth) * f / factor + smooth * f;
+}
+
 // Rotary embedding of one head vector at position `pos` by explicit angles: pairs (i, i + d/2).
-void manual_rotary(double* v, int64_t d, int64_t pos, double theta) {
+void manual_rotary(double* v, int64_t d, int64_t pos, const model_config& c) {
   for (int64_t i = 0; i < d / 2; ++i) {
-    double angle = static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / d);
+    double angle = static_cast<double>(pos) * reference_freq(c, i);
     double a = v[i], b = v[i + d / 2];
     v[i] = a * std::cos(angle) - b * std::sin(angle);
     v[i + d / 2] = b * std::cos(angle) + a * std::sin(angle);
@@ -155,7 +177,7 @@ std::vector<double> reference_logprobs(const model_config& c,
                               c.rms_norm_eps);
           std::copy(n.begin(), n.end(), qh);
         }
-        manual_rotary(qh, d, t, c.rope_theta);
+        manual_rotary(qh, d, t, c);
       }
       for (int64_t hh = 0; hh < kvh; ++hh) {
         double* kh = k[t].data() + hh * d;
@@ -164,7 +186,7 @@ std::vector<double> reference_logprobs(const model_config& c,
                               c.rms_norm_eps);
           std::copy(n.begin(), n.end(), kh);
         }
-        manual_rotary(kh, d, t, c.rope_theta);
+        manual_rotary(kh, d, t, c);
       }
     }
     for (int64_t t = 0; t < t_len; ++t) {
@@ -214,13 +236,16 @@ std::vector<double> reference_logprobs(const model_config& c,
   return out;
 }
 
-void expect_matches_reference(const model_config& c) {
+std::vector<double> expect_matches_reference(const model_config& c,
+                                             std::vector<int64_t> tokens = {3, 17, 95, 0, 42, 42,
+                                                                            8, 61, 29, 5}) {
   auto weights = spread_weights(c, 7);
   auto model = causal_lm::from_weights(c, weights);
-  std::vector<int64_t> tokens{3, 17, 95, 0, 42, 42, 8, 61, 29, 5};
   auto expected = reference_logprobs(c, weights, tokens);
   auto got = score_tokens(*model, tokens);
-  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_EQ(got.size(), expected.size());
+  if (got.size() != expected.size())
+    return got;
   double spread = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_NEAR(got[i], expected[i], 1e-4) << "position " << i;
@@ -228,6 +253,7 @@ void expect_matches_reference(const model_config& c) {
   }
   // The weights are spread enough that the distribution is far from uniform.
   EXPECT_GT(spread, 0.5);
+  return got;
 }
 
 at::Tensor full_logits(causal_lm& m, const at::Tensor& ids) {
@@ -558,4 +584,37 @@ TEST(CausalLm, FromWeightsNeverAliasesTheCallersTensors) {
   for (auto& [name, t] : weights)
     t.zero_();
   EXPECT_TRUE(at::equal(full_logits(*model, ids), before));
+}
+
+TEST(CausalLm, RopeScalingLinearAndLlama3MatchIndependentReference) {
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < 48; ++i)
+    tokens.push_back((i * 37 + 11) % 96);
+  auto plain = llama_tied();
+  auto unscaled = expect_matches_reference(plain, tokens);
+  auto llama3 = plain;
+  // head_dim 16, theta 1e4: wavelengths 6.3 ... 19869, so with an original context of 512 the
+  // frequencies fall in all three bands (kept, smoothed, divided by the factor).
+  llama3.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 512}};
+  auto scaled = expect_matches_reference(llama3, tokens);
+  auto linear = plain;
+  linear.rope_scaling = {{"rope_type", "linear"}, {"factor", 4.0}};
+  auto lin = expect_matches_reference(linear, tokens);
+  double d_scaled = 0, d_lin = 0;
+  for (size_t i = 0; i < unscaled.size(); ++i) {
+    d_scaled = std::max(d_scaled, std::abs(scaled[i] - unscaled[i]));
+    d_lin = std::max(d_lin, std::abs(lin[i] - unscaled[i]));
+  }
+  EXPECT_GT(d_scaled, 1e-3); // the scaling is really applied
+  EXPECT_GT(d_lin, 1e-3);
+}
+
+TEST(CausalLm, RejectsUnsupportedRopeScaling) {
+  auto c = llama_tied();
+  c.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error([&] { causal_lm::random(c, 1); }, error_code::unsupported, {"yarn"});
+  c.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  expect_error([&] { causal_lm::random(c, 1); }, error_code::invalid_argument,
+               {"low_freq_factor"});
 }
