@@ -136,7 +136,7 @@ int run_generate(const args& a) {
     std::cerr << "rlforge generate: " << e.what() << "\n";
     return 1;
   }
-  nlohmann::json j;
+  nlohmann::ordered_json j; // keys in the documented order
   j["tokens"] = out[0].tokens;
   j["logprobs"] = out[0].logprobs;
   j["stop_reason"] = out[0].stop_reason;

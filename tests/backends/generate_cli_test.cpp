@@ -88,6 +88,9 @@ TEST_F(GenerateCli, PrintsOneJsonObjectMatchingTheLibrary) {
                                        "--top-k 40 --top-p 0.95 --seed 77 --threads 1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(count_lines(r.out), 1u) << r.out;
+  EXPECT_EQ(r.out.rfind("{\"tokens\":[", 0), 0u) << "keys in the documented order: " << r.out;
+  EXPECT_NE(r.out.find("],\"logprobs\":["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("],\"stop_reason\":\""), std::string::npos) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j.size(), 3u) << r.out;
