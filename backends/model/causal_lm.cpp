@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -158,6 +160,74 @@ at::Tensor rotary_inv_freq(const model_config& c) {
   fail(error_code::unsupported, "rope_scaling type '" + type
                                   + "' is not supported (supported: default, linear, llama3)");
 }
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// softmax(q k^T + bias) v for every (batch row, kv head) slice, as one autograd node.
+// q: [B, KV, G*T, d] (already scaled by 1/sqrt(d)), k/v: [B, KV, T_total, d], bias: [B, T, T_total]
+// additive (0 / -inf, shared by the G query heads of a group). Each slice is computed with
+// single-threaded GEMMs inside one parallel loop over slices: one parallel region per call
+// instead of one per elementwise op, and no per-GEMM thread hand-off for these small products.
+// The probabilities are kept for backward, as autograd of the unfused ops would keep them.
+struct attention_fn : torch::autograd::Function<attention_fn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, const at::Tensor& bias, int64_t group) {
+    auto qd = q.detach().contiguous();
+    auto kd = k.detach().contiguous();
+    auto vd = v.detach().contiguous();
+    auto bd = bias.detach().contiguous();
+    const int64_t batch = qd.size(0), kv_heads = qd.size(1), rows = qd.size(2);
+    const int64_t total = kd.size(2), len = rows / group;
+    auto probs = at::empty({batch, kv_heads, rows, total}, qd.options());
+    auto out = at::empty({batch, kv_heads, rows, qd.size(3)}, qd.options());
+    at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t b = i / kv_heads, h = i % kv_heads;
+        auto p = probs[b][h]; // [G*T, T_total]
+        at::mm_out(p, qd[b][h], kd[b][h].t());
+        p.view({group, len, total}).add_(bd[b]);
+        // Row-wise softmax in place; every row has at least one finite entry (its own key).
+        p.sub_(std::get<0>(p.max(-1, /*keepdim=*/true))).exp_();
+        p.div_(p.sum(-1, /*keepdim=*/true));
+        auto o = out[b][h];
+        at::mm_out(o, p, vd[b][h]);
+      }
+    });
+    ctx->save_for_backward({qd, kd, vd, probs});
+    return {out};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto& qd = saved[0];
+    const auto& kd = saved[1];
+    const auto& vd = saved[2];
+    const auto& probs = saved[3];
+    auto grad_out = grads[0].contiguous();
+    auto dq = at::empty_like(qd);
+    auto dk = at::empty_like(kd);
+    auto dv = at::empty_like(vd);
+    const int64_t kv_heads = qd.size(1);
+    at::parallel_for(0, qd.size(0) * kv_heads, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t b = i / kv_heads, h = i % kv_heads;
+        auto p = probs[b][h];
+        auto go = grad_out[b][h];
+        auto dv_s = dv[b][h];
+        at::mm_out(dv_s, p.t(), go);
+        // d scores = P * (dP - rowsum(dP * P)) with dP = dO V^T.
+        auto ds = at::mm(go, vd[b][h].t());
+        ds.sub_((ds * p).sum(-1, /*keepdim=*/true)).mul_(p);
+        auto dq_s = dq[b][h];
+        auto dk_s = dk[b][h];
+        at::mm_out(dq_s, ds, kd[b][h]);
+        at::mm_out(dk_s, ds.t(), qd[b][h]);
+      }
+    });
+    return {dq, dk, dv, at::Tensor(), at::Tensor()};
+  }
+};
 
 std::string shape_string(at::IntArrayRef s) {
   std::string out = "[";
@@ -381,7 +451,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
   auto cos_q = cos * scale;
   auto sin_q = signed_sin * scale;
 
-  // Additive mask [B, 1, 1, T, T_total]: causal, padding keys hidden, and every query may see
+  // Additive mask [B, T, T_total]: causal, padding keys hidden, and every query may see
   // itself so a padding query's row is never fully masked (no NaN from softmax).
   auto key_real = attention_mask.to(at::kBool);
   auto query_pos = at::arange(past, total, at::kLong).unsqueeze(1); // [T, 1]
@@ -390,8 +460,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
   auto self = key_pos.eq(query_pos);
   auto allowed = causal.unsqueeze(0).logical_and(key_real.unsqueeze(1).logical_or(self.unsqueeze(0)));
   auto bias = at::zeros({batch, len, total}, at::kFloat)
-                .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity())
-                .view({batch, 1, 1, len, total});
+                .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
 
   if (cache && past == 0) {
     cache->keys.assign(static_cast<size_t>(c.num_hidden_layers), at::Tensor());
@@ -426,9 +495,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
     auto qg = q.view({batch, len, kv_heads, group, head_dim})
                 .permute({0, 2, 3, 1, 4})
                 .reshape({batch, kv_heads, group * len, head_dim});
-    auto scores = at::matmul(qg, k.transpose(-1, -2)); // [B, KV, G*T, T_total], scaled
-    auto probs = at::softmax(scores.view({batch, kv_heads, group, len, total}) + bias, -1);
-    auto out = at::matmul(probs.view({batch, kv_heads, group * len, total}), v)
+    auto out = attention_fn::apply(qg, k, v, bias, group)[0] // [B, KV, G*T, d]
                  .view({batch, kv_heads, group, len, head_dim})
                  .permute({0, 3, 1, 2, 4})
                  .reshape({batch, len, heads * head_dim});

@@ -618,3 +618,87 @@ TEST(CausalLm, RejectsUnsupportedRopeScaling) {
   expect_error([&] { causal_lm::random(c, 1); }, error_code::invalid_argument,
                {"low_freq_factor"});
 }
+
+namespace {
+
+// The model written a second time with plain autograd ops (keys/values repeated per query head,
+// rotate_half by concatenation, masked softmax), to check the model's hand-written backward.
+at::Tensor autograd_reference_hidden(const model_config& c, std::map<std::string, at::Tensor>& w,
+                                     const at::Tensor& ids, const at::Tensor& mask) {
+  auto rms = [&](const at::Tensor& x, const at::Tensor& g) {
+    return g * x / at::sqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps);
+  };
+  auto lin = [&](const at::Tensor& x, const std::string& n) {
+    auto b = w.count(n + ".bias") ? w.at(n + ".bias") : at::Tensor();
+    return at::matmul(x, w.at(n + ".weight").t()) + (b.defined() ? b : at::zeros({1}));
+  };
+  const int64_t bsz = ids.size(0), t = ids.size(1), d = c.head_dim;
+  auto pos = (mask.cumsum(1) - 1).clamp_min(0).to(at::kDouble);
+  auto idx = at::arange(d / 2, at::kDouble);
+  auto freq = at::pow(c.rope_theta, -2.0 * idx / static_cast<double>(d));
+  auto ang = (pos.unsqueeze(-1) * freq).to(at::kFloat);            // [B, T, d/2]
+  auto cos = at::cat({ang.cos(), ang.cos()}, -1).unsqueeze(1);     // [B, 1, T, d]
+  auto sin = at::cat({ang.sin(), ang.sin()}, -1).unsqueeze(1);
+  auto rot = [&](const at::Tensor& x) {
+    auto x1 = x.narrow(-1, 0, d / 2), x2 = x.narrow(-1, d / 2, d / 2);
+    return x * cos + at::cat({-x2, x1}, -1) * sin;
+  };
+  auto causal = at::ones({t, t}, at::kBool).tril();
+  auto self = at::eye(t, at::kBool);
+  auto allowed = causal.unsqueeze(0) & (mask.to(at::kBool).unsqueeze(1) | self.unsqueeze(0));
+  auto x = w.at("model.embed_tokens.weight").index_select(0, ids.reshape({-1})).view({bsz, t, -1});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    auto p = "model.layers." + std::to_string(l) + ".";
+    auto h = rms(x, w.at(p + "input_layernorm.weight"));
+    auto q = lin(h, p + "self_attn.q_proj").view({bsz, t, -1, d});
+    auto k = lin(h, p + "self_attn.k_proj").view({bsz, t, -1, d});
+    auto v = lin(h, p + "self_attn.v_proj").view({bsz, t, -1, d}).transpose(1, 2);
+    if (w.count(p + "self_attn.q_norm.weight")) {
+      q = rms(q, w.at(p + "self_attn.q_norm.weight"));
+      k = rms(k, w.at(p + "self_attn.k_norm.weight"));
+    }
+    q = rot(q.transpose(1, 2));
+    k = rot(k.transpose(1, 2));
+    auto rep = c.num_attention_heads / c.num_key_value_heads;
+    k = k.repeat_interleave(rep, 1);
+    v = v.repeat_interleave(rep, 1);
+    auto scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(d));
+    scores = scores.masked_fill(allowed.logical_not().unsqueeze(1), -1e30);
+    auto o = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({bsz, t, -1});
+    x = x + lin(o, p + "self_attn.o_proj");
+    h = rms(x, w.at(p + "post_attention_layernorm.weight"));
+    auto g = lin(h, p + "mlp.gate_proj");
+    x = x + lin(g * at::sigmoid(g) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj");
+  }
+  return rms(x, w.at("model.norm.weight"));
+}
+
+} // namespace
+
+TEST(CausalLm, GradientsMatchAnIndependentAutogradImplementation) {
+  for (auto c : {qwen2_biased(), qwen3_wide_heads()}) {
+    auto model = causal_lm::from_weights(c, spread_weights(c, 12));
+    auto ids = at::tensor({0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, at::kLong).view({2, 6});
+    auto mask = at::tensor({0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, at::kLong).view({2, 6});
+    auto lp = sequence_logprobs(*model, ids, mask).logprobs;
+    auto target_mask = mask.narrow(1, 1, 5).to(at::kFloat);
+    (lp * target_mask).sum().backward();
+
+    std::map<std::string, at::Tensor> w;
+    for (auto& [name, t] : model->named_parameters())
+      w[name] = t.detach().clone().requires_grad_(true);
+    auto h = autograd_reference_hidden(c, w, ids, mask);
+    const auto& head = c.tie_word_embeddings ? w.at("model.embed_tokens.weight") : w.at("lm_head.weight");
+    auto logp = at::log_softmax(at::matmul(h.narrow(1, 0, 5), head.t()), -1);
+    auto ref_lp = logp.gather(-1, ids.narrow(1, 1, 5).unsqueeze(-1)).squeeze(-1);
+    EXPECT_LT(((ref_lp - lp) * target_mask).abs().max().item<double>(), 1e-4);
+    (ref_lp * target_mask).sum().backward();
+    for (auto& [name, t] : model->named_parameters()) {
+      auto ref = w.at(name).grad();
+      ASSERT_TRUE(ref.defined()) << name;
+      auto err = (t.grad() - ref).abs().max().item<double>();
+      auto scale = ref.abs().max().item<double>();
+      EXPECT_LT(err, 1e-4 * std::max(1.0, scale)) << to_string(c.arch) << " " << name;
+    }
+  }
+}
