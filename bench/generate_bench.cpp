@@ -104,7 +104,7 @@ double median(std::vector<double> xs) {
 }
 
 struct measurement {
-  double seconds = 0;                     // median wall time of one generate call
+  double seconds = 0;                       // median wall time of one generate call
   std::vector<std::vector<int64_t>> tokens; // from the last run
 };
 
@@ -143,15 +143,14 @@ int main(int argc, char** argv) {
       usage("--prompt-len + --new-tokens exceeds the preset's context of " +
             std::to_string(config.max_position_embeddings));
     auto model = causal_lm::from_weights(config, random_hf_weights(config, 1));
-    std::printf("generate_bench: preset %s (%lld parameters, vocab %lld, hidden %lld, %lld layers), "
-                "prompt %lld tokens, %lld new tokens per row, temperature 1, %d threads, "
-                "median of %d runs\n",
-                o.preset.c_str(), static_cast<long long>(num_parameters(config)),
-                static_cast<long long>(config.vocab_size),
-                static_cast<long long>(config.hidden_size),
-                static_cast<long long>(config.num_hidden_layers),
-                static_cast<long long>(o.prompt_len), static_cast<long long>(o.new_tokens),
-                o.threads, o.runs);
+    std::printf(
+        "generate_bench: preset %s (%lld parameters, vocab %lld, hidden %lld, %lld layers), "
+        "prompt %lld tokens, %lld new tokens per row, temperature 1, %d threads, "
+        "median of %d runs\n",
+        o.preset.c_str(), static_cast<long long>(num_parameters(config)),
+        static_cast<long long>(config.vocab_size), static_cast<long long>(config.hidden_size),
+        static_cast<long long>(config.num_hidden_layers), static_cast<long long>(o.prompt_len),
+        static_cast<long long>(o.new_tokens), o.threads, o.runs);
     std::printf("%6s %16s %16s %10s %10s\n", "batch", "cache tok/s", "no-cache tok/s", "ratio",
                 "same");
     std::mt19937_64 rng(2024);

@@ -22,8 +22,8 @@ namespace rlforge::cli {
 namespace {
 
 constexpr const char* usage_line =
-  "usage: rlforge generate --model DIR --prompt-tokens 1,2,3 --max-tokens N [--temperature T] "
-  "[--top-k K] [--top-p P] [--seed S] [--stop-tokens a,b] [--threads N]";
+    "usage: rlforge generate --model DIR --prompt-tokens 1,2,3 --max-tokens N [--temperature T] "
+    "[--top-k K] [--top-p P] [--seed S] [--stop-tokens a,b] [--threads N]";
 
 // Thrown for malformed flag values; reported with exit code 2.
 struct usage_error {
@@ -63,7 +63,7 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
   for (;;) {
     const size_t comma = text.find(',', start);
     const std::string item =
-      text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (item.empty())
       throw usage_error{flag + " expects comma-separated integers, got '" + text + "'"};
     out.push_back(parse_int(flag, item));
@@ -144,9 +144,8 @@ int run_generate(const args& a) {
   return 0;
 }
 
-const command_registrar reg{"generate",
-                            "sample tokens from an HF checkpoint (KV cache; prints JSON)",
-                            run_generate};
+const command_registrar reg{
+    "generate", "sample tokens from an HF checkpoint (KV cache; prints JSON)", run_generate};
 
 } // namespace
 } // namespace rlforge::cli

@@ -40,17 +40,15 @@ struct row_state {
   }
 
   // Total length once the row's last sampled token is part of the sequence.
-  int64_t length() const {
-    return static_cast<int64_t>(prompt->size() + result.tokens.size());
-  }
+  int64_t length() const { return static_cast<int64_t>(prompt->size() + result.tokens.size()); }
 };
 
 void check_requests(const model_config& config, const std::vector<std::vector<int64_t>>& prompts,
                     const std::vector<sampling_params>& params) {
   if (prompts.size() != params.size())
-    fail(error_code::invalid_argument,
-         "generate: " + std::to_string(prompts.size()) + " prompts but " +
-           std::to_string(params.size()) + " sampling_params (need one per prompt)");
+    fail(error_code::invalid_argument, "generate: " + std::to_string(prompts.size()) +
+                                           " prompts but " + std::to_string(params.size()) +
+                                           " sampling_params (need one per prompt)");
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto& prompt = prompts[i];
     const std::string which = "generate: request " + std::to_string(i) + ": ";
@@ -60,12 +58,12 @@ void check_requests(const model_config& config, const std::vector<std::vector<in
       if (prompt[j] < 0 || prompt[j] >= config.vocab_size)
         fail(error_code::out_of_range,
              which + "prompt token " + std::to_string(j) + " is " + std::to_string(prompt[j]) +
-               ", outside the vocabulary [0, " + std::to_string(config.vocab_size) + ")");
+                 ", outside the vocabulary [0, " + std::to_string(config.vocab_size) + ")");
     if (static_cast<int64_t>(prompt.size()) >= config.max_position_embeddings)
       fail(error_code::invalid_argument,
            which + "prompt of " + std::to_string(prompt.size()) +
-             " tokens leaves no room to generate within max_position_embeddings " +
-             std::to_string(config.max_position_embeddings));
+               " tokens leaves no room to generate within max_position_embeddings " +
+               std::to_string(config.max_position_embeddings));
     try {
       validate(params[i], config.vocab_size);
     } catch (const error& e) {
@@ -128,8 +126,8 @@ void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
     auto& row = rows[static_cast<size_t>(active[k])];
     const auto& p = *row.params;
     const int64_t token = p.temperature > 0.0
-                            ? inverse_cdf(pr + k * vocab, vocab, row.next_uniform())
-                            : greedy_token(raw_p + k * vocab, vocab);
+                              ? inverse_cdf(pr + k * vocab, vocab, row.next_uniform())
+                              : greedy_token(raw_p + k * vocab, vocab);
     row.result.tokens.push_back(token);
     row.result.logprobs.push_back(lp[k * vocab + token]);
     if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
@@ -141,7 +139,8 @@ void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
 }
 
 // log p(prompt[j] | prompt[<j]) for every row that asked, from the prefill's hidden states.
-void fill_prompt_logprobs(causal_lm& model, const at::Tensor& hidden, std::vector<row_state>& rows) {
+void fill_prompt_logprobs(causal_lm& model, const at::Tensor& hidden,
+                          std::vector<row_state>& rows) {
   const int64_t width = hidden.size(1);
   for (size_t r = 0; r < rows.size(); ++r) {
     auto& row = rows[r];
@@ -202,8 +201,8 @@ std::vector<sample_result> generate(causal_lm& model,
     row.params = &params[i];
     row.budget = std::min(params[i].max_tokens,
                           config.max_position_embeddings - static_cast<int64_t>(prompts[i].size()));
-    row.generator = at::make_generator<at::CPUGeneratorImpl>(
-      params[i].seed ? *params[i].seed : next_default_seed());
+    row.generator = at::make_generator<at::CPUGeneratorImpl>(params[i].seed ? *params[i].seed
+                                                                            : next_default_seed());
   }
 
   // Prefill: all prompts at once.
@@ -212,9 +211,8 @@ std::vector<sample_result> generate(causal_lm& model,
     active[i] = static_cast<int64_t>(i);
   auto batch = left_pad(prompts);
   kv_cache cache;
-  auto hidden =
-    model.forward_hidden(batch.ids, batch.mask, batch.positions,
-                         options.use_kv_cache ? &cache : nullptr);
+  auto hidden = model.forward_hidden(batch.ids, batch.mask, batch.positions,
+                                     options.use_kv_cache ? &cache : nullptr);
   fill_prompt_logprobs(model, hidden, rows);
   auto last_logits = model.logits(hidden.select(1, hidden.size(1) - 1));
   auto mask = batch.mask;

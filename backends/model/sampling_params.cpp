@@ -100,8 +100,7 @@ void filter_log_probs(double* log_probs, int64_t vocab_size, int64_t top_k, doub
   std::copy(out.begin(), out.end(), log_probs);
 }
 
-std::vector<double> sampling_log_probs(const std::vector<float>& logits,
-                                       const sampling_params& p) {
+std::vector<double> sampling_log_probs(const std::vector<float>& logits, const sampling_params& p) {
   if (logits.empty())
     fail(error_code::invalid_argument, "sampling_log_probs: empty logits row");
   if (!(p.temperature > 0.0) || !std::isfinite(p.temperature))
@@ -111,7 +110,8 @@ std::vector<double> sampling_log_probs(const std::vector<float>& logits,
   double m = neg_inf;
   for (size_t i = 0; i < logits.size(); ++i) {
     if (std::isnan(logits[i]))
-      fail(error_code::invalid_argument, "sampling_log_probs: logit " + std::to_string(i) + " is NaN");
+      fail(error_code::invalid_argument,
+           "sampling_log_probs: logit " + std::to_string(i) + " is NaN");
     z[i] = static_cast<double>(logits[i]) / p.temperature;
     m = std::max(m, z[i]);
   }

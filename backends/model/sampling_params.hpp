@@ -14,10 +14,10 @@ namespace rlforge::backends {
 /// reaches `top_p`, renormalise, draw one token. `temperature == 0` is greedy decoding (argmax;
 /// `top_k` and `top_p` are then ignored).
 struct sampling_params {
-  int64_t max_tokens = 0;   ///< required, >= 1: most tokens to generate
-  double temperature = 1.0; ///< >= 0; 0 = greedy
-  int64_t top_k = -1;       ///< -1 = off, else >= 1 (values >= vocab size keep everything)
-  double top_p = 1.0;       ///< in (0, 1]; 1 = off
+  int64_t max_tokens = 0;       ///< required, >= 1: most tokens to generate
+  double temperature = 1.0;     ///< >= 0; 0 = greedy
+  int64_t top_k = -1;           ///< -1 = off, else >= 1 (values >= vocab size keep everything)
+  double top_p = 1.0;           ///< in (0, 1]; 1 = off
   std::optional<uint64_t> seed; ///< a seeded row draws from its own generator
   std::vector<int64_t> stop_token_ids; ///< sampling one of these ends the row (stop_reason "stop")
   bool prompt_logprobs = false;        ///< also report log p(prompt[i] | prompt[<i])
@@ -54,8 +54,7 @@ void filter_log_probs(double* log_probs, int64_t vocab_size, int64_t top_k, doub
 /// The full distribution a non-greedy row samples from, as log-probabilities over the
 /// vocabulary (-inf outside the kept set): log_softmax(logits / temperature) then
 /// `filter_log_probs`. Needs temperature > 0. Throws on NaN logits or an empty row.
-std::vector<double> sampling_log_probs(const std::vector<float>& logits,
-                                       const sampling_params& p);
+std::vector<double> sampling_log_probs(const std::vector<float>& logits, const sampling_params& p);
 
 /// Inverse-CDF draw: the first token id (in id order) whose cumulative probability exceeds
 /// `u * total`, where `probs` need not sum exactly to 1. `u` in [0, 1). Zero-probability tokens

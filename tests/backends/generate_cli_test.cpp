@@ -33,8 +33,8 @@ struct run_result {
 run_result run_generate(const std::string& args) {
   const auto err_path = std::filesystem::temp_directory_path() /
                         ("rlforge_generate_err_" + std::to_string(::getpid()));
-  const std::string cmd = std::string("'") + RLFORGE_CLI_PATH + "' generate " + args + " 2>'" +
-                          err_path.string() + "'";
+  const std::string cmd =
+      std::string("'") + RLFORGE_CLI_PATH + "' generate " + args + " 2>'" + err_path.string() + "'";
   run_result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr)
@@ -112,13 +112,15 @@ TEST_F(GenerateCli, PrintsOneJsonObjectMatchingTheLibrary) {
 }
 
 TEST_F(GenerateCli, StopTokenEndsWithStop) {
-  auto free_run = run_generate(model_flag() + " --prompt-tokens 1,2 --max-tokens 6 --temperature 0");
+  auto free_run =
+      run_generate(model_flag() + " --prompt-tokens 1,2 --max-tokens 6 --temperature 0");
   ASSERT_EQ(free_run.code, 0) << free_run.err;
   const auto tokens = nlohmann::json::parse(free_run.out).at("tokens").get<std::vector<int64_t>>();
   ASSERT_EQ(tokens.size(), 6u);
   const int64_t stop = tokens[2];
-  auto r = run_generate(model_flag() + " --prompt-tokens 1,2 --max-tokens 6 --temperature 0 "
-                                       "--stop-tokens 511," +
+  auto r = run_generate(model_flag() +
+                        " --prompt-tokens 1,2 --max-tokens 6 --temperature 0 "
+                        "--stop-tokens 511," +
                         std::to_string(stop));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -126,7 +128,8 @@ TEST_F(GenerateCli, StopTokenEndsWithStop) {
   const auto got = j.at("tokens").get<std::vector<int64_t>>();
   ASSERT_FALSE(got.empty());
   EXPECT_EQ(got.back(), stop);
-  EXPECT_EQ(got, std::vector<int64_t>(tokens.begin(), tokens.begin() + static_cast<long>(got.size())));
+  EXPECT_EQ(got,
+            std::vector<int64_t>(tokens.begin(), tokens.begin() + static_cast<long>(got.size())));
 }
 
 namespace {
@@ -154,46 +157,46 @@ void expect_rejected(const std::vector<bad_case>& cases) {
 TEST_F(GenerateCli, MissingOrUnknownFlagsAreUsageErrors) {
   const std::string m = model_flag();
   expect_rejected({
-    {"--prompt-tokens 1 --max-tokens 2", 2, "missing --model"},
-    {m + " --max-tokens 2", 2, "missing --prompt-tokens"},
-    {m + " --prompt-tokens 1", 2, "missing --max-tokens"},
-    {m + " --prompt-tokens 1 --max-tokens 2 --bogus 1", 2, "unknown argument '--bogus'"},
+      {"--prompt-tokens 1 --max-tokens 2", 2, "missing --model"},
+      {m + " --max-tokens 2", 2, "missing --prompt-tokens"},
+      {m + " --prompt-tokens 1", 2, "missing --max-tokens"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --bogus 1", 2, "unknown argument '--bogus'"},
   });
 }
 
 TEST_F(GenerateCli, MalformedValuesAreUsageErrors) {
   const std::string m = model_flag();
   expect_rejected({
-    {m + " --prompt-tokens 1,,2 --max-tokens 2", 2, "--prompt-tokens expects"},
-    {m + " --prompt-tokens 1,x --max-tokens 2", 2, "expects an integer, got 'x'"},
-    {m + " --prompt-tokens 1 --max-tokens two", 2, "--max-tokens expects an integer, got 'two'"},
-    {m + " --prompt-tokens 1 --max-tokens 2 --temperature abc", 2, "got 'abc'"},
+      {m + " --prompt-tokens 1,,2 --max-tokens 2", 2, "--prompt-tokens expects"},
+      {m + " --prompt-tokens 1,x --max-tokens 2", 2, "expects an integer, got 'x'"},
+      {m + " --prompt-tokens 1 --max-tokens two", 2, "--max-tokens expects an integer, got 'two'"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --temperature abc", 2, "got 'abc'"},
   });
 }
 
 TEST_F(GenerateCli, MalformedOptionalValuesAreUsageErrors) {
   const std::string m = model_flag();
   expect_rejected({
-    {m + " --prompt-tokens 1 --max-tokens 2 --seed -4", 2, "--seed expects an unsigned"},
-    {m + " --prompt-tokens 1 --max-tokens 2 --threads 0", 2, "--threads must be in [1, 1024]"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --seed -4", 2, "--seed expects an unsigned"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --threads 0", 2, "--threads must be in [1, 1024]"},
   });
 }
 
 TEST_F(GenerateCli, OutOfDomainParametersAreUsageErrors) {
   const std::string m = model_flag();
   expect_rejected({
-    {m + " --prompt-tokens 1 --max-tokens 0", 2, "max_tokens must be >= 1, got 0"},
-    {m + " --prompt-tokens 1 --max-tokens 2 --temperature -1", 2, "temperature"},
-    {m + " --prompt-tokens 1 --max-tokens 2 --top-k 0", 2, "top_k must be -1 (off) or >= 1"},
+      {m + " --prompt-tokens 1 --max-tokens 0", 2, "max_tokens must be >= 1, got 0"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --temperature -1", 2, "temperature"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --top-k 0", 2, "top_k must be -1 (off) or >= 1"},
   });
 }
 
 TEST_F(GenerateCli, OutOfDomainFilterAndTokenValuesAreUsageErrors) {
   const std::string m = model_flag();
   expect_rejected({
-    {m + " --prompt-tokens 1 --max-tokens 2 --top-p 1.5", 2, "top_p must be in (0, 1], got 1.5"},
-    {m + " --prompt-tokens 1 --max-tokens 2 --stop-tokens 512", 2, "stop token id 512"},
-    {m + " --prompt-tokens 3,9999 --max-tokens 2", 2, "prompt token 1 is 9999"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --top-p 1.5", 2, "top_p must be in (0, 1], got 1.5"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --stop-tokens 512", 2, "stop token id 512"},
+      {m + " --prompt-tokens 3,9999 --max-tokens 2", 2, "prompt token 1 is 9999"},
   });
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -250,8 +251,10 @@ TEST(SamplingParams, RejectsEveryNonsenseValueNamingIt) {
   expect_invalid(with([](auto& p) { p.top_p = -0.1; }), 10, "got -0.1");
   expect_invalid(with([](auto& p) { p.top_p = 1.5; }), 10, "got 1.5");
   expect_invalid(with([](auto& p) { p.top_p = std::nan(""); }), 10, "top_p");
-  expect_invalid(with([](auto& p) { p.stop_token_ids = {3, 10}; }), 10,
-                 "stop token id 10 is outside the vocabulary [0, 10)");
+  expect_invalid(with([](auto& p) {
+                   p.stop_token_ids = {3, 10};
+                 }),
+                 10, "stop token id 10 is outside the vocabulary [0, 10)");
   expect_invalid(with([](auto& p) { p.stop_token_ids = {-1}; }), 10, "stop token id -1");
 }
 
@@ -364,8 +367,8 @@ TEST(Generate, SampledLogprobsMatchFullForwardRecomputation) {
     int64_t k;
     double p;
   };
-  for (const auto& c : std::vector<case_t>{{1.0, -1, 1.0}, {0.7, -1, 1.0}, {1.3, 20, 1.0},
-                                           {0.9, -1, 0.8}, {1.0, 40, 0.9}}) {
+  for (const auto& c : std::vector<case_t>{
+           {1.0, -1, 1.0}, {0.7, -1, 1.0}, {1.3, 20, 1.0}, {0.9, -1, 0.8}, {1.0, 40, 0.9}}) {
     auto out = generate(*model, {prompt}, {make_params(12, c.t, 99, c.k, c.p)});
     ASSERT_EQ(out[0].tokens.size(), 12u);
     auto logits = full_logits(*model, concat(prompt, out[0].tokens));
@@ -375,7 +378,7 @@ TEST(Generate, SampledLogprobsMatchFullForwardRecomputation) {
       ASSERT_NE(want, -inf) << "token outside the kept set: t=" << c.t << " k=" << c.k
                             << " p=" << c.p << " step " << i;
       EXPECT_NEAR(out[0].logprobs[i], want, 1e-5)
-        << "t=" << c.t << " k=" << c.k << " p=" << c.p << " step " << i;
+          << "t=" << c.t << " k=" << c.k << " p=" << c.p << " step " << i;
     }
   }
 }
@@ -435,8 +438,8 @@ TEST(Generate, ContextLengthCapsGeneration) {
   // The long prompt finishes first; the short one then keeps generating past the width the
   // padded batch started with, which must not count against its own context.
   const std::vector<int64_t> prompt(12, 3);
-  auto out = generate(*model, {prompt, {1, 2}}, {make_params(10, 0.0, std::nullopt),
-                                                 make_params(10, 0.0, std::nullopt)});
+  auto out = generate(*model, {prompt, {1, 2}},
+                      {make_params(10, 0.0, std::nullopt), make_params(10, 0.0, std::nullopt)});
   EXPECT_EQ(out[0].tokens.size(), 4u); // 12 + 4 = 16 positions
   EXPECT_EQ(out[0].stop_reason, "length");
   EXPECT_EQ(out[1].tokens.size(), 10u);
@@ -445,11 +448,11 @@ TEST(Generate, ContextLengthCapsGeneration) {
 
 TEST(Generate, BatchedRowsMatchEachAlone) {
   auto model = tiny_model();
-  const prompt_list prompts{{3, 1, 4}, {1, 5, 9, 2, 6, 5, 3, 5}, {8}, {9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4}};
-  std::vector<sampling_params> params{make_params(9, 0.0, std::nullopt),
-                                      make_params(14, 0.8, 11, 50),
-                                      make_params(6, 1.0, 12, -1, 0.9),
-                                      make_params(12, 1.2, 13, 30, 0.95)};
+  const prompt_list prompts{
+      {3, 1, 4}, {1, 5, 9, 2, 6, 5, 3, 5}, {8}, {9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4}};
+  std::vector<sampling_params> params{
+      make_params(9, 0.0, std::nullopt), make_params(14, 0.8, 11, 50),
+      make_params(6, 1.0, 12, -1, 0.9), make_params(12, 1.2, 13, 30, 0.95)};
   // A stop token makes one row finish early, so the batch shrinks mid-way.
   params[1].stop_token_ids = {generate(*model, {prompts[1]}, {params[1]})[0].tokens[5]};
 
@@ -525,12 +528,21 @@ TEST(Generate, EmptyBatchGivesNoResults) {
 TEST(Generate, RejectsBadRequestsNamingThem) {
   auto model = tiny_model(16);
   const auto ok = make_params(4, 1.0, 1);
-  expect_error([&] { generate(*model, {{1}, {2}}, {ok}); }, error_code::invalid_argument,
-               "2 prompts but 1 sampling_params");
-  expect_error([&] { generate(*model, {{1}, {}}, {ok, ok}); }, error_code::invalid_argument,
-               "request 1: empty prompt");
-  expect_error([&] { generate(*model, {{1, 512}}, {ok}); }, error_code::out_of_range,
-               "prompt token 1 is 512, outside the vocabulary [0, 512)");
+  expect_error(
+      [&] {
+        generate(*model, {{1}, {2}}, {ok});
+      },
+      error_code::invalid_argument, "2 prompts but 1 sampling_params");
+  expect_error(
+      [&] {
+        generate(*model, {{1}, {}}, {ok, ok});
+      },
+      error_code::invalid_argument, "request 1: empty prompt");
+  expect_error(
+      [&] {
+        generate(*model, {{1, 512}}, {ok});
+      },
+      error_code::out_of_range, "prompt token 1 is 512, outside the vocabulary [0, 512)");
   expect_error([&] { generate(*model, {{-3}}, {ok}); }, error_code::out_of_range,
                "prompt token 0 is -3");
   expect_error([&] { generate(*model, {std::vector<int64_t>(16, 1)}, {ok}); },
@@ -538,8 +550,11 @@ TEST(Generate, RejectsBadRequestsNamingThem) {
                "prompt of 16 tokens leaves no room to generate within max_position_embeddings 16");
   auto bad = ok;
   bad.top_p = 2.0;
-  expect_error([&] { generate(*model, {{1}, {2}}, {ok, bad}); }, error_code::invalid_argument,
-               "request 1: sampling_params: top_p must be in (0, 1], got 2");
+  expect_error(
+      [&] {
+        generate(*model, {{1}, {2}}, {ok, bad});
+      },
+      error_code::invalid_argument, "request 1: sampling_params: top_p must be in (0, 1], got 2");
   bad = ok;
   bad.max_tokens = 0;
   expect_error([&] { generate(*model, {{1}}, {bad}); }, error_code::invalid_argument,
@@ -548,4 +563,33 @@ TEST(Generate, RejectsBadRequestsNamingThem) {
   bad.stop_token_ids = {512};
   expect_error([&] { generate(*model, {{1}}, {bad}); }, error_code::invalid_argument,
                "stop token id 512");
+}
+
+TEST(Generate, SampledFrequenciesFollowTheFilteredDistribution) {
+  auto model = tiny_model();
+  const std::vector<int64_t> prompt{42, 43, 44};
+  const int rows = 900;
+  const prompt_list prompts(rows, prompt);
+  std::vector<sampling_params> params;
+  for (int i = 0; i < rows; ++i)
+    params.push_back(make_params(1, 1.5, static_cast<uint64_t>(i), 4));
+  auto out = generate(*model, prompts, params);
+
+  // Expected: softmax(logits / 1.5) over the 4 most likely tokens, from a full forward pass.
+  auto last = full_logits(*model, prompt)[static_cast<int64_t>(prompt.size()) - 1];
+  std::map<int64_t, int> counts;
+  for (const auto& o : out)
+    counts[o.tokens.at(0)]++;
+  double total_p = 0;
+  for (const auto& [token, count] : counts) {
+    const double p = std::exp(reference_logprob(last, token, 1.5, 4, 1.0));
+    ASSERT_GT(p, 0.0) << "token " << token << " is outside the top-4 set";
+    total_p += p;
+    // Binomial count: within 5 standard deviations of its mean (deterministic seeds).
+    const double mean = rows * p;
+    const double sd = std::sqrt(rows * p * (1 - p));
+    EXPECT_NEAR(count, mean, 5 * sd + 1) << "token " << token << " p=" << p;
+  }
+  EXPECT_LE(counts.size(), 4u);
+  EXPECT_NEAR(total_p, 1.0, 1e-3); // every kept token was drawn at least once
 }
