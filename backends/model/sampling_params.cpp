@@ -77,18 +77,33 @@ void filter_log_probs(double* log_probs, int64_t vocab_size, int64_t top_k, doub
     kept = static_cast<size_t>(top_k);
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), order.end(),
                       before);
-  } else {
-    std::sort(order.begin(), order.end(), before);
   }
   double lse = log_sum_exp(log_probs, order, kept);
   if (use_p && lse != neg_inf) {
-    double cumulative = 0.0;
+    // Only the most likely prefix needs ordering: sort a window of the candidates and widen it
+    // (x8) until its cumulative probability reaches top_p. Peaked distributions stop early;
+    // the result equals a full sort's because `before` is a strict total order.
+    size_t sorted = use_k ? kept : 0;
     size_t prefix = kept;
-    for (size_t i = 0; i < kept; ++i) {
-      cumulative += std::exp(log_probs[order[i]] - lse);
-      if (cumulative >= top_p) {
-        prefix = i + 1;
-        break;
+    double cumulative = 0.0;
+    size_t i = 0;
+    bool reached = false;
+    while (!reached && i < kept) {
+      if (i == sorted) {
+        const size_t window = std::min(kept, std::max<size_t>(256, sorted * 8));
+        // Elements before `sorted` are already the largest, in order; sort what follows.
+        std::partial_sort(order.begin() + static_cast<std::ptrdiff_t>(sorted),
+                          order.begin() + static_cast<std::ptrdiff_t>(window),
+                          order.begin() + static_cast<std::ptrdiff_t>(kept), before);
+        sorted = window;
+      }
+      for (; i < sorted; ++i) {
+        cumulative += std::exp(log_probs[order[i]] - lse);
+        if (cumulative >= top_p) {
+          prefix = i + 1;
+          reached = true;
+          break;
+        }
       }
     }
     kept = prefix;

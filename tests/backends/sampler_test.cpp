@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -592,4 +593,45 @@ TEST(Generate, SampledFrequenciesFollowTheFilteredDistribution) {
   }
   EXPECT_LE(counts.size(), 4u);
   EXPECT_NEAR(total_p, 1.0, 1e-3); // every kept token was drawn at least once
+}
+
+TEST(SamplingMath, TopPOnLargeFlatVocabularyMatchesFullSortReference) {
+  // A flat distribution over 5000 tokens makes top-p keep thousands of them (beyond any small
+  // sorted window); a reference with a full sort, written here, must agree exactly on the set.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> logits(5000);
+  for (auto& x : logits)
+    x = normal(rng);
+  for (double top_p : {0.05, 0.5, 0.9, 0.999}) {
+    for (int64_t top_k : {int64_t{-1}, int64_t{3000}}) {
+      auto lp = sampling_log_probs(logits, params_with(1.0, top_k, top_p));
+      auto p = softmax(logits, 1.0);
+      std::vector<int64_t> ids(p.size());
+      std::iota(ids.begin(), ids.end(), int64_t{0});
+      std::stable_sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+      if (top_k > 0)
+        ids.resize(static_cast<size_t>(top_k));
+      double mass = 0;
+      for (int64_t id : ids)
+        mass += p[id];
+      double cumulative = 0;
+      size_t keep = ids.size();
+      for (size_t i = 0; i < ids.size(); ++i) {
+        cumulative += p[ids[i]] / mass;
+        if (cumulative >= top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+      ids.resize(keep);
+      std::sort(ids.begin(), ids.end());
+      EXPECT_EQ(support(lp), ids) << "top_p=" << top_p << " top_k=" << top_k;
+      double kept_mass = 0;
+      for (int64_t id : ids)
+        kept_mass += p[id];
+      for (int64_t id : {ids.front(), ids.back()})
+        EXPECT_NEAR(lp[id], std::log(p[id] / kept_mass), 1e-9);
+    }
+  }
 }
