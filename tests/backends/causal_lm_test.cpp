@@ -702,3 +702,15 @@ TEST(CausalLm, GradientsMatchAnIndependentAutogradImplementation) {
     }
   }
 }
+
+TEST(CausalLm, ForwardWorksUnderInferenceMode) {
+  auto c = qwen3_wide_heads();
+  auto model = causal_lm::from_weights(c, spread_weights(c, 6));
+  auto ids = at::tensor({9, 8, 7, 6}, at::kLong).view({1, 4});
+  auto expected = full_logits(*model, ids);
+  c10::InferenceMode guard;
+  kv_cache cache;
+  auto h = model->forward_hidden(ids, at::ones({1, 4}, at::kLong),
+                                 at::arange(4, at::kLong).view({1, 4}), &cache);
+  EXPECT_TRUE(at::allclose(model->logits(h), expected, 0, 1e-6));
+}
