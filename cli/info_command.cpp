@@ -5,6 +5,10 @@
 
 #include "backends/blas_info.hpp"
 #include "backends/error.hpp"
+#include "runtime/errc.hpp"
+#include "runtime/system_config.hpp"
+
+#include <caf/config.hpp>
 
 #include <cstdio>
 #include <iostream>
@@ -61,15 +65,64 @@ void print_blas_text(const nlohmann::json& s, std::ostream& out) {
   }
 }
 
+// -- node resources and build features -------------------------------------------------------
+
+/// This node's declared resources ("node") and what the build can do ("features").
+nlohmann::json node_section(const runtime::system_config& cfg) {
+  auto node = runtime::local_node_resources(cfg);
+  nlohmann::json out;
+  out["node"] = {{"id", node.node_id},
+                 {"cpus", node.cpus},
+                 {"memory_bytes", node.memory_bytes},
+                 {"gpus", node.gpus},
+                 {"gpu_kind", node.virtual_gpus ? "virtual, compute on CPU" : "cuda"}};
+#ifdef RLFORGE_WITH_CUDA
+  bool cuda = true;
+#else
+  bool cuda = false;
+#endif
+  out["features"] = {{"cuda", cuda},
+                     {"collectives", cuda ? "gloo (CPU tensors), nccl (CUDA tensors)" : "gloo"},
+                     {"caf_version", CAF_VERSION},
+                     {"remoting", "caf io middleman (BASP over TCP)"},
+                     {"wire_format", "msgpack tensor_blob v1"}};
+  return out;
+}
+
+void print_node_text(const nlohmann::json& s, std::ostream& out) {
+  const auto& n = s["node"];
+  char mem[32];
+  std::snprintf(mem, sizeof(mem), "%.1f",
+                static_cast<double>(n["memory_bytes"].get<int64_t>()) / (1024.0 * 1024 * 1024));
+  out << "node:    " << n["id"].get<std::string>() << ", " << n["cpus"].get<int>() << " CPUs, "
+      << mem << " GiB, " << n["gpus"].get<int>() << " GPUs ("
+      << n["gpu_kind"].get<std::string>() << ")\n";
+  const auto& f = s["features"];
+  out << "build:   cuda " << (f["cuda"].get<bool>() ? "on" : "off") << ", collectives "
+      << f["collectives"].get<std::string>() << ", CAF " << f["caf_version"].get<int>() << ", "
+      << f["wire_format"].get<std::string>() << "\n";
+}
+
 // -- the command --------------------------------------------------------------------------------
 
 int run_info(const args& a) {
-  flag_parser flags({"--gpus"}, {"--json"});
+  flag_parser flags({"--gpus", "--cpus", "--memory-gb", "--node-id"}, {"--json"});
   if (!flags.parse(a)) {
     std::cerr << "rlforge info: " << flags.error() << "\n";
     return 2;
   }
+  // Node flags go through the runtime's configuration (same validation, env and INI file).
+  std::vector<std::string> node_args;
+  for (auto name : {"--gpus", "--cpus", "--memory-gb", "--node-id"})
+    if (auto v = flags.get(name))
+      node_args.push_back(std::string{name} + "=" + *v);
+  runtime::system_config cfg;
+  if (auto err = cfg.parse_args(node_args)) {
+    std::cerr << "rlforge info: " << error_message(err) << "\n";
+    return 2;
+  }
   nlohmann::json report = {{"version", "0.1.0"}};
+  report.update(node_section(cfg));
   try {
     report.update(blas_section());
   } catch (const backends::error& e) {
@@ -84,6 +137,7 @@ int run_info(const args& a) {
     return 0;
   }
   std::cout << "rlforge " << report["version"].get<std::string>() << "\n";
+  print_node_text(report, std::cout);
   print_blas_text(report, std::cout);
   return 0;
 }
