@@ -120,7 +120,10 @@ at::Tensor rotary_inv_freq(const model_config& c) {
   const auto& rs = c.rope_scaling;
   if (rs.is_null())
     return inv_freq;
-  std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+  auto type_field = rs.contains("rope_type") ? rs.at("rope_type") : rs.value("type", nlohmann::json("default"));
+  if (!type_field.is_string())
+    fail(error_code::invalid_argument, "rope_scaling type must be a string, got " + type_field.dump());
+  const auto type = type_field.get<std::string>();
   auto number = [&](const char* key) {
     auto i = rs.find(key);
     if (i == rs.end() || !i->is_number())
@@ -142,9 +145,9 @@ at::Tensor rotary_inv_freq(const model_config& c) {
     auto low = number("low_freq_factor");
     auto high = number("high_freq_factor");
     auto old_len = number("original_max_position_embeddings");
-    if (!(factor > 0) || !(high > low) || !(old_len > 0))
+    if (!(factor > 0) || !(low > 0) || !(high > low) || !(old_len > 0))
       fail(error_code::invalid_argument, "rope_scaling llama3: need factor > 0, "
-                                         "high_freq_factor > low_freq_factor and "
+                                         "high_freq_factor > low_freq_factor > 0 and "
                                          "original_max_position_embeddings > 0, got "
                                            + rs.dump());
     const double pi = 3.14159265358979323846;

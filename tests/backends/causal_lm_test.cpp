@@ -617,6 +617,10 @@ TEST(CausalLm, RejectsUnsupportedRopeScaling) {
   c.rope_scaling = {{"rope_type", "llama3"}, {"factor", 8.0}};
   expect_error([&] { causal_lm::random(c, 1); }, error_code::invalid_argument,
                {"low_freq_factor"});
+  c.rope_scaling = {{"rope_type", 3}, {"factor", 8.0}};
+  expect_error([&] { causal_lm::random(c, 1); }, error_code::invalid_argument, {"3"});
+  c.rope_scaling = {{"type", "linear"}, {"factor", -2.0}};
+  expect_error([&] { causal_lm::random(c, 1); }, error_code::invalid_argument, {"-2"});
 }
 
 namespace {
