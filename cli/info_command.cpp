@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/blas_info.hpp"
+#include "actors/node.hpp"
+#include "backends/devices.hpp"
 #include "backends/error.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
@@ -69,18 +71,14 @@ void print_blas_text(const nlohmann::json& s, std::ostream& out) {
 
 /// This node's declared resources ("node") and what the build can do ("features").
 nlohmann::json node_section(const runtime::system_config& cfg) {
-  auto node = runtime::local_node_resources(cfg);
+  auto node = actors::local_node(cfg);
   nlohmann::json out;
   out["node"] = {{"id", node.node_id},
                  {"cpus", node.cpus},
                  {"memory_bytes", node.memory_bytes},
                  {"gpus", node.gpus},
                  {"gpu_kind", node.virtual_gpus ? "virtual, compute on CPU" : "cuda"}};
-#ifdef RLFORGE_WITH_CUDA
-  bool cuda = true;
-#else
-  bool cuda = false;
-#endif
+  bool cuda = backends::built_with_cuda();
   out["features"] = {{"cuda", cuda},
                      {"collectives", cuda ? "gloo (CPU tensors), nccl (CUDA tensors)" : "gloo"},
                      {"caf_version", CAF_VERSION},

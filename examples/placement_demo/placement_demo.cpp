@@ -12,6 +12,7 @@
 
 #include "actors/actor_group.hpp"
 #include "actors/actor_kind.hpp"
+#include "actors/node.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/tensor_convert.hpp"
 #include "runtime/errc.hpp"
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
   }
   register_demo_kind();
   caf::actor_system sys{cfg};
-  auto node = runtime::local_node_resources(cfg);
+  auto node = local_node(cfg);
   std::printf("node %s: %d CPUs, %.1f GiB, %d virtual GPUs\n\n", node.node_id.c_str(), node.cpus,
               static_cast<double>(node.memory_bytes) / (1 << 30), node.gpus);
   auto manager = spawn_placement_manager(sys, {node}, std::chrono::milliseconds{
