@@ -718,3 +718,14 @@ TEST(CausalLm, ForwardWorksUnderInferenceMode) {
                                  at::arange(4, at::kLong).view({1, 4}), &cache);
   EXPECT_TRUE(at::allclose(model->logits(h), expected, 0, 1e-6));
 }
+
+TEST(CausalLm, LlamaWithAttentionAndMlpBiasesMatchesIndependentReference) {
+  auto c = llama_tied();
+  c.tie_word_embeddings = false;
+  c.attention_bias = true; // q/k/v and, for Llama, o_proj
+  c.mlp_bias = true;
+  auto names = expected_weight_names(c);
+  ASSERT_NE(std::find(names.begin(), names.end(), "model.layers.0.self_attn.o_proj.bias"), names.end());
+  ASSERT_NE(std::find(names.begin(), names.end(), "model.layers.1.mlp.down_proj.bias"), names.end());
+  expect_matches_reference(c);
+}
