@@ -584,15 +584,18 @@ std::map<std::string, at::Tensor> causal_lm::state_dict() const {
 
 void causal_lm::save_hf(const std::string& dir) const {
   auto weights = state_dict();
+  // The weights are written as they live here, in fp32; config.json must say so.
+  auto config = impl_->config;
+  config.torch_dtype = "float32";
   auto value_head = weights.find("value_head.weight");
   if (value_head == weights.end()) {
-    save_hf_checkpoint(dir, impl_->config, weights);
+    save_hf_checkpoint(dir, config, weights);
     std::filesystem::remove(std::filesystem::path(dir) / value_head_file);
     return;
   }
   std::map<std::string, at::Tensor> head{{value_head->first, value_head->second}};
   weights.erase(value_head);
-  save_hf_checkpoint(dir, impl_->config, weights);
+  save_hf_checkpoint(dir, config, weights);
   write_safetensors((std::filesystem::path(dir) / value_head_file).string(), head,
                     {{"format", "pt"}});
 }

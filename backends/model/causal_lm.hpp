@@ -106,7 +106,8 @@ public:
   /// (`lm_head.weight` only when untied), plus `value_head.weight` when present.
   std::map<std::string, at::Tensor> state_dict() const;
 
-  /// Writes `dir/config.json` and `dir/model.safetensors` from `state_dict()` (LoRA merged); the
+  /// Writes `dir/config.json` (torch_dtype float32) and `dir/model.safetensors` from
+  /// `state_dict()` (LoRA merged); the
   /// value head, when present, goes to `dir/value_head.safetensors` so the HF files stay pure.
   void save_hf(const std::string& dir) const;
 

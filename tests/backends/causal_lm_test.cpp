@@ -392,10 +392,16 @@ TEST(CausalLm, HalfPrecisionCheckpointsLoadUpcastToFp32) {
     temp_dir dir(dtype == at::kBFloat16 ? "bf16" : "f16");
     save_hf_checkpoint(dir.str(), c, half);
     auto model = causal_lm::load(dir.str());
+    EXPECT_EQ(model->config().torch_dtype, c.torch_dtype);
     for (auto& [name, t] : model->named_parameters()) {
       EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
       EXPECT_TRUE(at::equal(t, half.at(name).to(at::kFloat))) << name;
     }
+    // Re-exported in fp32, and config.json says so.
+    temp_dir out(dtype == at::kBFloat16 ? "bf16_out" : "f16_out");
+    model->save_hf(out.str());
+    EXPECT_EQ(load_model_config(out.str()).torch_dtype, "float32");
+    EXPECT_TRUE(at::equal(causal_lm::load(out.str())->lm_head_weight(), model->lm_head_weight()));
   }
 }
 
