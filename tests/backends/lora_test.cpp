@@ -260,3 +260,20 @@ TEST(Lora, SaveReportsUnwritableDirectory) {
   expect_error([&] { save_lora_adapter((file / "sub").string(), adapter); }, error_code::io_error,
                {"a_file"});
 }
+
+TEST(Lora, DropoutActsOnlyInTrainingMode) {
+  auto model = causal_lm::random(preset("tiny"), 4);
+  auto c = config(4, 8);
+  c.dropout = 0.5;
+  model->enable_lora(c, 2);
+  perturb_adapters(*model);
+  EXPECT_FALSE(model->training());
+  auto eval1 = logits_of(*model, ids);
+  EXPECT_TRUE(at::equal(logits_of(*model, ids), eval1));
+  model->set_training(true);
+  at::manual_seed(1);
+  auto train1 = logits_of(*model, ids);
+  EXPECT_GT((train1 - eval1).abs().max().item<double>(), 1e-4);
+  model->set_training(false);
+  EXPECT_TRUE(at::equal(logits_of(*model, ids), eval1));
+}
