@@ -1,0 +1,107 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rlforge::backends {
+
+/// Named parameters as `causal_lm::named_parameters()` returns them (live leaf tensors).
+using named_parameters = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// AdamW hyper-parameters for one optimizer step (Tinker `adam_params`, with its defaults).
+struct adam_params {
+  double learning_rate = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-12;
+  double weight_decay = 0.0;
+  /// Clip the global L2 gradient norm to this value; 0 = off.
+  double grad_clip_norm = 0.0;
+
+  /// Throws `error{invalid_argument}` naming the field and value for: a NaN or infinite field,
+  /// learning_rate < 0, beta1/beta2 outside [0, 1), eps ≤ 0, weight_decay < 0,
+  /// grad_clip_norm < 0.
+  void validate() const;
+};
+
+bool operator==(const adam_params& a, const adam_params& b);
+inline bool operator!=(const adam_params& a, const adam_params& b) {
+  return !(a == b);
+}
+
+/// What one `adamw::step` did.
+struct step_result {
+  double grad_norm = 0.0; ///< global L2 norm of the gradients before clipping
+  bool skipped = false;   ///< the norm was NaN/inf: no parameter or state changed
+  bool clipped = false;   ///< gradients were scaled down to `grad_clip_norm`
+};
+
+/// Per-parameter AdamW state.
+struct adamw_param_state {
+  at::Tensor exp_avg;    ///< first moment, fp32, parameter-shaped
+  at::Tensor exp_avg_sq; ///< second moment, fp32, parameter-shaped
+  int64_t step = 0;      ///< updates applied to this parameter
+};
+
+/// The whole optimizer state, keyed by parameter name (for checkpoints).
+struct adamw_state {
+  std::map<std::string, adamw_param_state> params;
+  /// Hyper-parameters of the last applied step (defaults before the first one).
+  adam_params last_params;
+};
+
+/// AdamW with decoupled weight decay and bias correction (Loshchilov & Hutter), written out
+/// with in-place fp32 ATen ops so every hyper-parameter may change from one call to the next:
+///
+///   p ← p·(1 − lr·wd);  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
+///   p ← p − lr/(1−β1^t) · m / (√v / √(1−β2^t) + eps)
+///
+/// with t the parameter's own step count. Parameters are identified by name; a parameter
+/// without a gradient is left alone (its state does not advance).
+///
+/// Thread-safety: none; one owner (a worker) drives it.
+class adamw {
+public:
+  /// Computes the global gradient norm over `params` (those with a gradient), skips the update
+  /// when it is not finite, clips to `hp.grad_clip_norm` when > 0 (gradients scaled in place by
+  /// `clip / (norm + 1e-6)` when that is < 1, as torch's clip_grad_norm_), then updates every
+  /// parameter with a gradient. Throws `error{invalid_argument}` (nothing changed) for bad
+  /// hyper-parameters, an undefined, non-fp32 or duplicate-named parameter, a gradient whose
+  /// shape differs from its parameter, or a name whose stored state has another shape.
+  step_result step(const named_parameters& params, const adam_params& hp);
+
+  /// The state of one parameter, or nullptr before its first update.
+  const adamw_param_state* state_of(const std::string& name) const;
+
+  /// A deep copy of the whole state.
+  adamw_state state() const;
+
+  /// Replaces the state with a deep copy of `s`. Throws `error{invalid_argument}` naming a
+  /// parameter whose moments are undefined, not fp32, differently shaped from each other, or
+  /// whose step count is negative, and for bad `last_params`.
+  void load_state(const adamw_state& s);
+
+  /// Hyper-parameters of the last applied step.
+  const adam_params& last_params() const { return last_params_; }
+
+  /// Forgets all state.
+  void reset();
+
+private:
+  std::map<std::string, adamw_param_state> state_;
+  adam_params last_params_;
+};
+
+/// The global L2 norm of the gradients of `params` (parameters without a gradient count as 0),
+/// accumulated in double.
+double global_grad_norm(const named_parameters& params);
+
+/// Clears gradients: drops them (`set_to_none`, the default) or fills them with zeros.
+void zero_grad(const named_parameters& params, bool set_to_none = true);
+
+} // namespace rlforge::backends
