@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -176,9 +177,14 @@ using torch::autograd::variable_list;
 struct attention_fn : torch::autograd::Function<attention_fn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                                const at::Tensor& v, const at::Tensor& bias, int64_t group) {
+    // Per-slice GEMMs take any row stride, so keys/values need not be copied to contiguous
+    // memory (they are transposed views, or views of the cache's buffer).
+    auto rows_dense = [](const at::Tensor& t) {
+      return t.stride(3) == 1 && t.stride(2) >= t.size(3) ? t.detach() : t.detach().contiguous();
+    };
     auto qd = q.detach().contiguous();
-    auto kd = k.detach().contiguous();
-    auto vd = v.detach().contiguous();
+    auto kd = rows_dense(k);
+    auto vd = rows_dense(v);
     auto bd = bias.detach().contiguous();
     const int64_t batch = qd.size(0), kv_heads = qd.size(1), rows = qd.size(2);
     const int64_t total = kd.size(2), len = rows / group;
@@ -209,8 +215,8 @@ struct attention_fn : torch::autograd::Function<attention_fn> {
     const auto& probs = saved[3];
     auto grad_out = grads[0].contiguous();
     auto dq = at::empty_like(qd);
-    auto dk = at::empty_like(kd);
-    auto dv = at::empty_like(vd);
+    auto dk = at::empty(kd.sizes(), kd.options());
+    auto dv = at::empty(vd.sizes(), vd.options());
     const int64_t kv_heads = qd.size(1);
     at::parallel_for(0, qd.size(0) * kv_heads, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
@@ -231,6 +237,60 @@ struct attention_fn : torch::autograd::Function<attention_fn> {
     return {dq, dk, dv, at::Tensor(), at::Tensor()};
   }
 };
+
+// True when nothing but `t` (and, for a view, its otherwise unreferenced base) refers to the
+// memory behind `t`, so rows outside `t` can be written without anyone else seeing them.
+bool exclusively_owned(const at::Tensor& t) {
+  if (t.use_count() != 1)
+    return false; // e.g. a copied kv_cache shares this tensor
+  size_t holders = 1;
+  if (t.is_view()) {
+    const auto& base = t._base();
+    if (base.use_count() != 1 || base.is_view())
+      return false;
+    holders = 2;
+  }
+  return t.storage().use_count() == holders;
+}
+
+// Appends `x` [B, KV, n, d] to the cached `cached` [B, KV, T, d] along the time axis. The cache
+// lives in a buffer [B, KV, capacity, d] and `cached` is a view of its first rows (possibly
+// starting after some leading rows, when a caller narrowed the cache to drop common padding).
+// When the buffer has room after the view and nothing else refers to it, the new rows are
+// written in place; otherwise a buffer of twice the needed length (at most the model's context)
+// is allocated and the rows copied. Generation thus copies each key once instead of at every
+// step, and never overwrites rows another view (e.g. a copied cache) can see.
+at::Tensor append_to_cache(const at::Tensor& cached, const at::Tensor& x, int64_t max_len) {
+  // Under autograd (a cache while training) plain concatenation keeps the graph simple.
+  if (at::GradMode::is_enabled() && (x.requires_grad() || (cached.defined() && cached.requires_grad())))
+    return cached.defined() ? at::cat({cached, x}, 2) : x;
+  const int64_t b = x.size(0), kv = x.size(1), n = x.size(2), d = x.size(3);
+  const int64_t t = cached.defined() ? cached.size(2) : 0;
+  // Inference tensors may be written only inside InferenceMode.
+  const bool writable = cached.defined() && (!cached.is_inference() || c10::InferenceMode::is_enabled());
+  if (t > 0 && writable && exclusively_owned(cached) && cached.stride(3) == 1
+      && cached.stride(2) == d && cached.stride(1) % d == 0
+      && cached.stride(0) == kv * cached.stride(1) && cached.storage_offset() % d == 0) {
+    const int64_t capacity = cached.stride(1) / d;
+    const int64_t lead = cached.storage_offset() / d;
+    const auto needed_bytes = static_cast<size_t>(b * kv * capacity * d) * x.element_size();
+    if (lead + t + n <= capacity && cached.storage().nbytes() >= needed_bytes) {
+      auto grown = at::empty({0}, cached.options())
+                     .set_(cached.storage(), cached.storage_offset(), {b, kv, t + n, d},
+                           cached.strides());
+      grown.narrow(2, t, n).copy_(x);
+      return grown;
+    }
+  }
+  const int64_t capacity = std::max(t + n, std::min(2 * (t + n), max_len));
+  auto buffer = at::empty({b, kv, capacity, d}, x.options());
+  if (t > 0)
+    buffer.narrow(2, 0, t).copy_(cached);
+  buffer.narrow(2, t, n).copy_(x);
+  // A plain tensor over the buffer's storage rather than a view: a view would keep `buffer`
+  // alive as its base and make the storage look shared.
+  return at::empty({0}, x.options()).set_(buffer.storage(), 0, {b, kv, t + n, d}, buffer.strides());
+}
 
 std::string shape_string(at::IntArrayRef s) {
   std::string out = "[";
@@ -488,8 +548,8 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
     if (cache) {
       auto& ck = cache->keys[li];
       auto& cv = cache->values[li];
-      ck = ck.defined() ? at::cat({ck, k}, 2) : k.contiguous();
-      cv = cv.defined() ? at::cat({cv, v}, 2) : v.contiguous();
+      ck = append_to_cache(ck, k, c.max_position_embeddings);
+      cv = append_to_cache(cv, v, c.max_position_embeddings);
       k = ck;
       v = cv;
     }

@@ -735,3 +735,51 @@ TEST(CausalLm, LlamaWithAttentionAndMlpBiasesMatchesIndependentReference) {
   ASSERT_NE(std::find(names.begin(), names.end(), "model.layers.1.mlp.down_proj.bias"), names.end());
   expect_matches_reference(c);
 }
+
+TEST(CausalLm, KvCacheAppendsInPlaceAndCopiedCachesStayIndependent) {
+  auto c = llama_tied();
+  auto model = causal_lm::from_weights(c, spread_weights(c, 14));
+  at::NoGradGuard ng;
+  kv_cache cache;
+  auto prompt = at::tensor({3, 4, 5}, at::kLong).view({1, 3});
+  model->forward_hidden(prompt, at::ones({1, 3}, at::kLong), at::arange(3, at::kLong).view({1, 3}),
+                        &cache);
+  auto step = [&](kv_cache& kc, int64_t token) {
+    auto t = kc.length();
+    return model->logits(model->forward_hidden(at::full({1, 1}, token, at::kLong),
+                                               at::ones({1, t + 1}, at::kLong),
+                                               at::full({1, 1}, t, at::kLong), &kc))[0][0];
+  };
+  // One step reallocates (the prefill filled its buffer exactly?), later steps reuse the buffer.
+  step(cache, 6);
+  auto buffer = cache.keys[0].data_ptr();
+  step(cache, 7);
+  EXPECT_EQ(cache.keys[0].data_ptr(), buffer);
+  EXPECT_EQ(cache.length(), 5);
+  // A copy of the cache shares the buffer; appending to either must not disturb the other.
+  kv_cache other = cache;
+  auto a = step(cache, 8);
+  auto b = step(other, 9);
+  auto full_a = full_logits(*model, at::tensor({3, 4, 5, 6, 7, 8}, at::kLong).view({1, 6}));
+  auto full_b = full_logits(*model, at::tensor({3, 4, 5, 6, 7, 9}, at::kLong).view({1, 6}));
+  EXPECT_LT((a - full_a[0][5]).abs().max().item<double>(), 1e-5);
+  EXPECT_LT((b - full_b[0][5]).abs().max().item<double>(), 1e-5);
+  // Continuing both after the split still matches.
+  auto a2 = step(cache, 10);
+  auto full_a2 = full_logits(*model, at::tensor({3, 4, 5, 6, 7, 8, 10}, at::kLong).view({1, 7}));
+  EXPECT_LT((a2 - full_a2[0][6]).abs().max().item<double>(), 1e-5);
+  // A cache narrowed from the front (common padding dropped) keeps appending correctly.
+  kv_cache narrowed;
+  auto padded = at::tensor({0, 0, 3, 4, 5}, at::kLong).view({1, 5});
+  auto mask = at::tensor({0, 0, 1, 1, 1}, at::kLong).view({1, 5});
+  model->forward_hidden(padded, mask, (mask.cumsum(1) - 1).clamp_min(0), &narrowed);
+  for (auto& k : narrowed.keys)
+    k = k.narrow(2, 2, 3);
+  for (auto& v : narrowed.values)
+    v = v.narrow(2, 2, 3);
+  auto n1 = step(narrowed, 6);
+  auto n2 = step(narrowed, 7);
+  auto full_n = full_logits(*model, at::tensor({3, 4, 5, 6, 7}, at::kLong).view({1, 5}));
+  EXPECT_LT((n1 - full_n[0][3]).abs().max().item<double>(), 1e-5);
+  EXPECT_LT((n2 - full_n[0][4]).abs().max().item<double>(), 1e-5);
+}
