@@ -93,9 +93,9 @@ advantage_output maxrl(const advantage_inputs& in, const at::Tensor& mask,
     if (g.n > 1) {
       const double denominator = g.mean + cfg.epsilon;
       if (denominator == 0.0)
-        fail(error_code::invalid_argument,
-             "compute_advantages(maxrl): group " + std::to_string(id) + " has mean score " +
-               number_string(g.mean) + ", so mean + epsilon is 0");
+        fail(error_code::invalid_argument, "compute_advantages(maxrl): group " +
+                                               std::to_string(id) + " has mean score " +
+                                               number_string(g.mean) + ", so mean + epsilon is 0");
       a[i] = (s[i] - g.mean) / denominator;
     } else {
       a[i] = s[i];
@@ -151,8 +151,8 @@ advantage_output compute_advantages(const std::string& name, const advantage_inp
                                     const advantage_config& cfg) {
   const auto& names = advantage_estimator_names();
   if (std::find(names.begin(), names.end(), name) == names.end())
-    fail(error_code::invalid_argument, "unknown advantage estimator '" + name +
-                                           "'; valid estimators: " + detail::join(names));
+    fail(error_code::invalid_argument,
+         "unknown advantage estimator '" + name + "'; valid estimators: " + detail::join(names));
   const std::string what = "compute_advantages(" + name + ")";
   check_unit_interval(what, "gamma", cfg.gamma);
   check_unit_interval(what, "lambd", cfg.lambd);
@@ -172,9 +172,9 @@ advantage_output compute_advantages(const std::string& name, const advantage_inp
   }
   const bool grouped = name == "grpo" || name == "rloo" || name == "maxrl";
   if (grouped && static_cast<int64_t>(in.group_ids.size()) != in.rewards.size(0))
-    fail(error_code::invalid_argument,
-         what + ": needs one group id per row: got " + std::to_string(in.group_ids.size()) +
-           " ids for " + std::to_string(in.rewards.size(0)) + " rows");
+    fail(error_code::invalid_argument, what + ": needs one group id per row: got " +
+                                           std::to_string(in.group_ids.size()) + " ids for " +
+                                           std::to_string(in.rewards.size(0)) + " rows");
 
   at::NoGradGuard no_grad;
   auto mask = in.response_mask.to(at::kFloat);
@@ -193,7 +193,7 @@ std::vector<int64_t> group_ids_from_tensor(const at::Tensor& ids) {
   if (!ids.defined() || ids.dim() != 1)
     fail(error_code::invalid_argument,
          "group_ids_from_tensor: need a 1-D tensor, got " +
-           (ids.defined() ? detail::shape_string(ids.sizes()) : std::string("an undefined one")));
+             (ids.defined() ? detail::shape_string(ids.sizes()) : std::string("an undefined one")));
   if (at::isFloatingType(ids.scalar_type()) || at::isComplexType(ids.scalar_type()) ||
       ids.scalar_type() == at::kBool)
     fail(error_code::invalid_argument, "group_ids_from_tensor: need an integer tensor, got " +

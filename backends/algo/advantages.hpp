@@ -38,10 +38,10 @@ struct advantage_inputs {
 
 /// Estimator settings.
 struct advantage_config {
-  double gamma = 1.0;       ///< discount, in [0, 1]
-  double lambd = 1.0;       ///< GAE λ, in [0, 1]
-  bool norm_by_std = true;  ///< grpo: divide by the group std (false = Dr. GRPO)
-  double epsilon = 1e-6;    ///< grpo / maxrl denominator guard, > 0
+  double gamma = 1.0;      ///< discount, in [0, 1]
+  double lambd = 1.0;      ///< GAE λ, in [0, 1]
+  bool norm_by_std = true; ///< grpo: divide by the group std (false = Dr. GRPO)
+  double epsilon = 1e-6;   ///< grpo / maxrl denominator guard, > 0
 };
 
 /// Advantages and returns, both [B, R].

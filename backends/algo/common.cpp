@@ -24,9 +24,9 @@ at::Tensor masked_row_mean(const at::Tensor& x, const at::Tensor& mask) {
 at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask) {
   const double n = mask.sum().item<double>();
   if (n <= 1.0)
-    fail(error_code::invalid_argument,
-         "masked_whiten: the mask sums to " + detail::number_string(n) +
-             "; the unbiased variance needs at least 2 valid tokens");
+    fail(error_code::invalid_argument, "masked_whiten: the mask sums to " +
+                                           detail::number_string(n) +
+                                           "; the unbiased variance needs at least 2 valid tokens");
   auto mean = masked_mean(x, mask);
   auto centered = x - mean;
   auto var = masked_mean(centered * centered, mask) * (n / (n - 1.0));
@@ -78,8 +78,8 @@ void require_2d(const at::Tensor& t, const std::string& name, const std::string&
   if (!t.defined())
     fail(error_code::invalid_argument, what + ": missing input '" + name + "'");
   if (t.dim() != 2)
-    fail(error_code::invalid_argument, what + ": '" + name + "' must be 2-D [B, R], got shape " +
-                                           shape_string(t.sizes()));
+    fail(error_code::invalid_argument,
+         what + ": '" + name + "' must be 2-D [B, R], got shape " + shape_string(t.sizes()));
 }
 
 void require_shape(const at::Tensor& t, const std::string& name, at::IntArrayRef shape,
@@ -94,8 +94,7 @@ void require_finite(const at::Tensor& t, const std::string& name, const std::str
   if (!t.is_floating_point())
     return;
   if (!at::isfinite(t.detach()).all().item<bool>())
-    fail(error_code::invalid_argument,
-         what + ": '" + name + "' contains NaN or infinite values");
+    fail(error_code::invalid_argument, what + ": '" + name + "' contains NaN or infinite values");
 }
 
 } // namespace detail

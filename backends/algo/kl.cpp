@@ -49,8 +49,8 @@ at::Tensor approx_kl(const at::Tensor& logprobs, const at::Tensor& ref_logprobs,
   const std::string what = "approx_kl(" + estimator + ")";
   const auto& names = kl_estimator_names();
   if (std::find(names.begin(), names.end(), estimator) == names.end())
-    fail(error_code::invalid_argument, "unknown KL estimator '" + estimator +
-                                           "'; valid estimators: " + detail::join(names));
+    fail(error_code::invalid_argument,
+         "unknown KL estimator '" + estimator + "'; valid estimators: " + detail::join(names));
   check_pair(logprobs, "logprobs", ref_logprobs, "ref_logprobs", what);
   check_mask(loss_mask, logprobs, "logprobs", what);
   auto logp = logprobs.to(at::kFloat);
@@ -105,8 +105,8 @@ void apply_regularizers(loss_output& out, const loss_inputs& in, const regulariz
       fail(error_code::invalid_argument, what + ": the KL loss needs input 'logprobs'");
     if (!in.ref_logprobs.defined())
       fail(error_code::invalid_argument, what + ": the KL loss needs input 'ref_logprobs'");
-    auto kl = kl_loss(in.logprobs, in.ref_logprobs, in.loss_mask, cfg.kl_estimator,
-                      cfg.kl_loss_coef);
+    auto kl =
+        kl_loss(in.logprobs, in.ref_logprobs, in.loss_mask, cfg.kl_estimator, cfg.kl_loss_coef);
     out.loss = out.loss + kl.loss;
     out.metrics["kl:mean"] = kl.kl.item<double>();
     out.metrics["kl_loss:mean"] = kl.loss.item<double>();

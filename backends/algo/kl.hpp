@@ -84,7 +84,7 @@ public:
 
 private:
   kl_controller(double value, bool adaptive, double target, int64_t horizon)
-    : value_(value), adaptive_(adaptive), target_(target), horizon_(horizon) {}
+      : value_(value), adaptive_(adaptive), target_(target), horizon_(horizon) {}
 
   double value_;
   bool adaptive_;

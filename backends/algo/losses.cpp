@@ -46,7 +46,7 @@ using loss_body = std::function<at::Tensor(const context&)>;
 
 struct loss_entry {
   bool value_loss = false;
-  bool off_policy = false; // the off-policy correction block applies
+  bool off_policy = false;                  // the off-policy correction block applies
   std::map<std::string, double> value_keys; // own numeric keys → default (NaN = required)
   std::map<std::string, std::vector<std::string>> option_keys; // own string keys → valid values
   loss_body body;
@@ -121,8 +121,8 @@ at::Tensor cispo_body(const context& c) {
 
 at::Tensor rollout_is_body(const context& c) {
   auto r = ratio(c.in.logp, c.in.roll).detach();
-  auto in_range = (r > 1.0 - c.get("eps_clip_low", 0.2))
-                    .logical_and(r < 1.0 + c.get("eps_clip_high", 0.2));
+  auto in_range =
+      (r > 1.0 - c.get("eps_clip_low", 0.2)).logical_and(r < 1.0 + c.get("eps_clip_high", 0.2));
   auto calibrated = at::where(in_range, r, at::zeros_like(r));
   c.metrics["clip_ratio:mean"] = mean_metric(in_range.logical_not(), c.in.mask);
   return -(calibrated * c.in.adv * c.in.logp);
@@ -140,13 +140,15 @@ at::Tensor dppo_body(const context& c) {
   auto diff = p - mu_p;
   at::Tensor drop;
   if (c.option("dppo_type", "binary_tv") == "binary_tv") {
-    drop = (a > 0).logical_and(diff > delta_high).logical_or(
-      (a < 0).logical_and(-diff > delta_low));
+    drop =
+        (a > 0).logical_and(diff > delta_high).logical_or((a < 0).logical_and(-diff > delta_low));
   } else {
     constexpr double eps = 1e-8;
     auto kl = mu_p * (mu - logp) + (1.0 - mu_p) * at::log((1.0 - mu_p + eps) / (1.0 - p + eps));
-    drop = (a > 0).logical_and(diff > 0).logical_and(kl > delta_high).logical_or(
-      (a < 0).logical_and(diff < 0).logical_and(kl > delta_low));
+    drop = (a > 0)
+               .logical_and(diff > 0)
+               .logical_and(kl > delta_high)
+               .logical_or((a < 0).logical_and(diff < 0).logical_and(kl > delta_low));
   }
   auto keep = drop.logical_not().to(at::kFloat);
   c.metrics["clip_ratio:mean"] = mean_metric(drop, c.in.mask);
@@ -169,17 +171,16 @@ at::Tensor clip_cov_body(const context& c) {
   auto clipped_by_ppo = (pg2.detach() > pg1.detach()).logical_and(valid);
   auto cov = token_covariance(c.in);
   auto candidates = (cov > c.get("clip_cov_lb", 1.0))
-                      .logical_and(cov < c.get("clip_cov_ub", 5.0))
-                      .logical_and(valid)
-                      .logical_and(clipped_by_ppo.logical_not());
+                        .logical_and(cov < c.get("clip_cov_ub", 5.0))
+                        .logical_and(valid)
+                        .logical_and(clipped_by_ppo.logical_not());
   const double budget = std::floor(c.get("clip_ratio", 2e-4) * m.sum().item<double>());
   const int64_t clip_num = std::max<int64_t>(static_cast<int64_t>(budget), 1);
   auto idx = at::nonzero(candidates); // [K, 2], row-major order
   auto corr = at::ones_like(a);
   const int64_t k = idx.size(0);
   if (k > 0) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(
-      static_cast<uint64_t>(c.get("seed", 0.0)));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(c.get("seed", 0.0)));
     auto perm = at::randperm(k, gen, at::TensorOptions().dtype(at::kLong));
     auto chosen = idx.index_select(0, perm.narrow(0, 0, std::min(clip_num, k)));
     corr.index_put_({chosen.select(1, 0), chosen.select(1, 1)}, at::zeros({}, corr.options()));
@@ -252,8 +253,7 @@ at::Tensor ppo_critic_body(const context& c) {
 
 const std::map<std::string, loss_entry>& registry() {
   static const std::map<std::string, loss_entry> entries = [] {
-    const std::map<std::string, double> ppo_keys = {{"eps_clip_low", 0.2},
-                                                    {"eps_clip_high", 0.2}};
+    const std::map<std::string, double> ppo_keys = {{"eps_clip_low", 0.2}, {"eps_clip_high", 0.2}};
     std::map<std::string, loss_entry> e;
     e["cross_entropy"] = {false, false, {}, {}, cross_entropy_body};
     e["importance_sampling"] = {false, false, {}, {}, importance_sampling_body};
@@ -276,12 +276,12 @@ const std::map<std::string, loss_entry>& registry() {
                  dppo_body};
     auto clip_cov = ppo_keys;
     clip_cov.insert(
-      {{"clip_ratio", 2e-4}, {"clip_cov_lb", 1.0}, {"clip_cov_ub", 5.0}, {"seed", 0.0}});
+        {{"clip_ratio", 2e-4}, {"clip_cov_lb", 1.0}, {"clip_cov_ub", 5.0}, {"seed", 0.0}});
     e["clip_cov"] = {false, false, clip_cov, {}, clip_cov_body};
     e["kl_cov"] = {false, false, {{"kl_cov_frac", 0.2}, {"ppo_kl_coef", 1.0}}, {}, kl_cov_body};
     e["dro"] = {false, false, {{"beta", required}}, {}, dro_body};
-    e["ppo_critic"] = {true, false, {{"value_clip", 0.2}}, {{"value_clip", {"none"}}},
-                       ppo_critic_body};
+    e["ppo_critic"] = {
+        true, false, {{"value_clip", 0.2}}, {{"value_clip", {"none"}}}, ppo_critic_body};
     return e;
   }();
   return entries;
@@ -342,8 +342,7 @@ std::string key_list(const loss_entry& e) {
     options.push_back(k);
   if (e.off_policy) {
     values.insert(values.end(), off_policy_value_keys().begin(), off_policy_value_keys().end());
-    options.insert(options.end(), off_policy_option_keys().begin(),
-                   off_policy_option_keys().end());
+    options.insert(options.end(), off_policy_option_keys().begin(), off_policy_option_keys().end());
   }
   std::sort(values.begin(), values.end());
   std::sort(options.begin(), options.end());
@@ -370,12 +369,11 @@ off_policy_config validate(const std::string& name, const loss_entry& e, const l
     auto own = e.option_keys.find(key);
     const bool op = e.off_policy && contains(off_policy_option_keys(), key);
     if (own == e.option_keys.end() && !op)
-      fail(error_code::invalid_argument,
-           what + ": unknown option '" + key + "'; " + key_list(e));
+      fail(error_code::invalid_argument, what + ": unknown option '" + key + "'; " + key_list(e));
     if (own != e.option_keys.end() && !contains(own->second, v))
-      fail(error_code::invalid_argument, what + ": option '" + key + "' = '" + v +
-                                             "' is not valid; valid values: " +
-                                             detail::join(own->second));
+      fail(error_code::invalid_argument,
+           what + ": option '" + key + "' = '" + v +
+               "' is not valid; valid values: " + detail::join(own->second));
   }
   for (const auto& [key, def] : e.value_keys)
     if (std::isnan(def) && !cfg.values.count(key))
@@ -390,8 +388,7 @@ off_policy_config validate(const std::string& name, const loss_entry& e, const l
   const double ubv = ub == cfg.values.end() ? 5.0 : ub->second;
   if (name == "clip_cov" && lbv > ubv)
     fail(error_code::invalid_argument, what + ": 'clip_cov_lb' (" + number_string(lbv) +
-                                           ") exceeds 'clip_cov_ub' (" + number_string(ubv) +
-                                           ")");
+                                           ") exceeds 'clip_cov_ub' (" + number_string(ubv) + ")");
   off_policy_config op;
   if (e.off_policy)
     op = parse_off_policy_config(cfg, what);
@@ -399,9 +396,10 @@ off_policy_config validate(const std::string& name, const loss_entry& e, const l
     auto anchor = cfg.options.find("cispo_anchor");
     if (anchor != cfg.options.end() && anchor->second == "rollout" && op.tis_ratio_type != "none")
       fail(error_code::invalid_argument,
-           what + ": cispo_anchor 'rollout' already corrects against the rollout policy; "
-                  "tis_ratio_type '" +
-             op.tis_ratio_type + "' would apply the correction twice (set it to 'none')");
+           what +
+               ": cispo_anchor 'rollout' already corrects against the rollout policy; "
+               "tis_ratio_type '" +
+               op.tis_ratio_type + "' would apply the correction twice (set it to 'none')");
   }
   return op;
 }
@@ -417,8 +415,8 @@ at::Tensor to_float(const at::Tensor& t, bool keep_grad) {
 
 const std::vector<std::string>& policy_loss_names() {
   static const std::vector<std::string> names = {
-    "cross_entropy", "importance_sampling", "regular", "dual_clip", "gspo",   "sapo",
-    "cispo",         "rollout_is",          "dppo",    "clip_cov",  "kl_cov", "dro",
+      "cross_entropy", "importance_sampling", "regular", "dual_clip", "gspo",   "sapo",
+      "cispo",         "rollout_is",          "dppo",    "clip_cov",  "kl_cov", "dro",
   };
   return names;
 }
@@ -482,8 +480,8 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
                                cfg.options.at("cispo_anchor") == "rollout";
     if (name == "rollout_is" || cispo_rollout)
       need.push_back({"rollout_logprobs", &in.rollout_logprobs});
-    const bool needs_old = name != "cross_entropy" && name != "rollout_is" && name != "dppo" &&
-                           !cispo_rollout;
+    const bool needs_old =
+        name != "cross_entropy" && name != "rollout_is" && name != "dppo" && !cispo_rollout;
     if (needs_old || op_active)
       need.push_back({"old_logprobs", &in.old_logprobs});
     if (name == "dppo" && !in.rollout_logprobs.defined() && !in.old_logprobs.defined())
@@ -499,26 +497,30 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
   const at::Tensor& ref = entry.value_loss ? in.values : in.logprobs;
   detail::require_2d(ref, ref_name, what);
   const std::vector<std::pair<std::string, const at::Tensor*>> all = {
-    {"logprobs", &in.logprobs},     {"old_logprobs", &in.old_logprobs},
-    {"rollout_logprobs", &in.rollout_logprobs}, {"advantages", &in.advantages},
-    {"loss_mask", &in.loss_mask},   {"values", &in.values},
-    {"old_values", &in.old_values}, {"returns", &in.returns},
-    {"ref_logprobs", &in.ref_logprobs}, {"entropy", &in.entropy},
+      {"logprobs", &in.logprobs},
+      {"old_logprobs", &in.old_logprobs},
+      {"rollout_logprobs", &in.rollout_logprobs},
+      {"advantages", &in.advantages},
+      {"loss_mask", &in.loss_mask},
+      {"values", &in.values},
+      {"old_values", &in.old_values},
+      {"returns", &in.returns},
+      {"ref_logprobs", &in.ref_logprobs},
+      {"entropy", &in.entropy},
   };
   for (const auto& [input, t] : all) {
     if (!t->defined())
       continue;
     if (!t->is_floating_point())
-      fail(error_code::invalid_argument,
-           what + ": '" + input + "' must be a floating-point tensor, got " +
-             std::string(c10::toString(t->scalar_type())));
+      fail(error_code::invalid_argument, what + ": '" + input +
+                                             "' must be a floating-point tensor, got " +
+                                             std::string(c10::toString(t->scalar_type())));
     detail::require_shape(*t, input, ref.sizes(), ref_name, what);
     detail::require_finite(*t, input, what);
   }
   if (in.loss_mask.defined() && (in.loss_mask < 0).any().item<bool>())
-    fail(error_code::invalid_argument,
-         what + ": 'loss_mask' has negative weights (minimum " +
-           number_string(in.loss_mask.min().item<double>()) + ")");
+    fail(error_code::invalid_argument, what + ": 'loss_mask' has negative weights (minimum " +
+                                           number_string(in.loss_mask.min().item<double>()) + ")");
 
   prepared p;
   p.logp = to_float(in.logprobs, true);
@@ -557,14 +559,14 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
 tinker_loss tinker_to_loss_config(const std::string& tinker_name,
                                   const std::map<std::string, double>& config, bool critic) {
   static const std::map<std::string, std::vector<std::string>> allowed = {
-    {"cross_entropy", {}},
-    {"importance_sampling", {}},
-    {"ppo", {"clip_high_threshold", "clip_low_threshold", "value_clip"}},
-    {"gspo", {"clip_high_threshold", "clip_low_threshold"}},
-    {"cispo", {"clip_high_threshold", "clip_low_threshold"}},
-    {"dppo", {"delta_high", "delta_low"}},
-    {"ppo_critic", {"value_clip"}},
-    {"dro", {"beta"}},
+      {"cross_entropy", {}},
+      {"importance_sampling", {}},
+      {"ppo", {"clip_high_threshold", "clip_low_threshold", "value_clip"}},
+      {"gspo", {"clip_high_threshold", "clip_low_threshold"}},
+      {"cispo", {"clip_high_threshold", "clip_low_threshold"}},
+      {"dppo", {"delta_high", "delta_low"}},
+      {"ppo_critic", {"value_clip"}},
+      {"dro", {"beta"}},
   };
   const std::string what = "tinker_to_loss_config(" + tinker_name + ")";
   auto it = allowed.find(tinker_name);
@@ -577,8 +579,8 @@ tinker_loss tinker_to_loss_config(const std::string& tinker_name,
   }
   for (const auto& [key, v] : config) {
     if (!contains(it->second, key))
-      fail(error_code::invalid_argument, what + ": unknown config key '" + key +
-                                             "'; valid keys: " + detail::join(it->second));
+      fail(error_code::invalid_argument,
+           what + ": unknown config key '" + key + "'; valid keys: " + detail::join(it->second));
     if (std::isnan(v))
       fail(error_code::invalid_argument, what + ": '" + key + "' must be a number, got nan");
   }
@@ -589,15 +591,16 @@ tinker_loss tinker_to_loss_config(const std::string& tinker_name,
     const double v = f->second;
     const bool low = std::string(key) == "clip_low_threshold";
     if (!std::isfinite(v) || (low ? (v < 0.0 || v > 1.0) : v < 1.0))
-      fail(error_code::invalid_argument,
-           what + ": '" + key + "' must be " + (low ? "in [0, 1]" : "a finite number >= 1") +
-             ", got " + number_string(v));
+      fail(error_code::invalid_argument, what + ": '" + key + "' must be " +
+                                             (low ? "in [0, 1]" : "a finite number >= 1") +
+                                             ", got " + number_string(v));
     return v;
   };
 
   tinker_loss out;
   if (tinker_name == "ppo_critic" && !critic)
-    fail(error_code::invalid_argument, what + ": ppo_critic is a value loss; a policy cannot use it");
+    fail(error_code::invalid_argument,
+         what + ": ppo_critic is a value loss; a policy cannot use it");
   if ((tinker_name == "ppo" && critic) || tinker_name == "ppo_critic") {
     out.name = "ppo_critic";
     if (auto v = config.find("value_clip"); v != config.end())

@@ -19,22 +19,24 @@
 ///
 /// Per token, r = exp(clamp(logp - old, -20, 20)) and sg(·) is stop-gradient. Losses and their
 /// numeric config keys (defaults):
-///
-/// | name | ℓ | keys |
-/// |---|---|---|
-/// | cross_entropy | -logp | — |
-/// | importance_sampling | -r·A | — |
-/// | regular | -min(r·A, clip(r, 1-εl, 1+εh)·A) | eps_clip_low 0.2, eps_clip_high 0.2 |
-/// | dual_clip | regular; where A < 0: min(-c·A, ℓ_regular) | + clip_ratio_c 3.0 (> 1) |
-/// | gspo | regular on w = exp(min(logp - sg(logp) + sg(s_i), 10)), s_i = Σ m(logp-old)/max(Σ m,1) | eps_clip_low, eps_clip_high |
-/// | sapo | -g·A, g = sigmoid(τ(r-1))·4/τ, τ = τ+ if A > 0 else τ- | tau_pos 1.0, tau_neg 1.05 |
-/// | cispo | -A·sg(clip(r_b, 1-εl, 1+εh))·logp | cispo_eps_clip_low 1.0, cispo_eps_clip_high 4.0 |
-/// | rollout_is | -sg(r_roll·1[1-εl < r_roll < 1+εh])·A·logp, r_roll vs rollout | eps_clip_low, eps_clip_high |
-/// | dppo | -r_μ·A·keep, μ = rollout (else old) | delta_low 0.2, delta_high 0.2 |
-/// | clip_cov | max(-A·r, -A·clip(r))·corr | eps_clip_*, clip_ratio 2e-4, clip_cov_lb 1, clip_cov_ub 5, seed 0 |
-/// | kl_cov | -A·r (+ ppo_kl_coef·abs(logp-old) on selected tokens) | kl_cov_frac 0.2, ppo_kl_coef 1 |
-/// | dro | -(logp·A - ½β(logp-old)²) | beta (required, ≥ 0) |
-/// | ppo_critic | ½·max((V_c-R)², (V-R)²), V_c = V_old + clamp(V-V_old, ±vc) | value_clip 0.2 |
+/// - cross_entropy: -logp. No keys.
+/// - importance_sampling: -r·A (no clipping). No keys.
+/// - regular: -min(r·A, clip(r, 1-εl, 1+εh)·A). eps_clip_low 0.2, eps_clip_high 0.2.
+/// - dual_clip: regular, and where A < 0: min(-c·A, ℓ_regular). + clip_ratio_c 3.0 (> 1).
+/// - gspo: regular applied to w = exp(min(logp - sg(logp) + sg(s_i), 10)) with the sequence
+///   log-ratio s_i = Σ m(logp-old) / max(Σ m, 1). eps_clip_low, eps_clip_high.
+/// - sapo: -g·A, g = sigmoid(τ(r-1))·4/τ, τ = τ+ if A > 0 else τ-. tau_pos 1.0, tau_neg 1.05.
+/// - cispo: -A·sg(clip(r_b, 1-εl, 1+εh))·logp. cispo_eps_clip_low 1.0, cispo_eps_clip_high 4.0.
+/// - rollout_is: -sg(r_roll·1[1-εl < r_roll < 1+εh])·A·logp with r_roll against the rollout
+///   log-probs. eps_clip_low, eps_clip_high.
+/// - dppo: -r_μ·A·keep with μ = rollout (else old). delta_low 0.2, delta_high 0.2.
+/// - clip_cov: max(-A·r, -A·clip(r))·corr. eps_clip_*, clip_ratio 2e-4, clip_cov_lb 1,
+///   clip_cov_ub 5, seed 0.
+/// - kl_cov: -A·r, plus ppo_kl_coef·|logp - old| on selected tokens. kl_cov_frac 0.2,
+///   ppo_kl_coef 1.
+/// - dro: -(logp·A - ½β(logp - old)²). beta (required, ≥ 0).
+/// - ppo_critic: ½·max((V_c - R)², (V - R)²), V_c = V_old + clamp(V - V_old, ±vc).
+///   value_clip 0.2.
 ///
 /// Details and choices:
 /// - cispo: the ratio's base b is `old` by default; string option `cispo_anchor` = `rollout`
@@ -143,7 +145,6 @@ struct tinker_loss {
 /// thresholds outside clip_low_threshold ∈ [0, 1], clip_high_threshold ≥ 1 or non-finite values,
 /// and `ppo_critic` requested for a policy.
 tinker_loss tinker_to_loss_config(const std::string& tinker_name,
-                                  const std::map<std::string, double>& config,
-                                  bool critic = false);
+                                  const std::map<std::string, double>& config, bool critic = false);
 
 } // namespace rlforge::backends::algo

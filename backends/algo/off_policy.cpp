@@ -32,8 +32,8 @@ void check_order(const std::string& what, const std::string& low_key, double low
                  const std::string& high_key, double high) {
   if (low > high)
     fail(error_code::invalid_argument, what + ": '" + low_key + "' (" + number_string(low) +
-                                           ") exceeds '" + high_key + "' (" +
-                                           number_string(high) + ")");
+                                           ") exceeds '" + high_key + "' (" + number_string(high) +
+                                           ")");
 }
 
 std::string option(const loss_config& cfg, const std::string& key, const std::string& fallback,
@@ -58,11 +58,16 @@ bool off_policy_config::enabled() const {
 
 const std::vector<std::string>& off_policy_value_keys() {
   static const std::vector<std::string> keys = {
-    "token_tis_ratio_clip_high",       "sequence_tis_ratio_clip_high",
-    "geo_mask_low",                    "geo_mask_high",
-    "product_mask_low",                "product_mask_high",
-    "outlier_token_is_threshold_low",  "outlier_token_is_threshold_high",
-    "token_mask_is_threshold_low",     "token_mask_is_threshold_high",
+      "token_tis_ratio_clip_high",
+      "sequence_tis_ratio_clip_high",
+      "geo_mask_low",
+      "geo_mask_high",
+      "product_mask_low",
+      "product_mask_high",
+      "outlier_token_is_threshold_low",
+      "outlier_token_is_threshold_high",
+      "token_mask_is_threshold_low",
+      "token_mask_is_threshold_high",
   };
   return keys;
 }
@@ -76,7 +81,7 @@ off_policy_config parse_off_policy_config(const loss_config& cfg, const std::str
   off_policy_config out;
   out.tis_ratio_type = option(cfg, "tis_ratio_type", "none", {"none", "token", "sequence"}, what);
   out.sequence_mask_metric =
-    option(cfg, "sequence_mask_metric", "none", {"none", "geometric", "product"}, what);
+      option(cfg, "sequence_mask_metric", "none", {"none", "geometric", "product"}, what);
   auto get = [&](const char* key) -> std::optional<double> {
     auto it = cfg.values.find(key);
     if (it == cfg.values.end())
@@ -138,8 +143,8 @@ off_policy_result compute_off_policy_correction(const at::Tensor& old_logprobs,
   detail::require_2d(old_logprobs, "old_logprobs", what);
   detail::require_2d(rollout_logprobs, "rollout_logprobs", what);
   detail::require_2d(loss_mask, "loss_mask", what);
-  detail::require_shape(rollout_logprobs, "rollout_logprobs", old_logprobs.sizes(),
-                        "old_logprobs", what);
+  detail::require_shape(rollout_logprobs, "rollout_logprobs", old_logprobs.sizes(), "old_logprobs",
+                        what);
   detail::require_shape(loss_mask, "loss_mask", old_logprobs.sizes(), "old_logprobs", what);
   detail::require_finite(old_logprobs, "old_logprobs", what);
   detail::require_finite(rollout_logprobs, "rollout_logprobs", what);
@@ -166,11 +171,11 @@ off_policy_result compute_off_policy_correction(const at::Tensor& old_logprobs,
   if (cfg.outlier_token_is_threshold_low || cfg.outlier_token_is_threshold_high) {
     auto valid = mask > 0;
     auto over = cfg.outlier_token_is_threshold_high
-                  ? (rho > *cfg.outlier_token_is_threshold_high).logical_and(valid)
-                  : at::zeros_like(valid);
+                    ? (rho > *cfg.outlier_token_is_threshold_high).logical_and(valid)
+                    : at::zeros_like(valid);
     auto under = cfg.outlier_token_is_threshold_low
-                   ? (rho < *cfg.outlier_token_is_threshold_low).logical_and(valid)
-                   : at::zeros_like(valid);
+                     ? (rho < *cfg.outlier_token_is_threshold_low).logical_and(valid)
+                     : at::zeros_like(valid);
     auto seq_over = over.any(-1);
     auto seq_under = under.any(-1);
     auto seq_bad = seq_over.logical_or(seq_under);
@@ -190,7 +195,7 @@ off_policy_result compute_off_policy_correction(const at::Tensor& old_logprobs,
     auto valid = mask > 0;
     auto masked = in_bounds.logical_not().logical_and(valid);
     m["token_mask_ratio:mean"] =
-      masked.sum().item<double>() / std::max(1.0, valid.sum().item<double>());
+        masked.sum().item<double>() / std::max(1.0, valid.sum().item<double>());
     mask = mask * masked.logical_not().to(at::kFloat);
   }
 
@@ -200,7 +205,7 @@ off_policy_result compute_off_policy_correction(const at::Tensor& old_logprobs,
     auto valid = mask > 0;
     auto capped = (rho > cap).logical_and(valid);
     m["tis_token_clip_high_ratio:mean"] =
-      capped.sum().item<double>() / std::max(1.0, valid.sum().item<double>());
+        capped.sum().item<double>() / std::max(1.0, valid.sum().item<double>());
     out.tis_ratio = rho.clamp_max(cap);
   } else if (cfg.tis_ratio_type == "sequence") {
     const double cap = cfg.sequence_tis_ratio_clip_high;

@@ -46,14 +46,14 @@ namespace rlforge::backends::algo {
 
 /// Parsed off-policy settings. Every mechanism is off by default.
 struct off_policy_config {
-  std::string tis_ratio_type = "none";       ///< none | token | sequence
-  double token_tis_ratio_clip_high = 2.0;    ///< cap of the token TIS factor
-  double sequence_tis_ratio_clip_high = 5.0; ///< cap of the sequence TIS factor
-  std::string sequence_mask_metric = "none"; ///< none | geometric | product
-  double geo_mask_low = 0.99;                ///< geometric mask lower bound
-  double geo_mask_high = 1.01;               ///< geometric mask upper bound
-  double product_mask_low = 0.5;             ///< product mask lower bound
-  double product_mask_high = 2.0;            ///< product mask upper bound
+  std::string tis_ratio_type = "none";                   ///< none | token | sequence
+  double token_tis_ratio_clip_high = 2.0;                ///< cap of the token TIS factor
+  double sequence_tis_ratio_clip_high = 5.0;             ///< cap of the sequence TIS factor
+  std::string sequence_mask_metric = "none";             ///< none | geometric | product
+  double geo_mask_low = 0.99;                            ///< geometric mask lower bound
+  double geo_mask_high = 1.01;                           ///< geometric mask upper bound
+  double product_mask_low = 0.5;                         ///< product mask lower bound
+  double product_mask_high = 2.0;                        ///< product mask upper bound
   std::optional<double> outlier_token_is_threshold_low;  ///< e.g. 1e-4; unset = off
   std::optional<double> outlier_token_is_threshold_high; ///< e.g. 100; unset = off
   std::optional<double> token_mask_is_threshold_low;     ///< unset = unbounded below

@@ -22,8 +22,8 @@ at::Tensor scale_advantages(const at::Tensor& advantages, const at::Tensor& loss
   const std::string what = "scale_advantages(" + reduction + ")";
   const auto& names = loss_reduction_names();
   if (std::find(names.begin(), names.end(), reduction) == names.end())
-    fail(error_code::invalid_argument, "unknown loss reduction '" + reduction +
-                                           "'; valid reductions: " + detail::join(names));
+    fail(error_code::invalid_argument,
+         "unknown loss reduction '" + reduction + "'; valid reductions: " + detail::join(names));
   detail::require_2d(advantages, "advantages", what);
   detail::require_2d(loss_mask, "loss_mask", what);
   detail::require_shape(loss_mask, "loss_mask", advantages.sizes(), "advantages", what);

@@ -26,7 +26,7 @@ at::Tensor t2(const std::vector<std::vector<double>>& rows) {
     for (double x : r)
       flat.push_back(static_cast<float>(x));
   return at::tensor(flat, at::TensorOptions().dtype(at::kFloat))
-    .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
 }
 
 double v(const at::Tensor& t, int64_t i, int64_t j) {
@@ -44,8 +44,7 @@ void expect_rows(const at::Tensor& t, const std::vector<std::vector<double>>& wa
       expect_close(v(t, i, j), want[i][j]);
 }
 
-template <class F>
-void expect_error(F&& f, std::vector<std::string> fragments) {
+template <class F> void expect_error(F&& f, std::vector<std::string> fragments) {
   try {
     f();
     ADD_FAILURE() << "expected backends::error";
@@ -53,7 +52,7 @@ void expect_error(F&& f, std::vector<std::string> fragments) {
     EXPECT_EQ(e.code(), error_code::invalid_argument) << e.what();
     for (const auto& frag : fragments)
       EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-        << "'" << frag << "' not in: " << e.what();
+          << "'" << frag << "' not in: " << e.what();
   }
 }
 
@@ -120,8 +119,7 @@ TEST(AlgoAdvantages, GrpoSingleSampleGroupUsesZeroMeanUnitStd) {
   expect_rows(out.advantages, {{single, single}, {-pair, 0}, {pair, pair}});
   advantage_config no_std;
   no_std.norm_by_std = false;
-  expect_rows(compute_advantages("grpo", in, no_std).advantages,
-              {{3, 3}, {-0.5, 0}, {0.5, 0.5}});
+  expect_rows(compute_advantages("grpo", in, no_std).advantages, {{3, 3}, {-0.5, 0}, {0.5, 0.5}});
   // Equal scores in a group: σ = 0, advantage 0 (no division by zero).
   in.rewards = t2({{0, 3}, {1, 0}, {0, 1}});
   expect_rows(compute_advantages("grpo", in).advantages, {{single, single}, {0, 0}, {0, 0}});
@@ -148,8 +146,7 @@ TEST(AlgoAdvantages, MaxRlNormalisesByTheGroupMean) {
   expect_rows(out.advantages, {{-a, -a}, {a, a}, {5, 0}});
   advantage_config eps;
   eps.epsilon = 0.5;
-  expect_rows(compute_advantages("maxrl", in, eps).advantages,
-              {{-0.4, -0.4}, {0.4, 0.4}, {5, 0}});
+  expect_rows(compute_advantages("maxrl", in, eps).advantages, {{-0.4, -0.4}, {0.4, 0.4}, {5, 0}});
 }
 
 // γ = 0.5. Row 0 (no padding): 0.25, 0.5, 1. Row 1 has a padding reward of 5 at t = 2: its
@@ -219,9 +216,11 @@ TEST(AlgoAdvantages, BadInputsAreRejected) {
   auto no_ids = in;
   no_ids.group_ids = {0, 0, 1};
   expect_error([&] { compute_advantages("grpo", no_ids); }, {"3 ids", "4 rows"});
-  expect_error([&] { compute_advantages("rloo", advantage_inputs{in.rewards, in.response_mask,
-                                                                 {}, {}}); },
-               {"0 ids"});
+  expect_error(
+      [&] {
+        compute_advantages("rloo", advantage_inputs{in.rewards, in.response_mask, {}, {}});
+      },
+      {"0 ids"});
   expect_error([&] { compute_advantages("gae", in); }, {"gae", "'values'"});
   auto bad_values = in;
   bad_values.values = t2({{1, 2}});

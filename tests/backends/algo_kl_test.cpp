@@ -25,7 +25,7 @@ at::Tensor t2(const std::vector<std::vector<double>>& rows) {
     for (double x : r)
       flat.push_back(static_cast<float>(x));
   return at::tensor(flat, at::TensorOptions().dtype(at::kFloat))
-    .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
 }
 
 double v(const at::Tensor& t, int64_t i, int64_t j) {
@@ -36,8 +36,7 @@ void expect_close(double got, double want, double rel = 1e-5) {
   EXPECT_NEAR(got, want, rel * std::max(1.0, std::abs(want)));
 }
 
-template <class F>
-void expect_error(F&& f, std::vector<std::string> fragments) {
+template <class F> void expect_error(F&& f, std::vector<std::string> fragments) {
   try {
     f();
     ADD_FAILURE() << "expected backends::error";
@@ -45,7 +44,7 @@ void expect_error(F&& f, std::vector<std::string> fragments) {
     EXPECT_EQ(e.code(), error_code::invalid_argument) << e.what();
     for (const auto& frag : fragments)
       EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-        << "'" << frag << "' not in: " << e.what();
+          << "'" << frag << "' not in: " << e.what();
   }
 }
 

@@ -27,7 +27,7 @@ at::Tensor t2(const std::vector<std::vector<double>>& rows) {
     for (double x : r)
       flat.push_back(static_cast<float>(x));
   return at::tensor(flat, at::TensorOptions().dtype(at::kFloat))
-    .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
 }
 
 // Log-probs whose ratio to `old` is exactly `ratios` (up to fp32 rounding).
@@ -43,8 +43,7 @@ void expect_close(double got, double want, double rel = 1e-5) {
   EXPECT_NEAR(got, want, rel * std::max(1.0, std::abs(want)));
 }
 
-template <class F>
-void expect_error(F&& f, std::vector<std::string> fragments) {
+template <class F> void expect_error(F&& f, std::vector<std::string> fragments) {
   try {
     f();
     ADD_FAILURE() << "expected backends::error";
@@ -52,7 +51,7 @@ void expect_error(F&& f, std::vector<std::string> fragments) {
     EXPECT_EQ(e.code(), error_code::invalid_argument) << e.what();
     for (const auto& frag : fragments)
       EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-        << "'" << frag << "' not in: " << e.what();
+          << "'" << frag << "' not in: " << e.what();
   }
 }
 
@@ -133,7 +132,7 @@ TEST(AlgoLosses, DualClipCapsNegativeAdvantageLossAtCTimesAbsA) {
   for (int j = 0; j < 3; ++j)
     expect_close(v(out.elementwise, 1, j), -1.2);
   auto g = grad_of(out, logp);
-  EXPECT_EQ(v(g, 0, 2), 0.0); // the cap is a constant
+  EXPECT_EQ(v(g, 0, 2), 0.0);    // the cap is a constant
   expect_close(v(g, 0, 1), 1.0); // -A·r
   // A custom c.
   auto out5 = compute_loss("dual_clip", in, values({{"clip_ratio_c", 5.0}}));
@@ -535,7 +534,7 @@ TEST(AlgoLosses, EveryLossReportsItsMetricNames) {
 }
 
 TEST(AlgoLosses, OffPolicyCorrectionAppliesOnlyToTheListedLosses) {
-  const std::set<std::string> with = {"regular", "dual_clip", "gspo", "sapo",
+  const std::set<std::string> with = {"regular", "dual_clip",  "gspo", "sapo",
                                       "cispo",   "rollout_is", "dppo"};
   for (const auto& name : policy_loss_names()) {
     auto keys = loss_value_keys(name);
@@ -544,7 +543,7 @@ TEST(AlgoLosses, OffPolicyCorrectionAppliesOnlyToTheListedLosses) {
     auto opts = loss_option_keys(name);
     EXPECT_EQ(std::find(opts.begin(), opts.end(), "tis_ratio_type") != opts.end(),
               with.count(name) > 0)
-      << name;
+        << name;
   }
   // regular with token TIS: ρ = exp(old - roll) = 3 capped at 2 multiplies the token loss.
   auto old = t2({{0.0, 0.0}});
@@ -589,8 +588,8 @@ TEST(AlgoLosses, MaskedTokensContributeNothingToLossOrGradient) {
 
 TEST(AlgoLosses, RegistryNamesAndKinds) {
   const std::vector<std::string> want = {
-    "cross_entropy", "importance_sampling", "regular", "dual_clip", "gspo",   "sapo",
-    "cispo",         "rollout_is",          "dppo",    "clip_cov",  "kl_cov", "dro"};
+      "cross_entropy", "importance_sampling", "regular", "dual_clip", "gspo",   "sapo",
+      "cispo",         "rollout_is",          "dppo",    "clip_cov",  "kl_cov", "dro"};
   EXPECT_EQ(policy_loss_names(), want);
   EXPECT_EQ(value_loss_names(), std::vector<std::string>{"ppo_critic"});
   EXPECT_TRUE(is_value_loss("ppo_critic"));
@@ -604,16 +603,16 @@ TEST(AlgoLosses, TinkerConfigsMapOntoRegistryLosses) {
   auto ppo = tinker_to_loss_config("ppo", {});
   EXPECT_EQ(ppo.name, "regular");
   EXPECT_TRUE(ppo.config.values.empty());
-  auto custom = tinker_to_loss_config("ppo", {{"clip_low_threshold", 0.7},
-                                              {"clip_high_threshold", 1.3}});
+  auto custom =
+      tinker_to_loss_config("ppo", {{"clip_low_threshold", 0.7}, {"clip_high_threshold", 1.3}});
   expect_close(custom.config.values.at("eps_clip_low"), 0.3, 1e-12);
   expect_close(custom.config.values.at("eps_clip_high"), 0.3, 1e-12);
   auto cispo = tinker_to_loss_config("cispo", {});
   EXPECT_EQ(cispo.name, "cispo");
   EXPECT_EQ(cispo.config.values.at("cispo_eps_clip_low"), 1.0);
   EXPECT_EQ(cispo.config.values.at("cispo_eps_clip_high"), 3.0);
-  auto cispo2 = tinker_to_loss_config("cispo", {{"clip_low_threshold", 0.5},
-                                                {"clip_high_threshold", 2.0}});
+  auto cispo2 =
+      tinker_to_loss_config("cispo", {{"clip_low_threshold", 0.5}, {"clip_high_threshold", 2.0}});
   EXPECT_EQ(cispo2.config.values.at("cispo_eps_clip_low"), 0.5);
   EXPECT_EQ(cispo2.config.values.at("cispo_eps_clip_high"), 1.0);
   auto critic = tinker_to_loss_config("ppo", {{"value_clip", 0.5}}, /*critic=*/true);
@@ -625,18 +624,29 @@ TEST(AlgoLosses, TinkerConfigsMapOntoRegistryLosses) {
   EXPECT_EQ(tinker_to_loss_config("gspo", {{"clip_high_threshold", 1.1}}).name, "gspo");
   EXPECT_EQ(tinker_to_loss_config("dro", {{"beta", 0.1}}).config.values.at("beta"), 0.1);
   EXPECT_EQ(tinker_to_loss_config("cross_entropy", {}).name, "cross_entropy");
-  EXPECT_EQ(tinker_to_loss_config("dppo", {{"delta_low", 0.1}}).config.values.at("delta_low"),
-            0.1);
+  EXPECT_EQ(tinker_to_loss_config("dppo", {{"delta_low", 0.1}}).config.values.at("delta_low"), 0.1);
 
   expect_error([] { tinker_to_loss_config("ppo2", {}); }, {"ppo2", "cispo", "importance_sampling"});
-  expect_error([] { tinker_to_loss_config("ppo", {{"eps", 0.1}}); },
-               {"'eps'", "clip_low_threshold"});
-  expect_error([] { tinker_to_loss_config("ppo", {{"clip_low_threshold", 1.2}}); },
-               {"clip_low_threshold", "1.2"});
-  expect_error([] { tinker_to_loss_config("ppo", {{"clip_high_threshold", 0.9}}); },
-               {"clip_high_threshold", "0.9"});
-  expect_error([] { tinker_to_loss_config("cispo", {{"clip_high_threshold", nan_v}}); },
-               {"clip_high_threshold", "nan"});
+  expect_error(
+      [] {
+        tinker_to_loss_config("ppo", {{"eps", 0.1}});
+      },
+      {"'eps'", "clip_low_threshold"});
+  expect_error(
+      [] {
+        tinker_to_loss_config("ppo", {{"clip_low_threshold", 1.2}});
+      },
+      {"clip_low_threshold", "1.2"});
+  expect_error(
+      [] {
+        tinker_to_loss_config("ppo", {{"clip_high_threshold", 0.9}});
+      },
+      {"clip_high_threshold", "0.9"});
+  expect_error(
+      [] {
+        tinker_to_loss_config("cispo", {{"clip_high_threshold", nan_v}});
+      },
+      {"clip_high_threshold", "nan"});
   expect_error([] { tinker_to_loss_config("cross_entropy", {{"beta", 1}}); }, {"'beta'"});
   expect_error([] { tinker_to_loss_config("ppo_critic", {}); }, {"ppo_critic"});
   expect_error([] { tinker_to_loss_config("cispo", {}, true); }, {"critic", "cispo"});
@@ -649,29 +659,55 @@ TEST(AlgoLosses, BadConfigsAreRejectedNamingKeyAndValue) {
   in.old_logprobs = t2({{-1.0}});
   in.advantages = t2({{1.0}});
   expect_error([&] { compute_loss("ppo", in); }, {"'ppo'", "regular", "ppo_critic"});
-  expect_error([&] { compute_loss("regular", in, values({{"eps_low", 0.2}})); },
-               {"'eps_low'", "eps_clip_low", "eps_clip_high", "tis_ratio_type"});
-  expect_error([&] { compute_loss("regular", in, values({{"eps_clip_low", -0.1}})); },
-               {"eps_clip_low", "-0.1"});
-  expect_error([&] { compute_loss("regular", in, values({{"eps_clip_high", nan_v}})); },
-               {"eps_clip_high", "nan"});
-  expect_error([&] { compute_loss("dual_clip", in, values({{"clip_ratio_c", 1.0}})); },
-               {"clip_ratio_c", "1"});
-  expect_error([&] { compute_loss("sapo", in, values({{"tau_neg", 0.0}})); }, {"tau_neg", "0"});
-  expect_error([&] { compute_loss("clip_cov", in, values({{"clip_ratio", 1.5}})); },
-               {"clip_ratio", "1.5"});
   expect_error(
-    [&] { compute_loss("clip_cov", in, values({{"clip_cov_lb", 3}, {"clip_cov_ub", 2}})); },
-    {"clip_cov_lb", "clip_cov_ub"});
+      [&] {
+        compute_loss("regular", in, values({{"eps_low", 0.2}}));
+      },
+      {"'eps_low'", "eps_clip_low", "eps_clip_high", "tis_ratio_type"});
+  expect_error(
+      [&] {
+        compute_loss("regular", in, values({{"eps_clip_low", -0.1}}));
+      },
+      {"eps_clip_low", "-0.1"});
+  expect_error(
+      [&] {
+        compute_loss("regular", in, values({{"eps_clip_high", nan_v}}));
+      },
+      {"eps_clip_high", "nan"});
+  expect_error(
+      [&] {
+        compute_loss("dual_clip", in, values({{"clip_ratio_c", 1.0}}));
+      },
+      {"clip_ratio_c", "1"});
+  expect_error([&] { compute_loss("sapo", in, values({{"tau_neg", 0.0}})); }, {"tau_neg", "0"});
+  expect_error(
+      [&] {
+        compute_loss("clip_cov", in, values({{"clip_ratio", 1.5}}));
+      },
+      {"clip_ratio", "1.5"});
+  expect_error(
+      [&] {
+        compute_loss("clip_cov", in, values({{"clip_cov_lb", 3}, {"clip_cov_ub", 2}}));
+      },
+      {"clip_cov_lb", "clip_cov_ub"});
   expect_error([&] { compute_loss("clip_cov", in, values({{"seed", 1.5}})); }, {"seed", "1.5"});
-  expect_error([&] { compute_loss("kl_cov", in, values({{"kl_cov_frac", -1}})); },
-               {"kl_cov_frac", "-1"});
+  expect_error(
+      [&] {
+        compute_loss("kl_cov", in, values({{"kl_cov_frac", -1}}));
+      },
+      {"kl_cov_frac", "-1"});
   expect_error([&] { compute_loss("dro", in); }, {"missing required config key 'beta'"});
   expect_error([&] { compute_loss("dro", in, values({{"beta", -1}})); }, {"beta", "-1"});
-  expect_error([&] { compute_loss("ppo_critic", in, values({{"value_clip", -0.2}})); },
-               {"value_clip", "-0.2"});
-  expect_error([&] { compute_loss("cross_entropy", in, values({{"eps_clip_low", 0.2}})); },
-               {"'eps_clip_low'", "cross_entropy"});
+  expect_error(
+      [&] {
+        compute_loss("ppo_critic", in, values({{"value_clip", -0.2}}));
+      },
+      {"value_clip", "-0.2"});
+  expect_error(
+      [&] {
+        compute_loss("cross_entropy", in, values({{"eps_clip_low", 0.2}}));
+      },
+      {"'eps_clip_low'", "cross_entropy"});
   loss_config bad_opt;
   bad_opt.options["dppo_type"] = "topk";
   expect_error([&] { compute_loss("dppo", in, bad_opt); }, {"dppo_type", "topk", "binary_tv"});

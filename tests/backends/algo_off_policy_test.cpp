@@ -25,7 +25,7 @@ at::Tensor t2(const std::vector<std::vector<double>>& rows) {
     for (double x : r)
       flat.push_back(static_cast<float>(x));
   return at::tensor(flat, at::TensorOptions().dtype(at::kFloat))
-    .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
+      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
 }
 
 double v(const at::Tensor& t, int64_t i, int64_t j) {
@@ -36,8 +36,7 @@ void expect_close(double got, double want, double rel = 1e-5) {
   EXPECT_NEAR(got, want, rel * std::max(1.0, std::abs(want)));
 }
 
-template <class F>
-void expect_error(F&& f, std::vector<std::string> fragments) {
+template <class F> void expect_error(F&& f, std::vector<std::string> fragments) {
   try {
     f();
     ADD_FAILURE() << "expected backends::error";
@@ -45,7 +44,7 @@ void expect_error(F&& f, std::vector<std::string> fragments) {
     EXPECT_EQ(e.code(), error_code::invalid_argument) << e.what();
     for (const auto& frag : fragments)
       EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-        << "'" << frag << "' not in: " << e.what();
+          << "'" << frag << "' not in: " << e.what();
   }
 }
 
@@ -258,11 +257,16 @@ TEST(AlgoOffPolicy, ComputeLossZeroesRejectedSequencesAndReportsTheMask) {
 TEST(AlgoOffPolicy, ParsesEveryKeyAndRejectsBadValues) {
   loss_config c;
   c.options = {{"tis_ratio_type", "sequence"}, {"sequence_mask_metric", "geometric"}};
-  c.values = {{"token_tis_ratio_clip_high", 3},       {"sequence_tis_ratio_clip_high", 8},
-              {"geo_mask_low", 0.9},                  {"geo_mask_high", 1.1},
-              {"product_mask_low", 0.25},             {"product_mask_high", 4},
-              {"outlier_token_is_threshold_low", 1e-3}, {"outlier_token_is_threshold_high", 50},
-              {"token_mask_is_threshold_low", 0.2},   {"token_mask_is_threshold_high", 5}};
+  c.values = {{"token_tis_ratio_clip_high", 3},
+              {"sequence_tis_ratio_clip_high", 8},
+              {"geo_mask_low", 0.9},
+              {"geo_mask_high", 1.1},
+              {"product_mask_low", 0.25},
+              {"product_mask_high", 4},
+              {"outlier_token_is_threshold_low", 1e-3},
+              {"outlier_token_is_threshold_high", 50},
+              {"token_mask_is_threshold_low", 0.2},
+              {"token_mask_is_threshold_high", 5}};
   auto p = parse_off_policy_config(c, "test");
   EXPECT_EQ(p.tis_ratio_type, "sequence");
   EXPECT_EQ(p.sequence_mask_metric, "geometric");
@@ -294,9 +298,9 @@ TEST(AlgoOffPolicy, ParsesEveryKeyAndRejectsBadValues) {
   bad(loss_config{{{"geo_mask_low", nan_v}}, {}}, {"geo_mask_low", "nan"});
   bad(loss_config{{{"geo_mask_high", 0.5}}, {}}, {"geo_mask_low", "geo_mask_high"});
   bad(loss_config{{{"product_mask_low", 3.0}}, {}}, {"product_mask_low", "product_mask_high"});
-  bad(loss_config{{{"outlier_token_is_threshold_low", 10.0},
-                   {"outlier_token_is_threshold_high", 5.0}},
-                  {}},
+  bad(
+      loss_config{
+          {{"outlier_token_is_threshold_low", 10.0}, {"outlier_token_is_threshold_high", 5.0}}, {}},
       {"outlier_token_is_threshold_low", "outlier_token_is_threshold_high"});
   bad(loss_config{{{"token_mask_is_threshold_high", -2.0}}, {}},
       {"token_mask_is_threshold_high", "-2"});
@@ -305,20 +309,29 @@ TEST(AlgoOffPolicy, ParsesEveryKeyAndRejectsBadValues) {
   in.logprobs = t2({{-1.0}});
   in.old_logprobs = t2({{-1.0}});
   in.advantages = t2({{1.0}});
-  expect_error([&] { compute_loss("gspo", in, loss_config{{{"geo_mask_low", -0.5}}, {}}); },
-               {"gspo", "geo_mask_low", "-0.5"});
+  expect_error(
+      [&] {
+        compute_loss("gspo", in, loss_config{{{"geo_mask_low", -0.5}}, {}});
+      },
+      {"gspo", "geo_mask_low", "-0.5"});
 }
 
 TEST(AlgoOffPolicy, BadTensorsAreRejected) {
   off_policy_config cfg;
   cfg.tis_ratio_type = "token";
   auto ok = t2({{0.0, 0.0}});
-  expect_error([&] { compute_off_policy_correction(ok, t2({{0.0, 0.0, 0.0}}), ok, cfg); },
-               {"'rollout_logprobs'", "[1, 3]", "[1, 2]"});
+  expect_error(
+      [&] {
+        compute_off_policy_correction(ok, t2({{0.0, 0.0, 0.0}}), ok, cfg);
+      },
+      {"'rollout_logprobs'", "[1, 3]", "[1, 2]"});
   expect_error([&] { compute_off_policy_correction(ok, ok, t2({{1.0}}), cfg); },
                {"'loss_mask'", "[1, 1]"});
-  expect_error([&] { compute_off_policy_correction(ok, t2({{0.0, nan_v}}), ok, cfg); },
-               {"'rollout_logprobs'", "NaN"});
+  expect_error(
+      [&] {
+        compute_off_policy_correction(ok, t2({{0.0, nan_v}}), ok, cfg);
+      },
+      {"'rollout_logprobs'", "NaN"});
   expect_error([&] { compute_off_policy_correction(at::Tensor(), ok, ok, cfg); },
                {"'old_logprobs'"});
   // A loss that needs no old log-probs still needs them once the correction is active.
