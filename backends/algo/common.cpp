@@ -10,18 +10,27 @@
 namespace rlforge::backends::algo {
 
 at::Tensor masked_mean(const at::Tensor& x, const at::Tensor& mask) {
+  if (!x.defined())
+    fail(error_code::invalid_argument, "masked_mean: the input is undefined");
   if (!mask.defined())
     return x.mean();
+  detail::require_shape(mask, "mask", x.sizes(), "x", "masked_mean");
   return (x * mask).sum() / mask.sum().clamp_min(1.0);
 }
 
 at::Tensor masked_row_mean(const at::Tensor& x, const at::Tensor& mask) {
+  if (!x.defined() || x.dim() < 1)
+    fail(error_code::invalid_argument, "masked_row_mean: need a tensor of rank >= 1");
   if (!mask.defined())
     return x.mean(-1);
+  detail::require_shape(mask, "mask", x.sizes(), "x", "masked_row_mean");
   return (x * mask).sum(-1) / mask.sum(-1).clamp_min(1.0);
 }
 
 at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask) {
+  if (!x.defined() || !mask.defined())
+    fail(error_code::invalid_argument, "masked_whiten: needs both the values and the mask");
+  detail::require_shape(mask, "mask", x.sizes(), "x", "masked_whiten");
   const double n = mask.sum().item<double>();
   if (n <= 1.0)
     fail(error_code::invalid_argument, "masked_whiten: the mask sums to " +

@@ -22,6 +22,8 @@ struct loss_config {
 };
 
 /// Σ(x·m) / max(Σm, 1) over all elements: a scalar tensor. An undefined `mask` means all ones.
+/// Throws `backends::error(invalid_argument)` for an undefined `x` or a mask of another shape
+/// (naming both shapes); the same holds for `masked_row_mean` and `masked_whiten`.
 at::Tensor masked_mean(const at::Tensor& x, const at::Tensor& mask);
 
 /// Per-row masked mean of [B, R] tensors: [B], Σ_t(x·m) / max(Σ_t m, 1).

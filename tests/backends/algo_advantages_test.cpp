@@ -200,6 +200,12 @@ TEST(AlgoAdvantages, MaskedWhitenUsesTheMaskedUnbiasedVariance) {
   expect_close(masked_mean(x, m).item<double>(), 2.0);
   expect_close(masked_mean(x, t2({{0, 0, 0, 0}})).item<double>(), 0.0);
   expect_close(masked_row_mean(x, m)[0].item<double>(), 2.0);
+  expect_error([&] { masked_mean(x, t2({{1, 1}})); }, {"'mask'", "[1, 2]", "[1, 4]"});
+  expect_error([&] { masked_row_mean(x, t2({{1, 1}})); }, {"'mask'", "[1, 2]"});
+  expect_error([&] { masked_whiten(x, t2({{1, 1}})); }, {"'mask'", "[1, 2]"});
+  expect_error([&] { masked_whiten(x, at::Tensor()); }, {"masked_whiten"});
+  expect_error([&] { masked_mean(at::Tensor(), m); }, {"masked_mean"});
+  expect_error([&] { masked_row_mean(at::zeros({}), at::Tensor()); }, {"masked_row_mean"});
 }
 
 TEST(AlgoAdvantages, GroupIdsFromTensor) {

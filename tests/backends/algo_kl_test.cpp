@@ -161,6 +161,8 @@ TEST(AlgoKl, EntropyBonusAndRegularizersAddToTheLoss) {
   auto no_ent = in;
   no_ent.entropy = at::Tensor();
   expect_error([&] { apply_regularizers(o2, no_ent, ent_only); }, {"'entropy'"});
+  loss_output empty;
+  expect_error([&] { apply_regularizers(empty, in, rc); }, {"no loss"});
 }
 
 TEST(AlgoKl, AdaptiveControllerUpdateIsClippedProportional) {

@@ -721,6 +721,8 @@ TEST(AlgoLosses, BadConfigsAreRejectedNamingKeyAndValue) {
   expect_error([&] { validate_loss_config("regular", values({{"x", 1}})); }, {"'x'"});
   EXPECT_NO_THROW(validate_loss_config("regular", values({{"eps_clip_low", 0.1}})));
   expect_error([] { loss_value_keys("nope"); }, {"'nope'"});
+  expect_error([] { loss_option_keys("nope"); }, {"'nope'"});
+  expect_error([] { validate_loss_config("nope", {}); }, {"'nope'", "dro"});
 }
 
 TEST(AlgoLosses, BadInputsAreRejectedNamingTheInput) {
