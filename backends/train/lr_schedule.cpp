@@ -62,8 +62,11 @@ lr_schedule_kind parse_lr_schedule_kind(const std::string& name) {
                  lr_schedule_kind::cosine})
     if (name == to_string(k))
       return k;
+  if (name == "linear_warmup")
+    return lr_schedule_kind::constant_with_warmup;
   fail(error_code::invalid_argument,
-       "lr_schedule: unknown kind '" + name + "' (valid: constant, constant_with_warmup, cosine)");
+       "lr_schedule: unknown kind '" + name +
+           "' (valid: constant, constant_with_warmup or linear_warmup, cosine)");
 }
 
 void lr_schedule_config::validate() const {

@@ -19,7 +19,8 @@ enum class lr_schedule_kind {
 /// "constant", "constant_with_warmup" or "cosine".
 const char* to_string(lr_schedule_kind x) noexcept;
 
-/// Inverse of `to_string`; throws `error{invalid_argument}` listing the valid names.
+/// Inverse of `to_string` (also accepts "linear_warmup" for `constant_with_warmup`); throws
+/// `error{invalid_argument}` listing the valid names.
 lr_schedule_kind parse_lr_schedule_kind(const std::string& name);
 
 /// What a schedule computes from.

@@ -362,6 +362,18 @@ void training_batch::validate(const batch_checks& checks) const {
                  error_code::out_of_range);
 }
 
+at::Tensor response_columns(const at::Tensor& per_position, int64_t response_length) {
+  if (!per_position.defined() || per_position.dim() < 2)
+    invalid("response_columns: expected a [B, S-1, ...] tensor, got " +
+            (per_position.defined() ? "shape " + shape_text(per_position.sizes()) : "undefined"));
+  const int64_t cols = per_position.size(1);
+  if (response_length < 1 || response_length > cols)
+    invalid("response_columns: response_length " + std::to_string(response_length) +
+            " outside [1, " + std::to_string(cols) + "] for shape " +
+            shape_text(per_position.sizes()));
+  return per_position.narrow(1, cols - response_length, response_length);
+}
+
 training_batch from_sequences(const std::vector<std::vector<int64_t>>& prompts,
                               const std::vector<std::vector<int64_t>>& responses,
                               const per_token_values& per_token, int64_t pad_token_id) {

@@ -85,6 +85,13 @@ struct training_batch {
   void validate(const batch_checks& checks = {}) const;
 };
 
+/// The response-aligned `[B, R]` columns of a per-position tensor `[B, S-1, ...]` whose column p
+/// belongs to the prediction of token p+1 (e.g. `sequence_logprobs(...).logprobs`): its last R
+/// columns, i.e. `logits[:, -R-1:-1]` applied. Column j then lines up with the batch's response
+/// tensors. Throws `error{invalid_argument}` when `per_position` has fewer than two dimensions or
+/// fewer than R columns, or R < 1.
+at::Tensor response_columns(const at::Tensor& per_position, int64_t response_length);
+
 /// Optional per-token values for `from_sequences`, keyed by a response tensor name
 /// (`loss_mask` or one of `optional_response_keys()`); row i has exactly |response_i| values.
 using per_token_values = std::map<std::string, std::vector<std::vector<float>>>;

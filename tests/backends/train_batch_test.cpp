@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "backends/error.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/logprobs.hpp"
+#include "backends/model/model_config.hpp"
 
 using namespace rlforge::backends;
 
@@ -117,14 +120,17 @@ TEST(TrainingBatch, FromSequencesLeftPadsAndRightAlignsResponses) {
 }
 
 TEST(TrainingBatch, ShiftedLogitWindowTargetsExactlyTheResponseTokens) {
-  // Position p's logits predict token p+1; the window -R-1:-1 covers positions S-R-1 .. S-2,
-  // whose targets are sequences[:, S-R:]. Where response_mask is 1 those must be the responses.
+  // Position p's logits predict token p+1, so the per-position targets are sequences[:, 1:];
+  // the window -R-1:-1 of the logits is their last R columns. Where response_mask is 1 those
+  // must be the response tokens, in order.
   std::vector<std::vector<int64_t>> prompts = {{3, 1}, {2, 2, 2, 2}, {9}};
   std::vector<std::vector<int64_t>> responses = {{7, 8, 9, 10}, {11}, {12, 13}};
   auto b = from_sequences(prompts, responses);
   const int64_t s = b.sequence_length(), r = b.response_length;
   ASSERT_EQ(r, 4);
-  auto targets = b.get(batch_keys::sequences).narrow(1, s - r, r);
+  auto per_position_targets = b.get(batch_keys::sequences).narrow(1, 1, s - 1);
+  auto targets = response_columns(per_position_targets, r);
+  ASSERT_EQ(targets.sizes(), b.get(batch_keys::response_mask).sizes());
   for (int64_t i = 0; i < 3; ++i) {
     std::vector<int64_t> picked;
     auto mask = row_of(b.get(batch_keys::response_mask), i);
@@ -134,6 +140,43 @@ TEST(TrainingBatch, ShiftedLogitWindowTargetsExactlyTheResponseTokens) {
         picked.push_back(t[j]);
     EXPECT_EQ(picked, responses[i]) << "row " << i;
   }
+}
+
+TEST(TrainingBatch, ModelLogprobsInTheResponseWindowMatchUnpaddedScoring) {
+  auto model = causal_lm::random(preset("tiny"), 5);
+  std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}, {8}, {9, 10}};
+  std::vector<std::vector<int64_t>> responses = {{11, 12}, {13, 14, 15, 16}, {17}};
+  auto b = from_sequences(prompts, responses);
+  at::NoGradGuard no_grad;
+  auto lp =
+      sequence_logprobs(*model, b.get(batch_keys::sequences), b.get(batch_keys::attention_mask))
+          .logprobs;
+  auto window = response_columns(lp, b.response_length);
+  const int64_t r = b.response_length;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int64_t> tokens = prompts[i];
+    tokens.insert(tokens.end(), responses[i].begin(), responses[i].end());
+    auto scored = score_tokens(*model, tokens); // scored[k] = log p(tokens[k+1] | prefix)
+    const int64_t n = static_cast<int64_t>(responses[i].size());
+    for (int64_t k = 0; k < n; ++k) {
+      double expected = scored[scored.size() - static_cast<size_t>(n - k)];
+      EXPECT_NEAR(window[i][r - n + k].item<double>(), expected, 1e-4)
+          << "row " << i << " response token " << k;
+    }
+  }
+  expect_error([] { response_columns(at::zeros({3}), 1); }, error_code::invalid_argument, {"[3]"});
+  expect_error(
+      [] {
+        response_columns(at::zeros({2, 3}), 4);
+      },
+      error_code::invalid_argument, {"response_length 4", "[1, 3]"});
+  expect_error(
+      [] {
+        response_columns(at::zeros({2, 3}), 0);
+      },
+      error_code::invalid_argument, {"response_length 0"});
+  expect_error([] { response_columns(at::Tensor(), 1); }, error_code::invalid_argument,
+               {"undefined"});
 }
 
 TEST(TrainingBatch, FromSequencesRejectsBadInputs) {

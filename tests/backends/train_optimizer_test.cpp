@@ -456,6 +456,8 @@ TEST(LrSchedule, RejectsBadConfigsAndStates) {
   expect_error([] { parse_lr_schedule_kind("linear"); }, error_code::invalid_argument,
                {"'linear'", "cosine"});
   EXPECT_EQ(parse_lr_schedule_kind("constant_with_warmup"), lr_schedule_kind::constant_with_warmup);
+  EXPECT_EQ(parse_lr_schedule_kind("linear_warmup"), lr_schedule_kind::constant_with_warmup);
+  EXPECT_EQ(parse_lr_schedule_kind("cosine"), lr_schedule_kind::cosine);
 
   lr_schedule s(lr_schedule_config{lr_schedule_kind::cosine, 1.0, 1, 10, 0.0});
   auto j = s.to_json();
