@@ -8,6 +8,14 @@
 // 2 (forward) + 4 (backward) FLOPs per weight per token; the second is attention's QK^T and PV
 // products (2 × 2 × seq × width per token forward, ×3 with backward; the full square is
 // computed, so no causal halving).
+//
+//   train_bench [--threads 2] [--seq 256] [--adamw] [--only small|large] [--steps-small 5]
+//               [--steps-large 3] [--batch-small 8] [--batch-large 1] [--chunk 128]
+//
+// The GEMM reference is sampled between training steps so both see the same machine load; the
+// load average is printed too. On a machine shared with busy processes the 2-thread figures
+// collapse (libgomp spin-waits at every parallel region lose whole time slices): compare runs
+// at a load average below the thread count, or run with OMP_WAIT_POLICY=PASSIVE.
 #include <torch/torch.h>
 
 #include <algorithm>
