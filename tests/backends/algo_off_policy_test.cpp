@@ -344,3 +344,60 @@ TEST(AlgoOffPolicy, BadTensorsAreRejected) {
   expect_error([&] { compute_loss("rollout_is", in, c); }, {"rollout_is", "'old_logprobs'"});
   EXPECT_NO_THROW(compute_loss("rollout_is", in));
 }
+
+TEST(AlgoOffPolicy, ReportsEveryMetricNameOfTheEnabledMechanisms) {
+  auto r = with_ratios({{1.0, 1.2}, {0.9, 1.0}});
+  auto mask = t2({{1, 1}, {1, 1}});
+  for (const std::string metric : {"geometric", "product"}) {
+    for (const std::string tis : {"token", "sequence"}) {
+      off_policy_config cfg;
+      cfg.tis_ratio_type = tis;
+      cfg.sequence_mask_metric = metric;
+      cfg.outlier_token_is_threshold_low = 1e-4;
+      cfg.outlier_token_is_threshold_high = 100.0;
+      cfg.token_mask_is_threshold_low = 0.1;
+      cfg.token_mask_is_threshold_high = 10.0;
+      auto out = compute_off_policy_correction(r.old, r.roll, mask, cfg);
+      const std::string prefix = metric == "geometric" ? "geo" : "product";
+      std::vector<std::string> want = {"is_ratio_mean:mean",
+                                       "is_ratio_std:mean",
+                                       "is_ratio_max:max",
+                                       "is_ratio_min:min",
+                                       "outlier_seq_masked_ratio:mean",
+                                       "outlier_seq_over_high_ratio:mean",
+                                       "outlier_seq_under_low_ratio:mean",
+                                       "token_mask_ratio:mean",
+                                       prefix + "_sequence_mask_masked_ratio:mean",
+                                       prefix + "_sequence_mask_over_high_ratio:mean",
+                                       prefix + "_sequence_mask_under_low_ratio:mean",
+                                       tis == "token" ? "tis_token_clip_high_ratio:mean"
+                                                      : "tis_seq_clip_high_ratio:mean"};
+      EXPECT_EQ(out.metrics.size(), want.size()) << metric << " " << tis;
+      for (const auto& name : want)
+        EXPECT_TRUE(out.metrics.count(name)) << name;
+    }
+  }
+}
+
+// Row 1's product ratio 3 exceeds 2: every loss with the block zeroes that row; the losses
+// without it do not accept the keys at all.
+TEST(AlgoOffPolicy, EveryListedLossAppliesTheBlockAndTheOthersRefuseIt) {
+  auto r = with_ratios({{1.0, 1.0}, {3.0, 1.0}});
+  loss_inputs in;
+  in.logprobs = t2({{-0.1, 0.05}, {-0.2, -0.9}});
+  in.old_logprobs = r.old;
+  in.rollout_logprobs = r.roll;
+  in.advantages = t2({{1, -1}, {2, 1}});
+  loss_config cfg;
+  cfg.options["sequence_mask_metric"] = "product";
+  for (const std::string name :
+       {"regular", "dual_clip", "gspo", "sapo", "cispo", "rollout_is", "dppo"}) {
+    auto out = compute_loss(name, in, cfg);
+    EXPECT_EQ(v(out.elementwise, 1, 0), 0.0) << name;
+    EXPECT_EQ(v(out.elementwise, 1, 1), 0.0) << name;
+    EXPECT_NE(v(out.elementwise, 0, 0), 0.0) << name;
+    expect_close(out.metrics.at("product_sequence_mask_masked_ratio:mean"), 0.5);
+  }
+  for (const std::string name : {"clip_cov", "kl_cov", "cross_entropy", "importance_sampling"})
+    expect_error([&] { compute_loss(name, in, cfg); }, {name, "sequence_mask_metric"});
+}
