@@ -14,6 +14,9 @@
 /// Estimators of KL(π‖π_ref) per token from Δ = logp - ref (Schulman's approximations):
 /// `k1` = Δ; `abs` = |Δ|; `k2` = ½Δ²; `k3` (default): with d = clamp(ref - logp, -20, 20),
 /// clamp(exp(d) - d - 1, -10, 10).
+///
+/// Thread safety: the free functions are reentrant; a `kl_controller` is a plain value owned by
+/// one caller (not synchronised).
 namespace rlforge::backends::algo {
 
 /// Names of the KL estimators: k1, k2, k3, abs.

@@ -70,6 +70,9 @@
 /// kl_cov 0); `importance_ratio:mean` for importance_sampling (masked mean of r); for cispo also
 /// `cispo_ratio_mean:mean`, `cispo_ratio_clamped_mean:mean`, `cispo_ratio_max:max`,
 /// `cispo_ratio_min:min` (over valid tokens); plus the off-policy metrics when it is active.
+///
+/// Thread safety: every function here is reentrant; the registry is immutable after its
+/// first use (built under C++ static-initialisation guarantees).
 namespace rlforge::backends::algo {
 
 /// Per-token inputs, all [B, R]; an undefined tensor means "absent".
@@ -136,7 +139,7 @@ struct tinker_loss {
 /// - `ppo` → `regular` (or `ppo_critic` when `critic`), `gspo` → `gspo`: `clip_low_threshold` t_l
 ///   → eps_clip_low = 1 - t_l, `clip_high_threshold` t_h → eps_clip_high = t_h - 1 (only the
 ///   keys given; Tinker's defaults 0.8 / 1.2 equal ours). `value_clip` passes to ppo_critic and
-///   is ignored for a policy.
+///   is ignored for a policy; the thresholds are ignored for a critic.
 /// - `cispo`: thresholds default to Tinker's 0.0 / 4.0 and become cispo_eps_clip_low = 1 - t_l,
 ///   cispo_eps_clip_high = t_h - 1 (so Tinker's clip range is [0, 4], unlike SkyRL's [0, 5]).
 /// - `dppo` (delta_low, delta_high), `ppo_critic` (value_clip), `dro` (beta), `cross_entropy`,
