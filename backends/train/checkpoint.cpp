@@ -274,11 +274,8 @@ rank_checkpoint load_rank_state(const checkpoint_location& where) {
     fail(error_code::decode_error, "checkpoint: " + in_quotes(moments_path) + " holds " +
                                        std::to_string(moments.size() - used) + " tensors that " +
                                        in_quotes(opt_path) + " does not list");
-  in_context("checkpoint " + in_quotes(opt_path), [&] {
-    // Checked here so a bad file is reported at load time, naming it.
-    adamw probe;
-    probe.load_state(out.optimizer);
-  });
+  // Checked here so a bad file is reported at load time, naming it.
+  in_context("checkpoint " + in_quotes(opt_path), [&] { validate(out.optimizer); });
 
   const auto sched_path = join(dir, "scheduler.json");
   auto sched = read_json(sched_path);

@@ -70,7 +70,8 @@ double global_grad_norm(const named_parameters& params) {
   for (const auto& [name, p] : params) {
     if (!p.defined() || !p.grad().defined())
       continue;
-    double n = at::linalg_vector_norm(p.grad(), 2, c10::nullopt, false, at::kDouble).item<double>();
+    // Per-tensor norms in the gradient's own precision (no widened copy), summed in double.
+    double n = at::linalg_vector_norm(p.grad(), 2).item<double>();
     sum_sq += n * n;
   }
   return std::sqrt(sum_sq);
@@ -155,7 +156,8 @@ step_result adamw::step(const named_parameters& params, const adam_params& hp) {
     const double bias2 = 1 - std::pow(hp.beta2, static_cast<double>(s.step));
     s.exp_avg.mul_(hp.beta1).add_(g, 1 - hp.beta1);
     s.exp_avg_sq.mul_(hp.beta2).addcmul_(g, g, 1 - hp.beta2);
-    auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias2)).add_(hp.eps);
+    // One temporary; the same operations and rounding as torch::optim::AdamW.
+    auto denom = s.exp_avg_sq.sqrt().div_(std::sqrt(bias2)).add_(hp.eps);
     param.addcdiv_(s.exp_avg, denom, -lr / bias1);
   }
   last_params_ = hp;
@@ -175,7 +177,7 @@ adamw_state adamw::state() const {
   return out;
 }
 
-void adamw::load_state(const adamw_state& s) {
+void validate(const adamw_state& s) {
   s.last_params.validate();
   for (const auto& [name, ps] : s.params) {
     check_moment(name, "exp_avg", ps.exp_avg);
@@ -189,6 +191,10 @@ void adamw::load_state(const adamw_state& s) {
       fail(error_code::invalid_argument, "adamw state of " + in_quotes(name) + ": step " +
                                              std::to_string(ps.step) + " is negative");
   }
+}
+
+void adamw::load_state(const adamw_state& s) {
+  validate(s);
   std::map<std::string, adamw_param_state> fresh;
   for (const auto& [name, ps] : s.params)
     fresh[name] =

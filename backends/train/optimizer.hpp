@@ -55,6 +55,10 @@ struct adamw_state {
   adam_params last_params;
 };
 
+/// Checks a saved state: moments defined, fp32 and of equal shape, step counts ≥ 0, valid
+/// `last_params`. Throws `error{invalid_argument}` naming the parameter and the problem.
+void validate(const adamw_state& s);
+
 /// AdamW with decoupled weight decay and bias correction (Loshchilov & Hutter), written out
 /// with in-place fp32 ATen ops so every hyper-parameter may change from one call to the next:
 ///
@@ -81,9 +85,8 @@ public:
   /// A deep copy of the whole state.
   adamw_state state() const;
 
-  /// Replaces the state with a deep copy of `s`. Throws `error{invalid_argument}` naming a
-  /// parameter whose moments are undefined, not fp32, differently shaped from each other, or
-  /// whose step count is negative, and for bad `last_params`.
+  /// Replaces the state with a deep copy of `s` after `validate(s)` (nothing changes when it
+  /// throws).
   void load_state(const adamw_state& s);
 
   /// Hyper-parameters of the last applied step.
@@ -97,8 +100,8 @@ private:
   adam_params last_params_;
 };
 
-/// The global L2 norm of the gradients of `params` (parameters without a gradient count as 0),
-/// accumulated in double.
+/// The global L2 norm of the gradients of `params` (parameters without a gradient count as 0):
+/// per-tensor norms in the gradients' precision, combined in double.
 double global_grad_norm(const named_parameters& params);
 
 /// Clears gradients: drops them (`set_to_none`, the default) or fills them with zeros.

@@ -402,6 +402,8 @@ TEST(AdamW, LoadStateRejectsMalformedState) {
   s = good();
   s.last_params.eps = -1;
   expect_error([&] { opt.load_state(s); }, error_code::invalid_argument, {"eps"});
+  expect_error([&] { validate(s); }, error_code::invalid_argument, {"eps"});
+  EXPECT_NO_THROW(validate(good()));
   EXPECT_EQ(opt.state_of("w"), nullptr); // nothing was loaded
   opt.load_state(good());
   EXPECT_EQ(opt.state_of("w")->step, 3);
