@@ -26,16 +26,33 @@ function(rlforge_add_library name)
   set_target_properties(rlforge_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endfunction()
 
-# rlforge_add_test(<name> SOURCES ... DEPS ... LABELS ...): one GoogleTest binary; each TEST
-# becomes its own ctest entry with the given labels.
+# rlforge_add_test(<name> SOURCES ... DEPS ... LABELS ... [TIMEOUT s]): one GoogleTest binary;
+# each test suite in it becomes one ctest entry `<name without _tests>.<Suite>` with the labels
+# (see cmake/gtest_suites.cmake for why suites rather than single tests).
 function(rlforge_add_test name)
   cmake_parse_arguments(arg "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${arg_SOURCES})
   target_link_libraries(${name} PRIVATE ${arg_DEPS} GTest::gtest GTest::gmock GTest::gtest_main
                         rlforge_warnings)
   if(NOT arg_TIMEOUT)
-    set(arg_TIMEOUT 120)
+    set(arg_TIMEOUT 300)
   endif()
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
-                       PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${arg_TIMEOUT})
+  string(REGEX REPLACE "_tests$" "" prefix "${name}")
+  set(ctest_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_suites.cmake")
+  add_custom_command(TARGET ${name} POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -D TEST_EXECUTABLE=$<TARGET_FILE:${name}> -D CTEST_FILE=${ctest_file}
+            -D PREFIX=${prefix} "-D LABELS=${arg_LABELS}" -D TIMEOUT=${arg_TIMEOUT}
+            -P ${PROJECT_SOURCE_DIR}/cmake/gtest_suites.cmake
+    BYPRODUCTS ${ctest_file}
+    VERBATIM)
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${ctest_file})
+endfunction()
+
+# Precompiled headers for targets with many libtorch translation units: <ATen/ATen.h> alone
+# costs 8-15 s per TU on the 2-core machines; compiled once per target it is paid once.
+option(RLFORGE_PCH "use precompiled headers for torch-heavy targets" ON)
+function(rlforge_use_pch target)
+  if(RLFORGE_PCH)
+    target_precompile_headers(${target} PRIVATE ${ARGN})
+  endif()
 endfunction()
