@@ -160,4 +160,177 @@ inline bool operator==(const op_result& a, const op_result& b) {
 /// A list of tensors (a batch chunk, a gradient bucket) in wire form.
 using tensor_list = std::vector<tensor_blob>;
 
+// -- training workers and the dispatcher ----------------------------------------------------
+
+/// A training batch in wire form (the layout of REFERENCE.md, "Training batch layout"): named
+/// tensors whose first dimension is the row count B (`sequences [B,S]`, `attention_mask [B,S]`,
+/// response tensors `[B,R]`), the response length R, the number of trailing padding rows and
+/// the per-row ids (each empty or one per row). In one process a payload travels by reference
+/// (CAF shares message contents); across nodes the tensors travel as raw bytes.
+struct batch_payload {
+  std::map<std::string, tensor_blob> tensors;
+  int64_t response_length = 0;
+  int64_t pad_size = 0;
+  std::vector<int64_t> uids;
+  std::vector<int64_t> group_ids;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_payload& x) {
+  return f(caf::meta::type_name("batch_payload"), x.tensors, x.response_length, x.pad_size,
+           x.uids, x.group_ids);
+}
+
+inline bool operator==(const batch_payload& a, const batch_payload& b) {
+  return a.tensors == b.tensors && a.response_length == b.response_length
+         && a.pad_size == b.pad_size && a.uids == b.uids && a.group_ids == b.group_ids;
+}
+
+/// Which loss a `forward_backward` computes: a registry name (`cross_entropy`, `regular`,
+/// `ppo_critic`, ...) with its numeric settings and string options.
+struct loss_request {
+  std::string loss_fn;
+  std::map<std::string, double> values;
+  std::map<std::string, std::string> options;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, loss_request& x) {
+  return f(caf::meta::type_name("loss_request"), x.loss_fn, x.values, x.options);
+}
+
+inline bool operator==(const loss_request& a, const loss_request& b) {
+  return a.loss_fn == b.loss_fn && a.values == b.values && a.options == b.options;
+}
+
+/// Per-row outputs of `forward` / `forward_backward` (tensors `[B, R]`, one row per input row,
+/// in input order) and metrics named `name:reduction`. `tokens` is the loss-mask weight the
+/// metrics were computed over (it weighs `:mean` metrics when results are combined).
+struct batch_result {
+  std::map<std::string, tensor_blob> outputs;
+  std::map<std::string, double> metrics;
+  double tokens = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_result& x) {
+  return f(caf::meta::type_name("batch_result"), x.outputs, x.metrics, x.tokens);
+}
+
+inline bool operator==(const batch_result& a, const batch_result& b) {
+  return a.outputs == b.outputs && a.metrics == b.metrics && a.tokens == b.tokens;
+}
+
+/// AdamW hyper-parameters of one optimizer step (Tinker `adam_params` and its defaults). A
+/// negative `learning_rate` means "the worker's own rate" (its schedule, or the last `set_lr`).
+struct optim_request {
+  double learning_rate = 1e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-12;
+  double weight_decay = 0.0;
+  double grad_clip_norm = 0.0; ///< 0 = off
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_request& x) {
+  return f(caf::meta::type_name("optim_request"), x.learning_rate, x.beta1, x.beta2, x.eps,
+           x.weight_decay, x.grad_clip_norm);
+}
+
+inline bool operator==(const optim_request& a, const optim_request& b) {
+  return a.learning_rate == b.learning_rate && a.beta1 == b.beta1 && a.beta2 == b.beta2
+         && a.eps == b.eps && a.weight_decay == b.weight_decay
+         && a.grad_clip_norm == b.grad_clip_norm;
+}
+
+/// What one optimizer step did: the global gradient norm before clipping (after the
+/// data-parallel all-reduce), whether the step was skipped (non-finite norm: nothing changed) or
+/// clipped, the learning rate used and the number of steps applied so far.
+struct optim_result {
+  double grad_norm = 0;
+  bool skipped = false;
+  bool clipped = false;
+  double learning_rate = 0;
+  int64_t step = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_result& x) {
+  return f(caf::meta::type_name("optim_result"), x.grad_norm, x.skipped, x.clipped,
+           x.learning_rate, x.step);
+}
+
+inline bool operator==(const optim_result& a, const optim_result& b) {
+  return a.grad_norm == b.grad_norm && a.skipped == b.skipped && a.clipped == b.clipped
+         && a.learning_rate == b.learning_rate && a.step == b.step;
+}
+
+/// How a worker builds its model and optimizer. Exactly one of `hf_dir` (a Hugging Face
+/// directory), `preset` (a named config such as "tiny") and `config_json` (an HF config.json
+/// object as text, randomly initialised) is set. Random weights are drawn from `seed`, so every
+/// rank of a group starts identical. `lora_rank` > 0 adds adapters (and freezes the base); the
+/// learning-rate schedule is used by `optim_step` requests with a negative learning rate.
+struct model_spec {
+  std::string hf_dir;
+  std::string preset;
+  std::string config_json;
+  uint64_t seed = 0;
+  int64_t lora_rank = 0;
+  double lora_alpha = 16.0;
+  std::vector<std::string> lora_target_modules; ///< empty = all seven projections
+  double lora_dropout = 0.0;
+  std::string lr_schedule = "constant"; ///< constant | constant_with_warmup | cosine
+  double learning_rate = 1e-4;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  double min_lr_ratio = 0.0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
+  return f(caf::meta::type_name("model_spec"), x.hf_dir, x.preset, x.config_json, x.seed,
+           x.lora_rank, x.lora_alpha, x.lora_target_modules, x.lora_dropout, x.lr_schedule,
+           x.learning_rate, x.warmup_steps, x.total_steps, x.min_lr_ratio);
+}
+
+inline bool operator==(const model_spec& a, const model_spec& b) {
+  return a.hf_dir == b.hf_dir && a.preset == b.preset && a.config_json == b.config_json
+         && a.seed == b.seed && a.lora_rank == b.lora_rank && a.lora_alpha == b.lora_alpha
+         && a.lora_target_modules == b.lora_target_modules && a.lora_dropout == b.lora_dropout
+         && a.lr_schedule == b.lr_schedule && a.learning_rate == b.learning_rate
+         && a.warmup_steps == b.warmup_steps && a.total_steps == b.total_steps
+         && a.min_lr_ratio == b.min_lr_ratio;
+}
+
+/// Settings of a worker's passes that are not part of one loss: micro-batching (rows per
+/// micro-batch, 0 = the whole shard at once; gradients accumulate over micro-batches), the
+/// sampling temperature log-probs are computed at, the log-prob chunk size, and the optional
+/// KL-to-reference loss and entropy bonus of a policy (REFERENCE.md).
+struct algorithm_config {
+  int64_t micro_batch_size = 0;
+  double temperature = 1.0;
+  int64_t logprob_chunk_size = 128;
+  bool use_kl_loss = false;
+  std::string kl_estimator = "k3";
+  double kl_loss_coef = 0.001;
+  bool use_entropy_loss = false;
+  double entropy_loss_coef = 0.01;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, algorithm_config& x) {
+  return f(caf::meta::type_name("algorithm_config"), x.micro_batch_size, x.temperature,
+           x.logprob_chunk_size, x.use_kl_loss, x.kl_estimator, x.kl_loss_coef,
+           x.use_entropy_loss, x.entropy_loss_coef);
+}
+
+inline bool operator==(const algorithm_config& a, const algorithm_config& b) {
+  return a.micro_batch_size == b.micro_batch_size && a.temperature == b.temperature
+         && a.logprob_chunk_size == b.logprob_chunk_size && a.use_kl_loss == b.use_kl_loss
+         && a.kl_estimator == b.kl_estimator && a.kl_loss_coef == b.kl_loss_coef
+         && a.use_entropy_loss == b.use_entropy_loss
+         && a.entropy_loss_coef == b.entropy_loss_coef;
+}
+
 } // namespace rlforge

@@ -10,6 +10,9 @@ const char* const message_type_names[] = {
   "rlforge::collective_spec", "rlforge::op_result",      "rlforge::resource_amounts", "std::vector<int32_t>",
   "std::vector<int64_t>",     "std::vector<float>",        "std::vector<double>",
   "std::vector<caf::message>", "std::vector<uint8_t>",
+  "rlforge::batch_payload",   "rlforge::loss_request",     "rlforge::batch_result",
+  "rlforge::optim_request",   "rlforge::optim_result",     "rlforge::model_spec",
+  "rlforge::algorithm_config",
 };
 
 namespace {

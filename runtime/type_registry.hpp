@@ -19,7 +19,9 @@ namespace rlforge::runtime {
 using message_types = caf::detail::type_list<
   tensor_blob, node_resources, placement_group_request, bundle_placement, placement_group_info,
   rank_info, collective_spec, op_result, resource_amounts, std::vector<int32_t>, std::vector<int64_t>,
-  std::vector<float>, std::vector<double>, std::vector<caf::message>, std::vector<uint8_t>>;
+  std::vector<float>, std::vector<double>, std::vector<caf::message>, std::vector<uint8_t>,
+  batch_payload, loss_request, batch_result, optim_request, optim_result, model_spec,
+  algorithm_config>;
 
 /// The CAF name of each type in `message_types` (same order).
 extern const char* const message_type_names[];

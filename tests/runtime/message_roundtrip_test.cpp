@@ -71,6 +71,36 @@ std::vector<caf::message> sample(std::vector<caf::message>*) {
 std::vector<uint8_t> sample(std::vector<uint8_t>*) {
   return {0, 1, 254, 255};
 }
+batch_payload sample(batch_payload*) {
+  batch_payload x;
+  x.tensors["sequences"] = sample(static_cast<tensor_blob*>(nullptr));
+  x.tensors["loss_mask"] = tensor_blob{dtype::f32, {2, 1}, std::string(8, '\x01')};
+  x.response_length = 1;
+  x.pad_size = 1;
+  x.uids = {7, 7};
+  x.group_ids = {0, 3};
+  return x;
+}
+loss_request sample(loss_request*) {
+  return {"regular", {{"eps_clip_low", 0.2}, {"eps_clip_high", 0.28}}, {{"tis_ratio_type", "token"}}};
+}
+batch_result sample(batch_result*) {
+  return {{{"logprobs", sample(static_cast<tensor_blob*>(nullptr))}},
+          {{"loss:sum", -3.5}, {"clip_ratio:mean", 0.125}},
+          17.0};
+}
+optim_request sample(optim_request*) {
+  return {3e-5, 0.8, 0.99, 1e-8, 0.01, 1.0};
+}
+optim_result sample(optim_result*) {
+  return {12.5, false, true, 3e-5, 42};
+}
+model_spec sample(model_spec*) {
+  return {"", "tiny", "{}", 77, 8, 32.0, {"q_proj", "v_proj"}, 0.05, "cosine", 2e-4, 3, 30, 0.1};
+}
+algorithm_config sample(algorithm_config*) {
+  return {4, 0.7, 64, true, "k2", 0.01, true, 0.02};
+}
 
 bool equal(const std::vector<caf::message>& a, const std::vector<caf::message>& b) {
   if (a.size() != b.size())

@@ -1,0 +1,202 @@
+#include "actors/trainer_client.hpp"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+
+#include "actors/backend_seam.hpp"
+#include "actors/batch_wire.hpp"
+#include "actors/dispatcher.hpp"
+#include "backends/train/checkpoint.hpp"
+#include "runtime/errc.hpp"
+
+namespace rlforge::actors {
+
+double train_output::metric(const std::string& name) const {
+  auto i = metrics.find(name);
+  return i == metrics.end() ? std::numeric_limits<double>::quiet_NaN() : i->second;
+}
+
+trainer_client::trainer_client(caf::actor_system& sys, caf::actor dispatcher,
+                               std::chrono::milliseconds timeout)
+  : sys_(&sys), dispatcher_(std::move(dispatcher)), timeout_(timeout) {
+  if (timeout_.count() <= 0)
+    timeout_ = std::chrono::seconds(600);
+}
+
+namespace {
+
+template <class T>
+caf::expected<T> unwrap(caf::expected<caf::message> m, const std::string& what) {
+  if (!m)
+    return std::move(m.error());
+  if (!m->match_elements<T>())
+    return make_error(errc::internal, what + ": unexpected answer " + caf::to_string(*m));
+  return m->get_as<T>(0);
+}
+
+caf::expected<void> as_void(caf::expected<caf::message> m) {
+  if (!m)
+    return std::move(m.error());
+  return caf::unit;
+}
+
+} // namespace
+
+caf::expected<caf::message> trainer_client::call(const std::string& role, const std::string& op,
+                                                 caf::message args) {
+  if (!dispatcher_)
+    return make_error(errc::invalid_argument, "trainer_client: no dispatcher");
+  caf::scoped_actor self{*sys_};
+  caf::expected<caf::message> out{caf::message{}};
+  // The groups bound every rank by timeout_; the outer deadline adds routing slack.
+  self
+    ->request(dispatcher_, timeout_ + std::chrono::seconds(5), dispatcher_call_atom::value, role,
+              op, std::move(args), static_cast<int64_t>(timeout_.count()))
+    .receive([&](op_result& r) { out = std::move(r.value); },
+             [&](caf::error& e) {
+               if (e == caf::sec::request_timeout)
+                 out = make_error(errc::timeout, "dispatcher role '" + role + "' op '" + op
+                                                   + "': no answer from the dispatcher");
+               else
+                 out = std::move(e);
+             });
+  return out;
+}
+
+caf::expected<int32_t> trainer_client::register_group(const std::string& role,
+                                                      const actor_group& group) {
+  caf::scoped_actor self{*sys_};
+  caf::expected<int32_t> out{caf::error{}};
+  self->request(dispatcher_, std::chrono::seconds(60), dispatcher_register_atom::value, role,
+                group.handle())
+    .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
+caf::expected<int64_t> trainer_client::init_model(const std::string& role,
+                                                  const model_spec& spec) {
+  return unwrap<int64_t>(call(role, "init_model", caf::make_message(spec)), "init_model");
+}
+
+caf::expected<train_output> trainer_client::batch_op(const std::string& role,
+                                                     const std::string& op, caf::message args) {
+  auto r = unwrap<batch_result>(call(role, op, std::move(args)), op);
+  if (!r)
+    return std::move(r.error());
+  auto outputs = from_blobs(r->outputs);
+  if (!outputs)
+    return std::move(outputs.error());
+  return train_output{std::move(*outputs), std::move(r->metrics)};
+}
+
+caf::expected<train_output> trainer_client::forward(const std::string& role,
+                                                    const backends::training_batch& batch) {
+  auto p = to_payload(batch);
+  if (!p)
+    return std::move(p.error());
+  return batch_op(role, "forward", caf::make_message(std::move(*p)));
+}
+
+caf::expected<train_output>
+trainer_client::forward_backward(const std::string& role, const backends::training_batch& batch,
+                                 const std::string& loss_fn,
+                                 const backends::algo::loss_config& config) {
+  auto p = to_payload(batch);
+  if (!p)
+    return std::move(p.error());
+  return forward_backward(role, std::move(*p), loss_request{loss_fn, config.values, config.options});
+}
+
+caf::expected<train_output> trainer_client::forward_backward(const std::string& role,
+                                                             batch_payload batch,
+                                                             const loss_request& loss) {
+  return batch_op(role, "forward_backward", caf::make_message(std::move(batch), loss));
+}
+
+caf::expected<optim_result> trainer_client::optim_step(const std::string& role,
+                                                       const backends::adam_params& p) {
+  optim_request r;
+  r.learning_rate = p.learning_rate;
+  r.beta1 = p.beta1;
+  r.beta2 = p.beta2;
+  r.eps = p.eps;
+  r.weight_decay = p.weight_decay;
+  r.grad_clip_norm = p.grad_clip_norm;
+  return optim_step(role, r);
+}
+
+caf::expected<optim_result> trainer_client::optim_step(const std::string& role,
+                                                       const optim_request& request) {
+  return unwrap<optim_result>(call(role, "optim_step", caf::make_message(request)), "optim_step");
+}
+
+caf::expected<void> trainer_client::set_lr(const std::string& role, double lr) {
+  return as_void(call(role, "set_lr", caf::make_message(lr)));
+}
+
+caf::expected<void> trainer_client::set_algorithm_config(const std::string& role,
+                                                         const algorithm_config& config) {
+  return as_void(call(role, "set_algorithm_config", caf::make_message(config)));
+}
+
+caf::expected<void> trainer_client::save_checkpoint(const std::string& root, int64_t global_step,
+                                                    const std::vector<std::string>& roles,
+                                                    const nlohmann::json& trainer_state) {
+  if (roles.empty())
+    return make_error(errc::invalid_argument, "save_checkpoint: no roles given");
+  for (const auto& role : roles) {
+    auto r = call(role, "save_checkpoint", caf::make_message(root, global_step));
+    if (!r)
+      return std::move(r.error());
+  }
+  // Every rank of every role has written its directory: commit the step.
+  auto done = call_backend("save_checkpoint", [&] {
+    backends::finalize_checkpoint(root, global_step, trainer_state);
+    return true;
+  });
+  if (!done)
+    return std::move(done.error());
+  return caf::unit;
+}
+
+caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root,
+                                                       int64_t global_step,
+                                                       const std::vector<std::string>& roles) {
+  if (roles.empty())
+    return make_error(errc::invalid_argument, "load_checkpoint: no roles given");
+  if (global_step < 0) {
+    // Resolve "latest" once, so every role loads the same step.
+    auto latest = call_backend("load_checkpoint", [&] { return backends::latest_step(root); });
+    if (!latest)
+      return std::move(latest.error());
+    if (!*latest)
+      return make_error(errc::not_found, "load_checkpoint: no committed checkpoint in '" + root
+                                           + "' (no latest_global_step.txt)");
+    global_step = **latest;
+  }
+  for (const auto& role : roles) {
+    auto r = call(role, "load_checkpoint", caf::make_message(root, global_step));
+    if (!r)
+      return std::move(r.error());
+  }
+  return global_step;
+}
+
+caf::expected<void> trainer_client::save_hf_model(const std::string& role,
+                                                  const std::string& dir) {
+  return as_void(call(role, "save_hf_model", caf::make_message(dir)));
+}
+
+caf::expected<int32_t> trainer_client::lcm_dp_size() {
+  caf::scoped_actor self{*sys_};
+  caf::expected<int32_t> out{caf::error{}};
+  self->request(dispatcher_, std::chrono::seconds(30), dispatcher_lcm_atom::value)
+    .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
+} // namespace rlforge::actors

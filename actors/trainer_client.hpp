@@ -1,0 +1,111 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+#include <caf/message.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/actor_group.hpp"
+#include "backends/algo/common.hpp"
+#include "backends/train/optimizer.hpp"
+#include "backends/train/training_batch.hpp"
+#include "runtime/messages.hpp"
+
+namespace rlforge::actors {
+
+/// Per-row outputs (`[B, R]`, one row per input row, in input order) and metrics
+/// (`name:reduction`) of a `forward` or `forward_backward`.
+struct train_output {
+  std::map<std::string, at::Tensor> outputs;
+  std::map<std::string, double> metrics;
+
+  /// The metric `name`, or NaN when absent.
+  double metric(const std::string& name) const;
+};
+
+/// Blocking driver API over the dispatcher (dispatcher.hpp): every call sends one request and
+/// waits for its answer, bounded by the client's timeout (per rank inside the groups, plus a
+/// little slack for routing). Errors are values naming the role, op and rank.
+///
+/// Thread-safety: a client may be used from one thread at a time (each call opens its own
+/// scoped actor); several clients may share a dispatcher. Do not call from inside an actor.
+class trainer_client {
+public:
+  /// `timeout` bounds every call (default 600 s, must be > 0).
+  trainer_client(caf::actor_system& sys, caf::actor dispatcher,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(600));
+
+  /// Registers `group` as the workers of `role`; returns its DP size.
+  caf::expected<int32_t> register_group(const std::string& role, const actor_group& group);
+
+  /// Builds every rank's model; returns the number of parameters.
+  caf::expected<int64_t> init_model(const std::string& role, const model_spec& spec);
+
+  /// Forward pass without gradients: `logprobs` and `entropy` (policy, ref) or `values`
+  /// (critic) per response token.
+  caf::expected<train_output> forward(const std::string& role,
+                                      const backends::training_batch& batch);
+
+  /// Forward + backward of `loss_fn` (gradients accumulate until `optim_step`).
+  caf::expected<train_output> forward_backward(const std::string& role,
+                                               const backends::training_batch& batch,
+                                               const std::string& loss_fn,
+                                               const backends::algo::loss_config& config = {});
+
+  /// Same, with a batch already in wire form (no conversion on the caller's side).
+  caf::expected<train_output> forward_backward(const std::string& role, batch_payload batch,
+                                               const loss_request& loss);
+
+  /// One optimizer step with `params` (gradients all-reduced over the DP ranks first).
+  caf::expected<optim_result> optim_step(const std::string& role,
+                                         const backends::adam_params& params);
+
+  /// One optimizer step; a negative learning rate uses the workers' schedule.
+  caf::expected<optim_result> optim_step(const std::string& role, const optim_request& request);
+
+  caf::expected<void> set_lr(const std::string& role, double lr);
+
+  caf::expected<void> set_algorithm_config(const std::string& role,
+                                           const algorithm_config& config);
+
+  /// Saves every rank of every role in `roles` under `root/global_step_N/<role>/`, then writes
+  /// `trainer_state.json` (with `trainer_state`, an object) and `latest_global_step.txt` last.
+  caf::expected<void> save_checkpoint(const std::string& root, int64_t global_step,
+                                      const std::vector<std::string>& roles,
+                                      const nlohmann::json& trainer_state = nlohmann::json::object());
+
+  /// Loads step `global_step` (negative: the latest committed one) into every role of `roles`;
+  /// returns the step loaded. A checkpoint saved with another DP size is an error.
+  caf::expected<int64_t> load_checkpoint(const std::string& root, int64_t global_step,
+                                         const std::vector<std::string>& roles);
+
+  /// Writes the role's model in Hugging Face layout (LoRA merged) to `dir`.
+  caf::expected<void> save_hf_model(const std::string& role, const std::string& dir);
+
+  /// LCM of the registered groups' DP sizes.
+  caf::expected<int32_t> lcm_dp_size();
+
+  /// Raw call: `op` with `args` on `role`; the answer of the dispatcher.
+  caf::expected<caf::message> call(const std::string& role, const std::string& op,
+                                   caf::message args);
+
+  const caf::actor& dispatcher() const { return dispatcher_; }
+
+private:
+  caf::expected<train_output> batch_op(const std::string& role, const std::string& op,
+                                       caf::message args);
+
+  caf::actor_system* sys_;
+  caf::actor dispatcher_;
+  std::chrono::milliseconds timeout_;
+};
+
+} // namespace rlforge::actors

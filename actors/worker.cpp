@@ -1,0 +1,521 @@
+#include "actors/worker.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/actor_kind.hpp"
+#include "actors/batch_wire.hpp"
+#include "backends/algo/kl.hpp"
+#include "backends/algo/losses.hpp"
+#include "backends/collective_group.hpp"
+#include "backends/error.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/logprobs.hpp"
+#include "backends/model/model_config.hpp"
+#include "backends/train/checkpoint.hpp"
+#include "backends/train/lr_schedule.hpp"
+#include "backends/train/optimizer.hpp"
+#include "backends/train/rng_state.hpp"
+#include "backends/train/training_batch.hpp"
+#include "runtime/errc.hpp"
+
+namespace rlforge::actors {
+
+namespace {
+
+namespace be = rlforge::backends;
+namespace algo = rlforge::backends::algo;
+using be::error_code;
+namespace keys = be::batch_keys;
+
+/// One rank's model replica and training state.
+struct worker_state {
+  std::string role; ///< policy, critic or ref
+  std::unique_ptr<be::causal_lm> model;
+  be::adamw optimizer;
+  std::optional<be::lr_schedule> schedule;
+  algorithm_config algo;
+};
+
+bool is_trainable(const worker_state& st) {
+  return st.role != "ref";
+}
+
+be::causal_lm& model_of(worker_state& st, const char* op) {
+  if (!st.model)
+    be::fail(error_code::invalid_argument,
+             std::string{op} + " before init_model: the " + st.role + " worker has no model yet");
+  return *st.model;
+}
+
+template <class... Ts>
+void expect_args(const caf::message& args, const char* op, const char* signature) {
+  if (!args.match_elements<Ts...>())
+    be::fail(error_code::invalid_argument, std::string{op} + " expects (" + signature
+                                             + "), got " + caf::to_string(args));
+}
+
+void throw_if(const caf::error& err) {
+  if (err)
+    be::fail(error_code::invalid_argument, error_message(err));
+}
+
+template <class T>
+T value_or_throw(caf::expected<T> x) {
+  if (!x) {
+    auto code = is(x.error(), errc::unsupported) ? error_code::unsupported
+                                                 : error_code::invalid_argument;
+    be::fail(code, error_message(x.error()));
+  }
+  return std::move(*x);
+}
+
+/// The trainable parameters (those that take gradients), in the model's stable order.
+be::named_parameters trainable_parameters(const be::causal_lm& m) {
+  be::named_parameters out;
+  for (auto& [name, p] : m.named_parameters())
+    if (p.requires_grad())
+      out.emplace_back(name, p);
+  return out;
+}
+
+/// Decodes and checks a batch: the wire format, then the layout, values and token ids.
+be::training_batch decode_batch(const worker_state& st, const batch_payload& p) {
+  auto rows = payload_rows(p);
+  throw_if(rows ? caf::error{} : rows.error());
+  if (*rows == 0)
+    be::fail(error_code::invalid_argument, "empty batch: no rows");
+  auto batch = value_or_throw(from_payload(p));
+  be::batch_checks checks;
+  checks.vocab_size = st.model->config().vocab_size;
+  checks.weighted_loss_mask = true;
+  batch.validate(checks);
+  return batch;
+}
+
+std::vector<std::pair<int64_t, int64_t>> micro_batches(const worker_state& st, int64_t rows) {
+  int64_t size = st.algo.micro_batch_size > 0 ? std::min(st.algo.micro_batch_size, rows) : rows;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t b = 0; b < rows; b += size)
+    out.emplace_back(b, std::min(rows, b + size));
+  return out;
+}
+
+at::Tensor float_response_mask(const be::training_batch& b) {
+  return b.get(keys::response_mask).to(at::kFloat);
+}
+
+/// Per response token: log-probs and entropy of the policy (`[b, R]` each).
+be::token_logprobs_result policy_logprobs(worker_state& st, const be::training_batch& mb) {
+  auto r = be::sequence_logprobs(*st.model, mb.get(keys::sequences), mb.get(keys::attention_mask),
+                                 st.algo.temperature, st.algo.logprob_chunk_size, true);
+  r.logprobs = be::response_columns(r.logprobs, mb.response_length);
+  r.entropy = be::response_columns(r.entropy, mb.response_length);
+  return r;
+}
+
+/// Per response token: the critic's value of the state that predicts it (`[b, R]`).
+at::Tensor critic_values(worker_state& st, const be::training_batch& mb) {
+  const auto& ids = mb.get(keys::sequences);
+  const auto& mask = mb.get(keys::attention_mask);
+  auto positions = (mask.cumsum(1) - 1).clamp_min(0);
+  auto hidden = st.model->forward_hidden(ids, mask, positions);
+  auto values = st.model->values(hidden);
+  return be::response_columns(values.narrow(1, 0, values.size(1) - 1), mb.response_length);
+}
+
+at::Tensor optional_tensor(const be::training_batch& b, const char* key) {
+  return b.has(key) ? b.get(key).to(at::kFloat) : at::Tensor{};
+}
+
+algo::loss_inputs loss_inputs_of(const be::training_batch& b) {
+  algo::loss_inputs in;
+  in.old_logprobs = optional_tensor(b, keys::action_log_probs);
+  in.rollout_logprobs = optional_tensor(b, keys::rollout_logprobs);
+  in.advantages = optional_tensor(b, keys::advantages);
+  in.loss_mask = b.get(keys::loss_mask).to(at::kFloat);
+  in.old_values = optional_tensor(b, keys::values);
+  in.returns = optional_tensor(b, keys::returns);
+  in.ref_logprobs = optional_tensor(b, keys::base_action_log_probs);
+  return in;
+}
+
+algo::regularizer_config regularizers(const algorithm_config& a) {
+  algo::regularizer_config r;
+  r.use_kl_loss = a.use_kl_loss;
+  r.kl_estimator = a.kl_estimator;
+  r.kl_loss_coef = a.kl_loss_coef;
+  r.use_entropy_loss = a.use_entropy_loss;
+  r.entropy_loss_coef = a.entropy_loss_coef;
+  return r;
+}
+
+batch_result make_result(std::map<std::string, at::Tensor> outputs,
+                         std::map<std::string, double> metrics, double tokens) {
+  batch_result r;
+  r.outputs = value_or_throw(to_blobs(outputs));
+  r.metrics = std::move(metrics);
+  r.tokens = tokens;
+  return r;
+}
+
+// -- ops --------------------------------------------------------------------------------------
+
+caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& args) {
+  expect_args<model_spec>(args, "init_model", "model_spec");
+  auto& st = ctx.as<worker_state>();
+  const auto& spec = args.get_as<model_spec>(0);
+  int sources = !spec.hf_dir.empty() + !spec.preset.empty() + !spec.config_json.empty();
+  if (sources != 1)
+    be::fail(error_code::invalid_argument,
+             "init_model: set exactly one of hf_dir, preset and config_json (got "
+               + std::to_string(sources) + ")");
+  std::unique_ptr<be::causal_lm> model;
+  if (!spec.hf_dir.empty()) {
+    model = be::causal_lm::load(spec.hf_dir);
+  } else {
+    be::model_config config;
+    if (!spec.preset.empty()) {
+      config = be::preset(spec.preset);
+    } else {
+      auto j = nlohmann::json::parse(spec.config_json, nullptr, false);
+      if (j.is_discarded())
+        be::fail(error_code::invalid_argument, "init_model: config_json is not valid JSON");
+      config = be::parse_model_config(j);
+    }
+    model = be::causal_lm::random(config, spec.seed);
+  }
+  if (spec.lora_rank < 0)
+    be::fail(error_code::invalid_argument,
+             "init_model: lora_rank must be >= 0, got " + std::to_string(spec.lora_rank));
+  if (spec.lora_rank > 0) {
+    be::lora_config lora;
+    lora.rank = spec.lora_rank;
+    lora.alpha = spec.lora_alpha;
+    lora.dropout = spec.lora_dropout;
+    if (!spec.lora_target_modules.empty())
+      lora.target_modules = spec.lora_target_modules;
+    lora.validate();
+    model->enable_lora(lora, spec.seed + 1);
+  }
+  if (st.role == "critic" && !model->has_value_head())
+    model->add_value_head(spec.seed + 2);
+  std::optional<be::lr_schedule> schedule;
+  if (is_trainable(st)) {
+    be::lr_schedule_config sc;
+    sc.kind = be::parse_lr_schedule_kind(spec.lr_schedule);
+    sc.base_lr = spec.learning_rate;
+    sc.warmup_steps = spec.warmup_steps;
+    sc.total_steps = spec.total_steps;
+    sc.min_lr_ratio = spec.min_lr_ratio;
+    schedule.emplace(sc);
+  }
+  if (ctx.collective && ctx.collective->world_size() > 1) {
+    // Same seed gives the same weights; the broadcast makes it a guarantee (HF loads too).
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> tensors;
+    for (auto& [name, p] : model->named_parameters())
+      tensors.push_back(p.detach());
+    ctx.collective->broadcast(tensors, 0);
+  }
+  st.model = std::move(model);
+  st.optimizer.reset();
+  st.schedule = std::move(schedule);
+  return caf::make_message(st.model->num_parameters());
+}
+
+caf::expected<caf::message> forward(rank_context& ctx, const caf::message& args) {
+  expect_args<batch_payload>(args, "forward", "batch_payload");
+  auto& st = ctx.as<worker_state>();
+  model_of(st, "forward");
+  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
+  at::NoGradGuard no_grad;
+  st.model->set_training(false);
+  std::vector<at::Tensor> first, second;
+  for (auto [b0, b1] : micro_batches(st, batch.batch_size())) {
+    auto mb = be::slice_rows(batch, b0, b1);
+    auto resp = float_response_mask(mb);
+    if (st.role == "critic") {
+      first.push_back(critic_values(st, mb) * resp);
+    } else {
+      auto r = policy_logprobs(st, mb);
+      first.push_back(r.logprobs * resp);
+      second.push_back(r.entropy * resp);
+    }
+  }
+  std::map<std::string, at::Tensor> outputs;
+  if (st.role == "critic") {
+    outputs["values"] = at::cat(first, 0);
+  } else {
+    outputs["logprobs"] = at::cat(first, 0);
+    outputs["entropy"] = at::cat(second, 0);
+  }
+  auto mask = batch.get(keys::loss_mask).to(at::kFloat);
+  double tokens = mask.sum().item<double>();
+  std::map<std::string, double> metrics;
+  if (st.role != "critic")
+    metrics["entropy:mean"] =
+      (outputs["entropy"] * mask).sum().item<double>() / std::max(tokens, 1.0);
+  return caf::make_message(make_result(std::move(outputs), std::move(metrics), tokens));
+}
+
+caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::message& args) {
+  expect_args<batch_payload, loss_request>(args, "forward_backward",
+                                           "batch_payload, loss_request");
+  auto& st = ctx.as<worker_state>();
+  model_of(st, "forward_backward");
+  const auto& req = args.get_as<loss_request>(1);
+  const bool critic = st.role == "critic";
+  if (!algo::is_loss_name(req.loss_fn)) {
+    std::vector<std::string> names = critic ? algo::value_loss_names() : algo::policy_loss_names();
+    std::string list;
+    for (auto& n : names)
+      list += (list.empty() ? "" : ", ") + n;
+    be::fail(error_code::invalid_argument, "unknown loss_fn '" + req.loss_fn + "' (the "
+                                             + st.role + " takes: " + list + ")");
+  }
+  if (critic && !algo::is_value_loss(req.loss_fn))
+    be::fail(error_code::invalid_argument, "loss_fn '" + req.loss_fn
+                                             + "' is a policy loss; a critic trains only with "
+                                               "value losses (ppo_critic)");
+  if (!critic && algo::is_value_loss(req.loss_fn))
+    be::fail(error_code::invalid_argument, "loss_fn '" + req.loss_fn
+                                             + "' is a value loss; send it to a critic, not to "
+                                               "a policy");
+  algo::loss_config cfg{req.values, req.options};
+  algo::validate_loss_config(req.loss_fn, cfg);
+  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
+  auto reg = regularizers(st.algo);
+  if (!critic && reg.use_kl_loss && !batch.has(keys::base_action_log_probs))
+    be::fail(error_code::invalid_argument,
+             "use_kl_loss needs base_action_log_probs (the reference policy's) in the batch");
+  {
+    // Dry run on the whole batch with placeholder log-probs/values: a missing input or a bad
+    // shape is refused here, before any micro-batch adds to the gradients.
+    at::NoGradGuard no_grad;
+    auto in = loss_inputs_of(batch);
+    auto zeros = at::zeros_like(in.loss_mask);
+    if (critic)
+      in.values = zeros;
+    else
+      in.logprobs = zeros;
+    (void)algo::compute_loss(req.loss_fn, in, cfg);
+  }
+  st.model->set_training(true);
+  std::vector<at::Tensor> logprobs, entropy, values, elementwise;
+  std::vector<std::pair<std::map<std::string, double>, double>> parts;
+  double tokens = 0;
+  for (auto [b0, b1] : micro_batches(st, batch.batch_size())) {
+    auto mb = be::slice_rows(batch, b0, b1);
+    auto in = loss_inputs_of(mb);
+    auto resp = float_response_mask(mb);
+    if (critic) {
+      in.values = critic_values(st, mb);
+      values.push_back(in.values.detach() * resp);
+    } else {
+      auto r = policy_logprobs(st, mb);
+      in.logprobs = r.logprobs;
+      in.entropy = reg.use_entropy_loss ? r.entropy : r.entropy.detach();
+      logprobs.push_back(r.logprobs.detach() * resp);
+      entropy.push_back(r.entropy.detach() * resp);
+    }
+    auto out = algo::compute_loss(req.loss_fn, in, cfg);
+    if (!critic)
+      algo::apply_regularizers(out, in, reg);
+    out.loss.backward();
+    elementwise.push_back(out.elementwise.detach());
+    double w = in.loss_mask.sum().item<double>();
+    tokens += w;
+    parts.emplace_back(std::move(out.metrics), w);
+  }
+  st.model->set_training(false);
+  std::map<std::string, at::Tensor> outputs;
+  outputs["elementwise_loss"] = at::cat(elementwise, 0);
+  if (critic) {
+    outputs["values"] = at::cat(values, 0);
+  } else {
+    outputs["logprobs"] = at::cat(logprobs, 0);
+    outputs["entropy"] = at::cat(entropy, 0);
+  }
+  return caf::make_message(make_result(std::move(outputs), combine_metrics(parts), tokens));
+}
+
+caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& args) {
+  expect_args<optim_request>(args, "optim_step", "optim_request");
+  auto& st = ctx.as<worker_state>();
+  auto& model = model_of(st, "optim_step");
+  const auto& req = args.get_as<optim_request>(0);
+  if (std::isnan(req.learning_rate))
+    be::fail(error_code::invalid_argument, "optim_step: learning_rate is NaN");
+  be::adam_params hp;
+  hp.learning_rate = req.learning_rate >= 0 ? req.learning_rate : st.schedule->lr();
+  hp.beta1 = req.beta1;
+  hp.beta2 = req.beta2;
+  hp.eps = req.eps;
+  hp.weight_decay = req.weight_decay;
+  hp.grad_clip_norm = req.grad_clip_norm;
+  hp.validate(); // the same on every rank: nobody enters the all-reduce when it throws
+  auto params = trainable_parameters(model);
+  if (ctx.collective && ctx.collective->world_size() > 1) {
+    // Gradient SUM over data-parallel ranks (losses are sums, so the sum of the shards'
+    // gradients is the gradient of the whole batch). Every rank sends the same list.
+    std::vector<at::Tensor> grads;
+    grads.reserve(params.size());
+    for (auto& [name, p] : params) {
+      if (!p.grad().defined())
+        p.mutable_grad() = at::zeros_like(p);
+      grads.push_back(p.grad());
+    }
+    ctx.collective->all_reduce_sum(grads);
+  }
+  auto res = st.optimizer.step(params, hp);
+  be::zero_grad(model.named_parameters());
+  if (!res.skipped)
+    st.schedule->advance();
+  optim_result out;
+  out.grad_norm = res.grad_norm;
+  out.skipped = res.skipped;
+  out.clipped = res.clipped;
+  out.learning_rate = hp.learning_rate;
+  out.step = st.schedule->step();
+  return caf::make_message(out);
+}
+
+caf::expected<caf::message> set_lr(rank_context& ctx, const caf::message& args) {
+  expect_args<double>(args, "set_lr", "double");
+  auto& st = ctx.as<worker_state>();
+  model_of(st, "set_lr");
+  auto lr = args.get_as<double>(0);
+  if (!std::isfinite(lr) || lr < 0)
+    be::fail(error_code::invalid_argument,
+             "set_lr: learning rate must be finite and >= 0, got " + std::to_string(lr));
+  auto j = st.schedule->to_json();
+  j["base_lr"] = lr;
+  st.schedule = be::lr_schedule::from_json(j);
+  return caf::message{};
+}
+
+caf::expected<caf::message> set_algorithm_config(rank_context& ctx, const caf::message& args) {
+  expect_args<algorithm_config>(args, "set_algorithm_config", "algorithm_config");
+  auto& st = ctx.as<worker_state>();
+  const auto& a = args.get_as<algorithm_config>(0);
+  auto bad = [](const std::string& what) { be::fail(error_code::invalid_argument, what); };
+  if (a.micro_batch_size < 0)
+    bad("micro_batch_size must be >= 0, got " + std::to_string(a.micro_batch_size));
+  if (!std::isfinite(a.temperature) || a.temperature <= 0)
+    bad("temperature must be finite and > 0, got " + std::to_string(a.temperature));
+  if (a.logprob_chunk_size < 1)
+    bad("logprob_chunk_size must be >= 1, got " + std::to_string(a.logprob_chunk_size));
+  const auto& kls = algo::kl_estimator_names();
+  if (std::find(kls.begin(), kls.end(), a.kl_estimator) == kls.end())
+    bad("unknown kl_estimator '" + a.kl_estimator + "' (k1, k2, k3, abs)");
+  if (!std::isfinite(a.kl_loss_coef) || a.kl_loss_coef < 0)
+    bad("kl_loss_coef must be finite and >= 0, got " + std::to_string(a.kl_loss_coef));
+  if (!std::isfinite(a.entropy_loss_coef) || a.entropy_loss_coef < 0)
+    bad("entropy_loss_coef must be finite and >= 0, got " + std::to_string(a.entropy_loss_coef));
+  st.algo = a;
+  return caf::message{};
+}
+
+be::checkpoint_location location_of(const rank_context& ctx, const worker_state& st,
+                                    const std::string& root, int64_t step) {
+  return be::checkpoint_location{root, step, st.role, ctx.info.rank, ctx.info.world_size};
+}
+
+caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::message& args) {
+  expect_args<std::string, int64_t>(args, "save_checkpoint", "string root, int64 global_step");
+  auto& st = ctx.as<worker_state>();
+  auto& model = model_of(st, "save_checkpoint");
+  auto where = location_of(ctx, st, args.get_as<std::string>(0), args.get_as<int64_t>(1));
+  where.validate();
+  be::save_rank_state(where, model.named_parameters(), st.optimizer, &*st.schedule,
+                      be::capture_rng_state());
+  return caf::message{};
+}
+
+caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args) {
+  expect_args<std::string, int64_t>(args, "load_checkpoint", "string root, int64 global_step");
+  auto& st = ctx.as<worker_state>();
+  auto& model = model_of(st, "load_checkpoint");
+  const auto& root = args.get_as<std::string>(0);
+  auto step = args.get_as<int64_t>(1);
+  if (step < 0) {
+    auto latest = be::latest_step(root);
+    if (!latest)
+      be::fail(error_code::not_found,
+               "no committed checkpoint in '" + root + "' (no latest_global_step.txt)");
+    step = *latest;
+  }
+  auto where = location_of(ctx, st, root, step);
+  where.validate();
+  // Restore into copies first: a refused checkpoint leaves the live state untouched.
+  auto schedule = *st.schedule;
+  be::adamw optimizer;
+  auto loaded = be::load_rank_state(where);
+  optimizer.load_state(loaded.optimizer);
+  if (!loaded.scheduler)
+    be::fail(error_code::decode_error,
+             "checkpoint '" + be::rank_directory(where) + "' has no learning-rate schedule");
+  schedule = *loaded.scheduler;
+  be::load_parameters(model.named_parameters(), loaded.model);
+  be::restore_rng_state(loaded.rng);
+  st.optimizer = std::move(optimizer);
+  st.schedule = std::move(schedule);
+  be::zero_grad(model.named_parameters());
+  return caf::make_message(step);
+}
+
+caf::expected<caf::message> export_hf(rank_context& ctx, const caf::message& args) {
+  expect_args<std::string>(args, "export_hf", "string dir");
+  auto& st = ctx.as<worker_state>();
+  auto& model = model_of(st, "export_hf");
+  const auto& dir = args.get_as<std::string>(0);
+  if (dir.empty())
+    be::fail(error_code::invalid_argument, "export_hf: empty directory");
+  if (ctx.info.rank == 0)
+    model.save_hf(dir);
+  return caf::message{};
+}
+
+actor_kind make_kind(const std::string& role) {
+  actor_kind k;
+  k.name = role;
+  k.make_state = [role](const rank_info&) {
+    auto st = std::make_shared<worker_state>();
+    st->role = role;
+    return std::static_pointer_cast<void>(st);
+  };
+  k.ops["init_model"] = init_model;
+  k.ops["forward"] = forward;
+  k.ops["set_algorithm_config"] = set_algorithm_config;
+  k.ops["export_hf"] = export_hf;
+  if (role != "ref") {
+    k.ops["forward_backward"] = forward_backward;
+    k.ops["optim_step"] = optim_step;
+    k.ops["set_lr"] = set_lr;
+    k.ops["save_checkpoint"] = save_checkpoint;
+    k.ops["load_checkpoint"] = load_checkpoint;
+  }
+  return k;
+}
+
+} // namespace
+
+const std::vector<std::string>& worker_kind_names() {
+  static const std::vector<std::string> names{"policy", "critic", "ref"};
+  return names;
+}
+
+void register_worker_kinds() {
+  for (const auto& role : worker_kind_names())
+    register_kind(make_kind(role));
+}
+
+} // namespace rlforge::actors

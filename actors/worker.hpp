@@ -1,0 +1,44 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rlforge::actors {
+
+/// Registers the training worker kinds (idempotent): `policy`, `critic` and `ref`. Spawn them
+/// as actor groups (actor_group.hpp); each rank is a detached actor owning one model replica.
+///
+/// Ops (arguments → result; all wire types are in runtime/messages.hpp):
+///  - `init_model` (model_spec) → int64 number of parameters. Builds the model (HF directory,
+///    preset or config JSON, random weights from the seed), adds LoRA adapters when asked, a
+///    value head for a critic, and the optimizer and LR schedule (not for `ref`). With more
+///    than one rank, rank 0's weights are broadcast so every replica starts identical.
+///  - `forward` (batch_payload) → batch_result, no gradients: per row `[b, R]` outputs
+///    `logprobs` and `entropy` (policy, ref) or `values` (critic), zero outside the response.
+///  - `forward_backward` (batch_payload, loss_request) → batch_result (policy, critic): runs
+///    micro-batches (`algorithm_config::micro_batch_size` rows), accumulating gradients until
+///    the next `optim_step`. Outputs `logprobs`, `entropy` and `elementwise_loss` (policy) or
+///    `values` and `elementwise_loss` (critic); metrics `name:reduction` from the loss
+///    (`loss:sum` is the masked SUM). A policy takes every policy loss of backends/algo, a critic
+///    only `ppo_critic`. Bad input (mismatched shapes, unknown loss, missing inputs, NaN/inf,
+///    empty batch, token ids outside the vocabulary) is refused before any gradient changes.
+///  - `optim_step` (optim_request) → optim_result: all-reduces (SUM) the gradients over the
+///    group's collective, then AdamW with global-norm clipping; a non-finite norm skips the step
+///    (`skipped`, nothing changes). Gradients are cleared afterwards either way.
+///  - `set_lr` (double) → (): the learning rate used by requests with a negative rate.
+///  - `set_algorithm_config` (algorithm_config) → ().
+///  - `save_checkpoint` (std::string root, int64 global_step) → (): this rank's state in
+///    `root/global_step_N/<role>/rank_<r>/` (backends/train/checkpoint.hpp).
+///  - `load_checkpoint` (std::string root, int64 global_step) → int64 step loaded; a negative
+///    step loads `latest_global_step.txt`. A checkpoint of another world size is refused.
+///  - `export_hf` (std::string dir) → (): rank 0 writes config.json + model.safetensors (LoRA
+///    merged); the other ranks do nothing.
+///
+/// A failing op answers an error naming group, rank and op and leaves the rank's state as it
+/// was; the rank stays usable.
+void register_worker_kinds();
+
+/// The names of the worker kinds: policy, critic, ref.
+const std::vector<std::string>& worker_kind_names();
+
+} // namespace rlforge::actors
