@@ -149,7 +149,7 @@ caf::expected<void> trainer_client::save_checkpoint(const std::string& root, int
   if (roles.empty())
     return make_error(errc::invalid_argument, "save_checkpoint: no roles given");
   for (const auto& role : roles) {
-    auto r = call(role, "save_checkpoint", caf::make_message(root, global_step));
+    auto r = call(role, "save_checkpoint", caf::make_message(root, global_step, role));
     if (!r)
       return std::move(r.error());
   }
@@ -179,7 +179,7 @@ caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root,
     global_step = **latest;
   }
   for (const auto& role : roles) {
-    auto r = call(role, "load_checkpoint", caf::make_message(root, global_step));
+    auto r = call(role, "load_checkpoint", caf::make_message(root, global_step, role));
     if (!r)
       return std::move(r.error());
   }

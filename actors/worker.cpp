@@ -424,16 +424,23 @@ caf::expected<caf::message> set_algorithm_config(rank_context& ctx, const caf::m
   return caf::message{};
 }
 
+/// Arguments of save/load_checkpoint: (root, step) or (root, step, role directory name).
 be::checkpoint_location location_of(const rank_context& ctx, const worker_state& st,
-                                    const std::string& root, int64_t step) {
-  return be::checkpoint_location{root, step, st.role, ctx.info.rank, ctx.info.world_size};
+                                    const caf::message& args, const char* op) {
+  if (!args.match_elements<std::string, int64_t>()
+      && !args.match_elements<std::string, int64_t, std::string>())
+    be::fail(error_code::invalid_argument,
+             std::string{op} + " expects (string root, int64 global_step[, string role]), got "
+               + caf::to_string(args));
+  auto role = args.size() == 3 ? args.get_as<std::string>(2) : st.role;
+  return be::checkpoint_location{args.get_as<std::string>(0), args.get_as<int64_t>(1), role,
+                                 ctx.info.rank, ctx.info.world_size};
 }
 
 caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::message& args) {
-  expect_args<std::string, int64_t>(args, "save_checkpoint", "string root, int64 global_step");
   auto& st = ctx.as<worker_state>();
+  auto where = location_of(ctx, st, args, "save_checkpoint");
   auto& model = model_of(st, "save_checkpoint");
-  auto where = location_of(ctx, st, args.get_as<std::string>(0), args.get_as<int64_t>(1));
   where.validate();
   be::save_rank_state(where, model.named_parameters(), st.optimizer, &*st.schedule,
                       be::capture_rng_state());
@@ -441,20 +448,18 @@ caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::messag
 }
 
 caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args) {
-  expect_args<std::string, int64_t>(args, "load_checkpoint", "string root, int64 global_step");
   auto& st = ctx.as<worker_state>();
+  auto where = location_of(ctx, st, args, "load_checkpoint");
   auto& model = model_of(st, "load_checkpoint");
-  const auto& root = args.get_as<std::string>(0);
-  auto step = args.get_as<int64_t>(1);
-  if (step < 0) {
-    auto latest = be::latest_step(root);
+  if (where.global_step < 0) {
+    auto latest = be::latest_step(where.root);
     if (!latest)
       be::fail(error_code::not_found,
-               "no committed checkpoint in '" + root + "' (no latest_global_step.txt)");
-    step = *latest;
+               "no committed checkpoint in '" + where.root + "' (no latest_global_step.txt)");
+    where.global_step = *latest;
   }
-  auto where = location_of(ctx, st, root, step);
   where.validate();
+  auto step = where.global_step;
   // Restore into copies first: a refused checkpoint leaves the live state untouched.
   auto schedule = *st.schedule;
   be::adamw optimizer;

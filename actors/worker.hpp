@@ -27,10 +27,12 @@ namespace rlforge::actors {
 ///    (`skipped`, nothing changes). Gradients are cleared afterwards either way.
 ///  - `set_lr` (double) → (): the learning rate used by requests with a negative rate.
 ///  - `set_algorithm_config` (algorithm_config) → ().
-///  - `save_checkpoint` (std::string root, int64 global_step) → (): this rank's state in
-///    `root/global_step_N/<role>/rank_<r>/` (backends/train/checkpoint.hpp).
-///  - `load_checkpoint` (std::string root, int64 global_step) → int64 step loaded; a negative
-///    step loads `latest_global_step.txt`. A checkpoint of another world size is refused.
+///  - `save_checkpoint` (std::string root, int64 global_step[, std::string role]) → (): this
+///    rank's state in `root/global_step_N/<role>/rank_<r>/` (backends/train/checkpoint.hpp);
+///    `role` defaults to the kind's name (trainer_client passes the dispatcher role).
+///  - `load_checkpoint` (std::string root, int64 global_step[, std::string role]) → int64 step
+///    loaded; a negative step loads `latest_global_step.txt`. A checkpoint of another world
+///    size is refused; a refused checkpoint changes nothing.
 ///  - `export_hf` (std::string dir) → (): rank 0 writes config.json + model.safetensors (LoRA
 ///    merged); the other ranks do nothing.
 ///
