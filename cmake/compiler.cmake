@@ -48,9 +48,10 @@ function(rlforge_add_test name)
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${ctest_file})
 endfunction()
 
-# Precompiled headers for targets with many libtorch translation units: <ATen/ATen.h> alone
-# costs 8-15 s per TU on the 2-core machines; compiled once per target it is paid once.
-option(RLFORGE_PCH "use precompiled headers for torch-heavy targets" ON)
+# Precompiled headers for targets with many libtorch translation units. Off by default: on the
+# 2-core machines a clean build used as much CPU time with them as without (each target compiles
+# its own ~500 MB header image), see docs/PERFORMANCE.md. Worth trying for incremental builds.
+option(RLFORGE_PCH "use precompiled headers for torch-heavy targets" OFF)
 function(rlforge_use_pch target)
   if(RLFORGE_PCH)
     target_precompile_headers(${target} PRIVATE ${ARGN})
