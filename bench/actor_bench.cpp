@@ -111,6 +111,17 @@ double blocking_pg_rate(caf::actor_system& sys, const caf::actor& manager) {
   return groups_per_run / seconds_since(start);
 }
 
+/// A group of no-op ranks (one per bundle, 1 thread each, no collectives) in `pg`.
+group_spec noop_group(const std::string& name, const placement_group_info& pg) {
+  group_spec spec;
+  spec.name = name;
+  spec.kind = "bench.noop";
+  spec.placement = pg;
+  spec.threads_per_rank = 1;
+  spec.collectives = false;
+  return spec;
+}
+
 double spawn_rate(caf::actor_system& sys, const caf::actor& manager, int rep) {
   placement_client client{sys, manager};
   std::vector<actor_group> groups;
@@ -125,13 +136,7 @@ double spawn_rate(caf::actor_system& sys, const caf::actor& manager, int rep) {
     if (!pg)
       die(sys, pg.error(), "create");
     pgs.push_back(req.name);
-    group_spec spec;
-    spec.name = req.name;
-    spec.kind = "bench.noop";
-    spec.placement = *pg;
-    spec.threads_per_rank = 1;
-    spec.collectives = false;
-    auto group = actor_group::spawn(sys, spec);
+    auto group = actor_group::spawn(sys, noop_group(req.name, *pg));
     if (!group)
       die(sys, group.error(), "spawn");
     groups.push_back(*group);
@@ -230,13 +235,7 @@ int main(int argc, char** argv) {
     {"rtt", std::vector<resource_amounts>(4, {{"CPU", 1}, {"GPU", 1}}), "pack", 10});
   if (!pg)
     die(sys, pg.error(), "create rtt group");
-  group_spec spec;
-  spec.name = "rtt";
-  spec.kind = "bench.noop";
-  spec.placement = *pg;
-  spec.threads_per_rank = 1;
-  spec.collectives = false;
-  auto group = actor_group::spawn(sys, spec);
+  auto group = actor_group::spawn(sys, noop_group("rtt", *pg));
   if (!group)
     die(sys, group.error(), "spawn rtt group");
   blocking_round_trips(*group, 200); // warm-up
