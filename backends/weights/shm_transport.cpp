@@ -9,6 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -19,6 +22,61 @@ namespace rlforge::backends {
 namespace {
 
 constexpr std::uint64_t page_bytes = 4096;
+// The segment opens with one control page (ring progress), then the header, then the data.
+constexpr std::uint64_t header_offset = page_bytes;
+
+// Ring-mode progress, shared by both processes (lock-free atomics are address-free).
+struct ring_control {
+  alignas(64) std::atomic<std::uint64_t> written;  // chunks the sender has filled
+  alignas(64) std::atomic<std::uint64_t> consumed; // chunks the receiver has drained
+  alignas(64) std::atomic<std::uint32_t> verdict;  // see the verdict_* constants
+};
+static_assert(sizeof(ring_control) <= page_bytes);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+constexpr std::uint32_t verdict_pending = 0;
+constexpr std::uint32_t verdict_accepted = 1;
+constexpr std::uint32_t verdict_rejected = 2;
+constexpr std::uint32_t verdict_aborted = 3; // the receiver gave up mid-stream
+
+ring_control& control_of(void* segment) {
+  return *static_cast<ring_control*>(segment);
+}
+
+// Waits until `ready()` (yielding the core: the peer needs it) or the deadline passes.
+template <class Ready>
+bool spin_until(Ready&& ready, std::chrono::steady_clock::time_point deadline) {
+  for (std::uint64_t i = 0;; ++i) {
+    if (ready())
+      return true;
+    if ((i & 1023) == 1023 && std::chrono::steady_clock::now() > deadline)
+      return false;
+    ::sched_yield();
+  }
+}
+
+// Calls `copy(tensor, offset_in_tensor, offset_in_range, bytes)` for every part of a packed
+// tensor inside the layout range [lo, hi). `cursor` indexes `tensors` (sorted by offset) and
+// only moves forward, so consecutive ranges cost O(tensors) in total.
+template <class Copy>
+void for_each_piece(const std::vector<packed_tensor>& tensors, std::size_t& cursor,
+                    std::uint64_t lo, std::uint64_t hi, Copy&& copy) {
+  while (cursor < tensors.size() && tensors[cursor].offset + tensors[cursor].bytes <= lo)
+    ++cursor;
+  for (auto i = cursor; i < tensors.size() && tensors[i].offset < hi; ++i) {
+    const auto& t = tensors[i];
+    auto a = std::max(lo, t.offset);
+    auto b = std::min(hi, t.offset + t.bytes);
+    if (a < b)
+      copy(t, a - t.offset, a - lo, b - a);
+  }
+}
+
+std::vector<packed_tensor> packed_in_order(const bucket_plan& plan) {
+  std::vector<packed_tensor> out;
+  for (const auto& b : plan.buckets)
+    out.insert(out.end(), b.tensors.begin(), b.tensors.end());
+  return out;
+}
 // Room left in the header area for a later manifest of the same model with a longer version.
 constexpr std::uint64_t header_slack = 4096;
 // Control messages are small; anything larger is a corrupt stream.
@@ -74,7 +132,8 @@ enum class message_kind : char { descriptor = 'D', outcome = 'O' };
 nlohmann::json to_json(const shm_descriptor& d) {
   return {{"name", d.name},          {"segment_bytes", d.segment_bytes},
           {"header_bytes", d.header_bytes}, {"data_offset", d.data_offset},
-          {"data_bytes", d.data_bytes}, {"version", d.version}};
+          {"data_bytes", d.data_bytes}, {"version", d.version},
+          {"ring_slot_bytes", d.ring_slot_bytes}, {"ring_slots", d.ring_slots}};
 }
 
 nlohmann::json to_json(const shm_outcome& o) {
@@ -103,6 +162,8 @@ public:
       d.data_offset = j.at("data_offset").get<std::uint64_t>();
       d.data_bytes = j.at("data_bytes").get<std::uint64_t>();
       d.version = j.at("version").get<std::uint64_t>();
+      d.ring_slot_bytes = j.at("ring_slot_bytes").get<std::uint64_t>();
+      d.ring_slots = j.at("ring_slots").get<std::uint64_t>();
       return d;
     } catch (const nlohmann::json::exception& e) {
       fail(error_code::decode_error, std::string("shm link: malformed descriptor: ") + e.what());
@@ -129,6 +190,11 @@ public:
     } catch (const nlohmann::json::exception& e) {
       fail(error_code::decode_error, std::string("shm link: malformed outcome: ") + e.what());
     }
+  }
+
+  bool has_message() override {
+    pollfd pfd{fd_, POLLIN, 0};
+    return ::poll(&pfd, 1, 0) > 0;
   }
 
 private:
@@ -220,15 +286,17 @@ std::pair<std::shared_ptr<shm_link>, std::shared_ptr<shm_link>> make_socket_link
 struct shm_sender::impl {
   std::shared_ptr<shm_link> link;
   transport_options opts;
+  shm_options shm;
   mapping seg;
   std::uint64_t data_offset = 0; // of the current segment
 
   // Makes sure the segment holds `header_bytes` of header and `data_bytes` of data.
   void ensure(std::uint64_t header_bytes, std::uint64_t data_bytes) {
-    if (seg.addr && header_bytes <= data_offset && data_offset + data_bytes <= seg.bytes)
+    if (seg.addr && header_offset + header_bytes <= data_offset &&
+        data_offset + data_bytes <= seg.bytes)
       return;
     seg.reset();
-    auto offset = align_up(header_bytes + header_slack, page_bytes);
+    auto offset = align_up(header_offset + header_bytes + header_slack, page_bytes);
     auto bytes = offset + align_up(data_bytes, page_bytes);
     auto name = unique_segment_name();
     int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -260,11 +328,15 @@ struct shm_sender::impl {
   }
 };
 
-shm_sender::shm_sender(std::shared_ptr<shm_link> link, transport_options opts)
+shm_sender::shm_sender(std::shared_ptr<shm_link> link, transport_options opts, shm_options shm)
     : impl_(std::make_unique<impl>()) {
   validate(opts, "shm sender");
+  if (shm.ring_slot_bytes > 0 && shm.ring_slots < 2)
+    fail(error_code::invalid_argument,
+         "shm sender: ring_slots must be >= 2 in ring mode, got " + std::to_string(shm.ring_slots));
   impl_->link = std::move(link);
   impl_->opts = opts;
+  impl_->shm = shm;
 }
 
 shm_sender::~shm_sender() {
@@ -286,7 +358,7 @@ shm_descriptor shm_sender::write(const named_tensors& weights, std::uint64_t ver
   auto plan = make_bucket_plan(manifest, p.opts.bucket_bytes);
   auto header = encode_transfer_header(manifest, version, p.opts.bucket_bytes);
   p.ensure(header.size(), plan.total_bytes);
-  std::memcpy(p.seg.data(), header.data(), header.size());
+  std::memcpy(p.seg.data() + header_offset, header.data(), header.size());
   char* data = p.seg.data() + p.data_offset;
   for (const auto& b : plan.buckets)
     for (const auto& t : b.tensors)
@@ -308,8 +380,11 @@ void shm_sender::send(const named_tensors& weights, std::uint64_t version) {
     fail(error_code::unsupported,
          "shm sender: send needs a link; without one use write() and carry the descriptor");
   try {
-    auto d = write(weights, version);
-    p.link->post_descriptor(d);
+    if (p.shm.ring_slot_bytes == 0) {
+      p.link->post_descriptor(write(weights, version));
+    } else {
+      stream(weights, version);
+    }
     auto o = p.link->wait_outcome(p.opts.timeout);
     if (!o.committed)
       fail(o.code, "shm sender: the receiver did not commit: " + o.message);
@@ -317,6 +392,77 @@ void shm_sender::send(const named_tensors& weights, std::uint64_t version) {
     // Whatever failed, no segment outlives the failure.
     release();
     throw;
+  }
+}
+
+void shm_sender::stream(const named_tensors& weights, std::uint64_t version) {
+  auto& p = *impl_;
+  auto sources = detail::sender_sources(weights, version, c10::Device(c10::kCPU), "shm sender");
+  auto manifest = make_manifest(sources);
+  auto plan = make_bucket_plan(manifest, p.opts.bucket_bytes);
+  auto header = encode_transfer_header(manifest, version, p.opts.bucket_bytes);
+  const auto slot = align_up(p.shm.ring_slot_bytes, tensor_alignment);
+  const auto slots = p.shm.ring_slots;
+  p.ensure(header.size(), slot * slots);
+  std::memcpy(p.seg.data() + header_offset, header.data(), header.size());
+  auto& ctl = control_of(p.seg.addr);
+  ctl.written.store(0, std::memory_order_relaxed);
+  ctl.consumed.store(0, std::memory_order_relaxed);
+  ctl.verdict.store(verdict_pending, std::memory_order_release);
+  shm_descriptor d;
+  d.name = p.seg.name;
+  d.segment_bytes = p.seg.bytes;
+  d.header_bytes = header.size();
+  d.data_offset = p.data_offset;
+  d.data_bytes = plan.total_bytes;
+  d.version = version;
+  d.ring_slot_bytes = slot;
+  d.ring_slots = slots;
+  p.link->post_descriptor(d);
+
+  auto timeout_error = [&](const char* what) {
+    fail(error_code::timeout, std::string("shm sender: ") + what + " within " + ms(p.opts.timeout) +
+                                  " (version " + std::to_string(version) + ")");
+  };
+  auto deadline = std::chrono::steady_clock::now() + p.opts.timeout;
+  // A receiver that cannot even map the segment answers on the link only.
+  std::uint64_t polls = 0;
+  if (!spin_until(
+          [&] {
+            return ctl.verdict.load(std::memory_order_acquire) != verdict_pending ||
+                   ((++polls & 255) == 0 && p.link->has_message());
+          },
+          deadline))
+    timeout_error("the receiver did not validate the manifest");
+  if (ctl.verdict.load(std::memory_order_acquire) != verdict_accepted)
+    return; // rejected: the outcome on the link says why
+  auto packed = packed_in_order(plan);
+  std::size_t cursor = 0;
+  const auto chunks = (plan.total_bytes + slot - 1) / slot;
+  char* ring = p.seg.data() + p.data_offset;
+  for (std::uint64_t k = 0; k < chunks; ++k) {
+    deadline = std::chrono::steady_clock::now() + p.opts.timeout;
+    if (!spin_until(
+            [&] {
+              return ctl.consumed.load(std::memory_order_acquire) + slots > k ||
+                     ctl.verdict.load(std::memory_order_relaxed) == verdict_aborted;
+            },
+            deadline))
+      timeout_error("the receiver stopped draining the ring");
+    if (ctl.verdict.load(std::memory_order_relaxed) == verdict_aborted)
+      return; // the outcome on the link says why
+    auto lo = k * slot;
+    auto hi = std::min(plan.total_bytes, lo + slot);
+    char* dst = ring + (k % slots) * slot;
+    for_each_piece(packed, cursor, lo, hi,
+                   [&](const packed_tensor& t, std::uint64_t in_tensor, std::uint64_t in_range,
+                       std::uint64_t bytes) {
+                     std::memcpy(dst + in_range,
+                                 static_cast<const char*>(sources[t.index].second.data_ptr()) +
+                                     in_tensor,
+                                 bytes);
+                   });
+    ctl.written.store(k + 1, std::memory_order_release);
   }
 }
 
@@ -331,7 +477,8 @@ struct shm_receiver::impl {
     if (seg.addr && seg.name == d.name && seg.bytes == d.segment_bytes)
       return;
     seg.reset();
-    int fd = ::shm_open(d.name.c_str(), O_RDONLY, 0);
+    // Read-write: the receiver reports its progress in the control page.
+    int fd = ::shm_open(d.name.c_str(), O_RDWR, 0);
     if (fd < 0) {
       auto err = errno;
       fail(err == ENOENT ? error_code::not_found : error_code::io_error,
@@ -351,7 +498,8 @@ struct shm_receiver::impl {
            "shm receiver: segment '" + d.name + "' has " + std::to_string(st.st_size) +
                " bytes, the descriptor says " + std::to_string(d.segment_bytes));
     }
-    void* addr = ::mmap(nullptr, d.segment_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    void* addr = ::mmap(nullptr, d.segment_bytes, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_POPULATE, fd, 0);
     auto err = errno;
     ::close(fd);
     if (addr == MAP_FAILED)
@@ -380,30 +528,75 @@ std::uint64_t shm_receiver::apply(const shm_descriptor& d, const named_tensors& 
   auto bad = [&](const std::string& what) {
     fail(error_code::invalid_argument, "shm receiver: descriptor of '" + d.name + "': " + what);
   };
+  const bool ring = d.ring_slot_bytes > 0;
   if (d.name.empty())
     bad("empty segment name");
-  if (d.header_bytes > d.data_offset || d.data_offset > d.segment_bytes ||
-      d.data_bytes > d.segment_bytes - d.data_offset)
-    bad("header " + std::to_string(d.header_bytes) + " B, data " + std::to_string(d.data_bytes) +
+  if (ring && (d.ring_slots < 2 || d.ring_slot_bytes > (std::uint64_t{1} << 40) ||
+               d.ring_slots > (std::uint64_t{1} << 20)))
+    bad("ring of " + std::to_string(d.ring_slots) + " slots of " +
+        std::to_string(d.ring_slot_bytes) + " B is malformed");
+  auto area = ring ? d.ring_slot_bytes * d.ring_slots : d.data_bytes;
+  if (header_offset + d.header_bytes > d.data_offset || d.data_offset > d.segment_bytes ||
+      area > d.segment_bytes - d.data_offset)
+    bad("header " + std::to_string(d.header_bytes) + " B, data " + std::to_string(area) +
         " B at offset " + std::to_string(d.data_offset) + " do not fit a segment of " +
         std::to_string(d.segment_bytes) + " B");
   p.map(d);
-  auto h = decode_transfer_header(std::string(p.seg.data(), d.header_bytes));
-  if (h.version != d.version)
-    bad("it announces version " + std::to_string(d.version) + ", the segment holds version " +
-        std::to_string(h.version));
-  check_transfer(h.manifest, h.version, targets, version_);
-  auto plan = make_bucket_plan(h.manifest, h.bucket_bytes);
-  if (plan.total_bytes != d.data_bytes)
-    bad("data_bytes " + std::to_string(d.data_bytes) + " disagrees with the manifest's layout (" +
-        std::to_string(plan.total_bytes) + " B)");
-  // Accepted: the segment is complete, so the copy below cannot fail half-way.
+  auto& ctl = control_of(p.seg.addr);
+  transfer_header h;
+  bucket_plan plan;
+  try {
+    h = decode_transfer_header(std::string(p.seg.data() + header_offset, d.header_bytes));
+    if (h.version != d.version)
+      bad("it announces version " + std::to_string(d.version) +
+          ", the segment holds version " + std::to_string(h.version));
+    check_transfer(h.manifest, h.version, targets, version_);
+    plan = make_bucket_plan(h.manifest, h.bucket_bytes);
+    if (plan.total_bytes != d.data_bytes)
+      bad("data_bytes " + std::to_string(d.data_bytes) +
+          " disagrees with the manifest's layout (" + std::to_string(plan.total_bytes) + " B)");
+  } catch (...) {
+    if (ring)
+      ctl.verdict.store(verdict_rejected, std::memory_order_release);
+    throw;
+  }
   auto dst = detail::targets_in_manifest_order(h.manifest, targets);
   const char* data = p.seg.data() + d.data_offset;
-  for (const auto& b : plan.buckets)
-    for (const auto& t : b.tensors)
-      if (t.bytes > 0)
-        std::memcpy(dst[t.index].data_ptr(), data + t.offset, t.bytes);
+  if (!ring) {
+    // Accepted: the segment is complete, so the copy below cannot fail half-way.
+    for (const auto& b : plan.buckets)
+      for (const auto& t : b.tensors)
+        if (t.bytes > 0)
+          std::memcpy(dst[t.index].data_ptr(), data + t.offset, t.bytes);
+    version_ = h.version;
+    return version_;
+  }
+  ctl.verdict.store(verdict_accepted, std::memory_order_release);
+  auto packed = packed_in_order(plan);
+  std::size_t cursor = 0;
+  const auto slot = d.ring_slot_bytes;
+  const auto chunks = (plan.total_bytes + slot - 1) / slot;
+  for (std::uint64_t k = 0; k < chunks; ++k) {
+    auto deadline = std::chrono::steady_clock::now() + p.opts.timeout;
+    if (!spin_until([&] { return ctl.written.load(std::memory_order_acquire) > k; }, deadline)) {
+      ctl.verdict.store(verdict_aborted, std::memory_order_release);
+      version_ = 0; // the targets now mix two versions
+      fail(error_code::timeout,
+           "shm receiver: the sender stopped mid-transfer of version " +
+               std::to_string(h.version) + " (no data within " + ms(p.opts.timeout) +
+               "); the weights are partly updated, version reset to 0 until a complete transfer");
+    }
+    auto lo = k * slot;
+    auto hi = std::min(plan.total_bytes, lo + slot);
+    const char* src = data + (k % d.ring_slots) * slot;
+    for_each_piece(packed, cursor, lo, hi,
+                   [&](const packed_tensor& t, std::uint64_t in_tensor, std::uint64_t in_range,
+                       std::uint64_t bytes) {
+                     std::memcpy(static_cast<char*>(dst[t.index].data_ptr()) + in_tensor,
+                                 src + in_range, bytes);
+                   });
+    ctl.consumed.store(k + 1, std::memory_order_release);
+  }
   version_ = h.version;
   return version_;
 }

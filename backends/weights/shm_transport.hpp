@@ -16,10 +16,27 @@ namespace rlforge::backends {
 struct shm_descriptor {
   std::string name;                ///< POSIX shared-memory object name, e.g. "/rlforge_w_..."
   std::uint64_t segment_bytes = 0; ///< size of the whole segment
-  std::uint64_t header_bytes = 0;  ///< length of the transfer header (JSON) at offset 0
+  std::uint64_t header_bytes = 0;  ///< length of the transfer header (JSON), after the 4 KiB
+                                   ///< control page that opens the segment
   std::uint64_t data_offset = 0;   ///< where the packed buckets begin (page aligned)
   std::uint64_t data_bytes = 0;    ///< size of the packed layout (bucket_plan::total_bytes)
   std::uint64_t version = 0;       ///< the version being transferred
+  /// 0: the data area holds the whole layout, fully written. Otherwise the layout streams
+  /// through a ring of `ring_slots` slots of this many bytes at `data_offset`.
+  std::uint64_t ring_slot_bytes = 0;
+  std::uint64_t ring_slots = 0;
+};
+
+/// How `shm_sender::send` moves the packed layout.
+struct shm_options {
+  /// 0: whole-segment mode, the segment holds the whole layout and is written completely
+  /// before the receiver reads (atomic commit even if the sender dies; segment as large as
+  /// the model; two full copies one after the other, about half of memcpy bandwidth).
+  /// Otherwise ring mode: a ring of `ring_slots` slots of `ring_slot_bytes` that the sender
+  /// fills while the receiver drains it; the ring stays in the L3 cache, so the two copies
+  /// overlap and cost little more than one (bounded memory whatever the model size).
+  std::uint64_t ring_slot_bytes = std::uint64_t{1} << 20;
+  std::uint64_t ring_slots = 8;
 };
 
 /// How a shared-memory transfer ended, reported by the receiver to the sender.
@@ -42,6 +59,8 @@ public:
   virtual void post_outcome(const shm_outcome& o) = 0;
   /// Throws as `wait_descriptor`.
   virtual shm_outcome wait_outcome(std::chrono::milliseconds timeout) = 0;
+  /// True when a message is waiting to be read (does not block).
+  virtual bool has_message() = 0;
 };
 
 /// Two connected ends of a UNIX-domain socket pair: `first` for the sender, `second` for the
@@ -50,6 +69,12 @@ public:
 std::pair<std::shared_ptr<shm_link>, std::shared_ptr<shm_link>> make_socket_link_pair();
 
 /// Sends weights to an engine process on the same node through POSIX shared memory.
+///
+/// In both modes the receiver validates the whole manifest before it copies a byte, so a
+/// rejected transfer leaves its weights and version untouched. In ring mode the copy then
+/// streams: should the sender stop mid-stream (crash, or no progress within the timeout), the
+/// receiver's weights are a mix of two versions, so it throws `error{timeout}` and resets its
+/// version to 0 ("no coherent version held"); the next complete transfer repairs it.
 ///
 /// The sender owns one segment (`shm_open` + `mmap`), named uniquely per sender and per size
 /// ("/rlforge_w_<pid>_<n>_<random>"), reused by later transfers of the same or a smaller size
@@ -65,18 +90,20 @@ class shm_sender final : public weight_sender {
 public:
   /// `link` may be null when only `write` is used (the descriptor then travels some other
   /// way). Throws `error{invalid_argument}` for bad options.
-  explicit shm_sender(std::shared_ptr<shm_link> link, transport_options opts = {});
+  explicit shm_sender(std::shared_ptr<shm_link> link, transport_options opts = {},
+                      shm_options shm = {});
   ~shm_sender() override;
   shm_sender(const shm_sender&) = delete;
   shm_sender& operator=(const shm_sender&) = delete;
 
-  /// Writes `weights` as version `version` into the segment and returns its descriptor; the
-  /// data stays valid until the next `write`/`send` or `release`. Throws `error{io_error}`
+  /// Writes `weights` as version `version` into the segment in whole-segment mode (whatever
+  /// the options say) and returns its descriptor; the data stays valid until the next
+  /// `write`/`send` or `release`. Throws `error{io_error}`
   /// naming the segment when shared memory cannot be created or sized.
   shm_descriptor write(const named_tensors& weights, std::uint64_t version);
 
-  /// `write`, then posts the descriptor on the link and waits (up to the timeout) for the
-  /// receiver's outcome. Throws the receiver's error (e.g. `invalid_argument` for a rejected
+  /// Posts the transfer's descriptor on the link, writes the data (whole segment or ring, per
+  /// the options) and waits (up to the timeout per step) for the receiver's outcome. Throws the receiver's error (e.g. `invalid_argument` for a rejected
   /// manifest), `error{timeout}`, or `error{unsupported}` without a link.
   void send(const named_tensors& weights, std::uint64_t version) override;
 
@@ -89,15 +116,17 @@ public:
   const char* kind() const noexcept override { return "shm"; }
 
 private:
+  void stream(const named_tensors& weights, std::uint64_t version);
+
   struct impl;
   std::unique_ptr<impl> impl_;
 };
 
 /// Receives weights from an `shm_sender` in another process (or thread) of the same node.
-/// It maps the sender's segment read-only (and keeps the mapping for the next transfer of the
-/// same segment), validates the header against its tensors, then copies each tensor out of the
-/// fully written segment: the copy cannot fail half-way, so a transfer is committed whole or
-/// not at all.
+/// It maps the sender's segment (and keeps the mapping for the next transfer of the same
+/// segment), validates the header against its tensors, then copies each tensor out of the
+/// fully written segment (whole-segment mode: the copy cannot fail half-way) or out of the ring
+/// as the sender fills it (ring mode, see `shm_sender`).
 ///
 /// Thread contract: one thread at a time uses a receiver.
 class shm_receiver final : public weight_receiver {
@@ -110,7 +139,7 @@ public:
   shm_receiver& operator=(const shm_receiver&) = delete;
 
   /// Validates the transfer `d` describes and commits it into `targets`; returns the version
-  /// now held. Throws `error{invalid_argument}` for a rejected manifest or a descriptor that
+  /// now held. A ring-mode descriptor needs its sender streaming concurrently. Throws `error{invalid_argument}` for a rejected manifest or a descriptor that
   /// disagrees with its segment, `error{not_found}`/`error{io_error}` naming the segment when
   /// it cannot be opened or mapped, `error{decode_error}` for a malformed header.
   std::uint64_t apply(const shm_descriptor& d, const named_tensors& targets);

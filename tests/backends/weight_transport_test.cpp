@@ -159,6 +159,36 @@ struct shm_kind {
   }
 };
 
+// Whole-segment mode: the segment holds the whole layout, written before the receiver reads.
+struct shm_whole_kind {
+  static constexpr int receivers = 1;
+  static endpoints make(transport_options o) {
+    auto [a, b] = make_socket_link_pair();
+    shm_options whole;
+    whole.ring_slot_bytes = 0;
+    endpoints e;
+    e.sender = std::make_unique<shm_sender>(a, o, whole);
+    e.receivers.push_back(std::make_unique<shm_receiver>(b, o));
+    return e;
+  }
+};
+
+// Ring mode with a tiny ring (3 slots of 192 bytes), so that every transfer wraps around it
+// many times and chunks cut through tensors.
+struct shm_ring_kind {
+  static constexpr int receivers = 1;
+  static endpoints make(transport_options o) {
+    auto [a, b] = make_socket_link_pair();
+    shm_options ring;
+    ring.ring_slot_bytes = 192;
+    ring.ring_slots = 3;
+    endpoints e;
+    e.sender = std::make_unique<shm_sender>(a, o, ring);
+    e.receivers.push_back(std::make_unique<shm_receiver>(b, o));
+    return e;
+  }
+};
+
 struct fake_kind {
   static constexpr int receivers = 1;
   static endpoints make(transport_options o) {
@@ -284,13 +314,18 @@ struct kind_names {
       return "in_process";
     if (std::is_same_v<T, shm_kind>)
       return "shm";
+    if (std::is_same_v<T, shm_whole_kind>)
+      return "shm_whole";
+    if (std::is_same_v<T, shm_ring_kind>)
+      return "shm_small_ring";
     if (std::is_same_v<T, fake_kind>)
       return "fake";
     return "gloo";
   }
 };
 
-using transport_kinds = ::testing::Types<in_process_kind, shm_kind, fake_kind, gloo_kind>;
+using transport_kinds = ::testing::Types<in_process_kind, shm_kind, shm_whole_kind, shm_ring_kind,
+                                         fake_kind, gloo_kind>;
 TYPED_TEST_SUITE(WeightTransport, transport_kinds, kind_names);
 
 TYPED_TEST(WeightTransport, FullTransferIsBitExactForFp32Bf16AndF16) {
@@ -618,6 +653,10 @@ TEST(WeightTransportOptions, RejectsZeroBucketBytesAndNonPositiveTimeout) {
   EXPECT_TRUE(contains(e2.what(), "shm sender: timeout must be > 0 ms, got 0 ms")) << e2.what();
   auto e3 = expect_error([] { fake_channel ch(opts_with(0)); });
   EXPECT_EQ(e3.code(), error_code::invalid_argument);
+  shm_options one_slot;
+  one_slot.ring_slots = 1;
+  auto e4 = expect_error([&] { shm_sender s(nullptr, opts_with(), one_slot); });
+  EXPECT_TRUE(contains(e4.what(), "ring_slots must be >= 2 in ring mode, got 1")) << e4.what();
 }
 
 // -- in-process ------------------------------------------------------------------------------------
