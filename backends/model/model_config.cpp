@@ -28,33 +28,35 @@ bool present(const json& j, const char* key) {
   return it != j.end() && !it->is_null();
 }
 
-void read_int(const json& j, const char* key, int64_t& out) {
+// The field `key` when present, after checking that `(v.*is_kind)()` holds (else decode_error
+// saying it must be `want`); nullptr when absent or null.
+const json* typed_field(const json& j, const char* key, bool (json::*is_kind)() const noexcept,
+                        const char* want) {
   if (!present(j, key))
-    return;
+    return nullptr;
   const auto& v = j.at(key);
-  if (!v.is_number_integer())
-    ill_typed(key, "an integer", v);
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    ill_typed(key, "an integer below 2^63", v);
-  out = v.get<int64_t>();
+  if (!(v.*is_kind)())
+    ill_typed(key, want, v);
+  return &v;
+}
+
+void read_int(const json& j, const char* key, int64_t& out) {
+  const json* v = typed_field(j, key, &json::is_number_integer, "an integer");
+  if (v == nullptr)
+    return;
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    ill_typed(key, "an integer below 2^63", *v);
+  out = v->get<int64_t>();
 }
 
 void read_number(const json& j, const char* key, double& out) {
-  if (!present(j, key))
-    return;
-  const auto& v = j.at(key);
-  if (!v.is_number())
-    ill_typed(key, "a number", v);
-  out = v.get<double>();
+  if (const json* v = typed_field(j, key, &json::is_number, "a number"))
+    out = v->get<double>();
 }
 
 void read_bool(const json& j, const char* key, bool& out) {
-  if (!present(j, key))
-    return;
-  const auto& v = j.at(key);
-  if (!v.is_boolean())
-    ill_typed(key, "true or false", v);
-  out = v.get<bool>();
+  if (const json* v = typed_field(j, key, &json::is_boolean, "true or false"))
+    out = v->get<bool>();
 }
 
 int64_t token_id(const char* key, const json& v) {

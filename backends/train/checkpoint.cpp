@@ -11,6 +11,7 @@
 
 #include "backends/error.hpp"
 #include "backends/model/safetensors.hpp"
+#include "backends/train/detail.hpp"
 
 namespace rlforge::backends {
 
@@ -20,9 +21,7 @@ namespace {
 
 constexpr const char* engine_prefix = "std_engine.";
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
+using detail::in_quotes;
 
 std::string join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
@@ -60,14 +59,7 @@ T json_field(const nlohmann::json& j, const char* name, const std::string& path)
     fail(error_code::decode_error,
          "checkpoint: " + in_quotes(path) + " lacks the field '" + std::string(name) + "'");
   const auto& v = j.at(name);
-  bool ok;
-  if constexpr (std::is_same_v<T, std::string>)
-    ok = v.is_string();
-  else if constexpr (std::is_integral_v<T>)
-    ok = v.is_number_integer();
-  else
-    ok = v.is_number();
-  if (!ok)
+  if (!detail::json_holds<T>(v))
     fail(error_code::decode_error, "checkpoint: " + in_quotes(path) + ": field '" + name +
                                        "' has the wrong type (" + v.dump() + ")");
   return v.get<T>();
@@ -110,14 +102,21 @@ template <class F> auto in_context(const std::string& context, F&& f) -> decltyp
   }
 }
 
+// decode_error unless `j` (read from `path`) has this build's "format_version"; the message
+// starts with `subject`.
+void check_format_version(const nlohmann::json& j, const std::string& path,
+                          const std::string& subject) {
+  auto version = json_field<int64_t>(j, "format_version", path);
+  if (version != checkpoint_format_version)
+    fail(error_code::decode_error, subject + " has format version " + std::to_string(version) +
+                                       ", this build reads " +
+                                       std::to_string(checkpoint_format_version));
+}
+
 void check_meta(const checkpoint_location& where, const std::string& dir,
                 const std::string& meta_path) {
   auto meta = read_json(meta_path);
-  auto version = json_field<int64_t>(meta, "format_version", meta_path);
-  if (version != checkpoint_format_version)
-    fail(error_code::decode_error, "checkpoint " + in_quotes(dir) + " has format version " +
-                                       std::to_string(version) + ", this build reads " +
-                                       std::to_string(checkpoint_format_version));
+  check_format_version(meta, meta_path, "checkpoint " + in_quotes(dir));
   auto world_size = json_field<int64_t>(meta, "world_size", meta_path);
   if (world_size != where.world_size)
     fail(error_code::invalid_argument,
@@ -378,11 +377,7 @@ void finalize_checkpoint(const std::string& root, int64_t global_step,
 nlohmann::json read_trainer_state(const std::string& root, int64_t global_step) {
   const auto path = join(step_directory(root, global_step), "trainer_state.json");
   auto j = read_json(path);
-  auto version = json_field<int64_t>(j, "format_version", path);
-  if (version != checkpoint_format_version)
-    fail(error_code::decode_error, "checkpoint: " + in_quotes(path) + " has format version " +
-                                       std::to_string(version) + ", this build reads " +
-                                       std::to_string(checkpoint_format_version));
+  check_format_version(j, path, "checkpoint: " + in_quotes(path));
   auto step = json_field<int64_t>(j, "global_step", path);
   if (step != global_step)
     fail(error_code::decode_error, "checkpoint: " + in_quotes(path) + " records global_step " +

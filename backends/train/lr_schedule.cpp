@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "backends/error.hpp"
+#include "backends/train/detail.hpp"
 
 namespace rlforge::backends {
 
@@ -13,12 +14,7 @@ namespace {
 
 constexpr double pi = 3.14159265358979323846;
 
-std::string number_text(double x) {
-  std::ostringstream out;
-  out.precision(17);
-  out << x;
-  return out.str();
-}
+using detail::number_text;
 
 [[noreturn]] void bad_field(const std::string& field, const std::string& value,
                             const std::string& domain) {
@@ -30,14 +26,7 @@ template <class T> T field(const nlohmann::json& j, const char* name) {
   if (!j.is_object() || !j.contains(name))
     fail(error_code::decode_error, std::string("lr_schedule state: missing field '") + name + "'");
   const auto& v = j.at(name);
-  bool ok;
-  if constexpr (std::is_same_v<T, std::string>)
-    ok = v.is_string();
-  else if constexpr (std::is_integral_v<T>)
-    ok = v.is_number_integer();
-  else
-    ok = v.is_number();
-  if (!ok)
+  if (!detail::json_holds<T>(v))
     fail(error_code::decode_error, std::string("lr_schedule state: field '") + name +
                                        "' has the wrong type (" + v.dump() + ")");
   return v.get<T>();

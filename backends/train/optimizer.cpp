@@ -7,30 +7,15 @@
 #include <sstream>
 
 #include "backends/error.hpp"
+#include "backends/train/detail.hpp"
 
 namespace rlforge::backends {
 
 namespace {
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
-
-std::string shape_text(at::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < sizes.size(); ++i)
-    out << (i ? ", " : "") << sizes[i];
-  out << ']';
-  return out.str();
-}
-
-std::string number_text(double x) {
-  std::ostringstream out;
-  out.precision(17);
-  out << x;
-  return out.str();
-}
+using detail::in_quotes;
+using detail::number_text;
+using detail::shape_text;
 
 void check_field(const char* name, double value, bool ok, const char* domain) {
   if (std::isnan(value) || std::isinf(value) || !ok)

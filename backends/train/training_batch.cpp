@@ -9,27 +9,14 @@
 #include <utility>
 
 #include "backends/error.hpp"
+#include "backends/train/detail.hpp"
 
 namespace rlforge::backends {
 
 namespace {
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
-
-std::string shape_text(at::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < sizes.size(); ++i)
-    out << (i ? ", " : "") << sizes[i];
-  out << ']';
-  return out.str();
-}
-
-std::string shape_text(const std::vector<int64_t>& sizes) {
-  return shape_text(at::IntArrayRef(sizes));
-}
+using detail::in_quotes;
+using detail::shape_text;
 
 std::string index_text(const at::Tensor& index_row) {
   std::ostringstream out;

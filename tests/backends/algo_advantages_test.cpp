@@ -12,48 +12,19 @@
 #include "backends/algo/common.hpp"
 #include "backends/algo/reductions.hpp"
 #include "backends/error.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 using namespace rlforge::backends::algo;
 
 namespace {
-
-constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
-
-at::Tensor t2(const std::vector<std::vector<double>>& rows) {
-  std::vector<float> flat;
-  for (const auto& r : rows)
-    for (double x : r)
-      flat.push_back(static_cast<float>(x));
-  return at::tensor(flat, at::TensorOptions().dtype(at::kFloat))
-      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
-}
-
-double v(const at::Tensor& t, int64_t i, int64_t j) {
-  return t.index({i, j}).item<double>();
-}
-
-void expect_close(double got, double want, double rel = 1e-5) {
-  EXPECT_NEAR(got, want, rel * std::max(1.0, std::abs(want)));
-}
 
 void expect_rows(const at::Tensor& t, const std::vector<std::vector<double>>& want) {
   ASSERT_EQ(t.size(0), static_cast<int64_t>(want.size()));
   for (size_t i = 0; i < want.size(); ++i)
     for (size_t j = 0; j < want[i].size(); ++j)
       expect_close(v(t, i, j), want[i][j]);
-}
-
-template <class F> void expect_error(F&& f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), error_code::invalid_argument) << e.what();
-    for (const auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "'" << frag << "' not in: " << e.what();
-  }
 }
 
 // (x - mean)·rsqrt(var + 1e-8) over the masked entries, var with Bessel's correction.

@@ -12,47 +12,17 @@
 #include <vector>
 
 #include "backends/error.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 using namespace rlforge::backends::algo;
 
 namespace {
 
-constexpr double inf = std::numeric_limits<double>::infinity();
-constexpr double nan_v = std::numeric_limits<double>::quiet_NaN();
-
-at::Tensor t2(const std::vector<std::vector<double>>& rows) {
-  std::vector<float> flat;
-  for (const auto& r : rows)
-    for (double x : r)
-      flat.push_back(static_cast<float>(x));
-  return at::tensor(flat, at::TensorOptions().dtype(at::kFloat))
-      .view({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())});
-}
-
 // Log-probs whose ratio to `old` is exactly `ratios` (up to fp32 rounding).
 at::Tensor logp_for(const at::Tensor& old, const std::vector<std::vector<double>>& ratios) {
   return (old + t2(ratios).log()).detach().requires_grad_(true);
-}
-
-double v(const at::Tensor& t, int64_t i, int64_t j) {
-  return t.index({i, j}).item<double>();
-}
-
-void expect_close(double got, double want, double rel = 1e-5) {
-  EXPECT_NEAR(got, want, rel * std::max(1.0, std::abs(want)));
-}
-
-template <class F> void expect_error(F&& f, std::vector<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), error_code::invalid_argument) << e.what();
-    for (const auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "'" << frag << "' not in: " << e.what();
-  }
 }
 
 loss_config values(std::map<std::string, double> v) {

@@ -11,30 +11,17 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "backends/error.hpp"
 #include "backends/model/hf_checkpoint.hpp"
 #include "backends/model/init.hpp"
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 
 namespace {
-
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct temp_dir {
-  std::filesystem::path path;
-  explicit temp_dir(const std::string& tag) {
-    path = std::filesystem::temp_directory_path()
-           / ("rlforge_causal_lm_" + tag + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
 
 model_config llama_tied() {
   auto c = preset("tiny");
@@ -261,19 +248,6 @@ at::Tensor full_logits(causal_lm& m, const at::Tensor& ids) {
   return m.logits(m.forward_hidden(ids));
 }
 
-template <class F>
-void expect_error(F&& f, error_code code, std::vector<std::string> fragments) {
-  try {
-    f();
-    FAIL() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-        << "'" << frag << "' not in: " << e.what();
-  }
-}
-
 } // namespace
 
 TEST(CausalLm, LlamaWithTiedEmbeddingsMatchesIndependentReference) {
@@ -364,8 +338,8 @@ TEST(CausalLm, ExportReloadsIdentically) {
     auto model = causal_lm::from_weights(c, spread_weights(c, 9));
     temp_dir dir("export");
     model->save_hf(dir.str());
-    EXPECT_TRUE(std::filesystem::exists(dir.path / "config.json"));
-    EXPECT_TRUE(std::filesystem::exists(dir.path / "model.safetensors"));
+    EXPECT_TRUE(std::filesystem::exists(dir.path() / "config.json"));
+    EXPECT_TRUE(std::filesystem::exists(dir.path() / "model.safetensors"));
     auto reloaded = causal_lm::load(dir.str());
     EXPECT_EQ(reloaded->config(), c);
     auto a = model->state_dict();
@@ -492,7 +466,7 @@ TEST(CausalLm, RejectsUnknownArchitecture) {
   auto j = to_json(llama_tied());
   j["architectures"] = {"MambaForCausalLM"};
   j["model_type"] = "mamba";
-  std::ofstream(dir.path / "config.json") << j.dump();
+  std::ofstream(dir.path() / "config.json") << j.dump();
   expect_error([&] { causal_lm::load(dir.str()); }, error_code::unsupported, {"MambaForCausalLM"});
 }
 

@@ -4,14 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/model/causal_lm.hpp"
@@ -19,45 +15,16 @@
 #include "backends/model/init.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/model/sampler.hpp"
+#include "cli_test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 
 namespace {
 
-struct run_result {
-  int code = -1;
-  std::string out, err;
-};
-
 // `rlforge generate <args>` through the shell, capturing stdout and stderr.
 run_result run_generate(const std::string& args) {
-  const auto err_path = std::filesystem::temp_directory_path() /
-                        ("rlforge_generate_err_" + std::to_string(::getpid()));
-  const std::string cmd =
-      std::string("'") + RLFORGE_CLI_PATH + "' generate " + args + " 2>'" + err_path.string() + "'";
-  run_result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr)
-    return r;
-  char buf[4096];
-  size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
-    r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  std::filesystem::remove(err_path);
-  return r;
-}
-
-size_t count_lines(const std::string& s) {
-  size_t n = 0;
-  for (char c : s)
-    n += c == '\n' ? 1 : 0;
-  return n;
+  return run_cli("generate " + args);
 }
 
 // A random "tiny" checkpoint in a temporary directory, removed at the end of the suite.
@@ -76,6 +43,11 @@ protected:
     dir_ = nullptr;
   }
   static std::string model_flag() { return "--model '" + dir_->string() + "'"; }
+  // Each bad `rlforge generate` invocation prints nothing on stdout, exactly one line on stderr
+  // naming the problem, and exits with the case's code.
+  static void expect_rejected(const std::vector<bad_case>& cases) {
+    rlforge::backends::testing::expect_rejected(cases, "generate ");
+  }
   static std::filesystem::path* dir_;
 };
 
@@ -131,28 +103,6 @@ TEST_F(GenerateCli, StopTokenEndsWithStop) {
   EXPECT_EQ(got,
             std::vector<int64_t>(tokens.begin(), tokens.begin() + static_cast<long>(got.size())));
 }
-
-namespace {
-
-struct bad_case {
-  std::string args;
-  int code;
-  std::string needle;
-};
-
-// Each bad invocation prints nothing on stdout, exactly one line on stderr naming the problem,
-// and exits with `code`.
-void expect_rejected(const std::vector<bad_case>& cases) {
-  for (const auto& c : cases) {
-    auto r = run_generate(c.args);
-    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
-    EXPECT_TRUE(r.out.empty()) << c.args << "\n" << r.out;
-    EXPECT_EQ(count_lines(r.err), 1u) << c.args << "\n" << r.err;
-    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
-  }
-}
-
-} // namespace
 
 TEST_F(GenerateCli, MissingOrUnknownFlagsAreUsageErrors) {
   const std::string m = model_flag();

@@ -9,55 +9,17 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <unistd.h>
 
 #include "backends/error.hpp"
 #include "backends/model/safetensors.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-class temp_dir {
-public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("rlforge_hf_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::set<std::string> files() const {
-    std::set<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_))
-      out.insert(e.path().filename().string());
-    return out;
-  }
-
-private:
-  fs::path path_;
-};
-
-template <class F>
-void expect_error(F&& f, error_code code, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected " << to_string(code) << " mentioning " << needles.front();
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-          << "message: " << e.what() << "\nexpected to mention: " << n;
-  }
-}
 
 std::map<std::string, at::Tensor> random_weights(const model_config& c, uint64_t seed,
                                                  at::ScalarType dtype = at::kFloat) {

@@ -13,8 +13,10 @@
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/model_config.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 
 namespace {
 
@@ -46,19 +48,6 @@ void naive(const inputs& in, double temperature, std::vector<double>& lp, std::v
     lp.push_back(row[targets[i].item<int64_t>()].item<double>() - lse);
     auto logp = row - lse;
     ent.push_back(-(logp.exp() * logp).sum().item<double>());
-  }
-}
-
-template <class F>
-void expect_error(F&& f, error_code code, std::vector<std::string> fragments) {
-  try {
-    f();
-    FAIL() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-        << "'" << frag << "' not in: " << e.what();
   }
 }
 

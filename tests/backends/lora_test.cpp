@@ -9,42 +9,17 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/model/safetensors.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 
 namespace {
-
-struct temp_dir {
-  std::filesystem::path path;
-  explicit temp_dir(const std::string& tag) {
-    path = std::filesystem::temp_directory_path()
-           / ("rlforge_lora_" + tag + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-  std::string str() const { return path.string(); }
-};
-
-template <class F>
-void expect_error(F&& f, error_code code, std::vector<std::string> fragments) {
-  try {
-    f();
-    FAIL() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-        << "'" << frag << "' not in: " << e.what();
-  }
-}
 
 lora_config config(int64_t rank, double alpha, std::vector<std::string> targets = {}) {
   lora_config c;
@@ -159,7 +134,7 @@ TEST(Lora, SavesPeftLayoutAndReloads) {
   auto adapted = logits_of(*model, ids);
   temp_dir dir("save");
   model->save_lora_adapter(dir.str(), "my-base");
-  auto j = nlohmann::json::parse(std::ifstream(dir.path / "adapter_config.json"));
+  auto j = nlohmann::json::parse(std::ifstream(dir.path() / "adapter_config.json"));
   EXPECT_EQ(j.at("peft_type"), "LORA");
   EXPECT_EQ(j.at("r"), 3);
   EXPECT_EQ(j.at("lora_alpha"), 6.0);
@@ -168,7 +143,7 @@ TEST(Lora, SavesPeftLayoutAndReloads) {
   EXPECT_EQ(j.at("task_type"), "CAUSAL_LM");
   EXPECT_EQ(j.at("base_model_name_or_path"), "my-base");
   EXPECT_EQ(j.at("target_modules"), (std::vector<std::string>{"q_proj", "k_proj", "gate_proj"}));
-  auto tensors = read_safetensors((dir.path / "adapter_model.safetensors").string());
+  auto tensors = read_safetensors((dir.path() / "adapter_model.safetensors").string());
   EXPECT_EQ(tensors.size(), 2u * 3u * 2u);
   auto a = tensors.at("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
   auto b = tensors.at("base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight");
@@ -189,9 +164,9 @@ TEST(Lora, RejectsAdapterWithMismatchedRankOrShape) {
   temp_dir dir("mismatch");
   model->save_lora_adapter(dir.str());
   // Claimed rank disagrees with the stored tensors.
-  auto j = nlohmann::json::parse(std::ifstream(dir.path / "adapter_config.json"));
+  auto j = nlohmann::json::parse(std::ifstream(dir.path() / "adapter_config.json"));
   j["r"] = 4;
-  std::ofstream(dir.path / "adapter_config.json") << j.dump();
+  std::ofstream(dir.path() / "adapter_config.json") << j.dump();
   auto target = causal_lm::random(preset("tiny"), 4);
   expect_error([&] { target->load_lora_adapter(dir.str()); }, error_code::invalid_argument,
                {"lora_A.weight", "[3, 64]", "rank 4"});
@@ -199,16 +174,16 @@ TEST(Lora, RejectsAdapterWithMismatchedRankOrShape) {
   // An adapter trained on a different base (other hidden size) is refused by name and shape.
   auto small = causal_lm::random(preset("small"), 1);
   j["r"] = 3;
-  std::ofstream(dir.path / "adapter_config.json") << j.dump();
+  std::ofstream(dir.path() / "adapter_config.json") << j.dump();
   expect_error([&] { small->load_lora_adapter(dir.str()); }, error_code::invalid_argument,
                {"base_model.model.model.layers.0", "expected"});
   // A tensor for a module that is not targeted.
   auto fresh = causal_lm::random(preset("tiny"), 4);
   j["target_modules"] = {"q_proj"};
-  std::ofstream(dir.path / "adapter_config.json") << j.dump();
+  std::ofstream(dir.path() / "adapter_config.json") << j.dump();
   expect_error([&] { fresh->load_lora_adapter(dir.str()); }, error_code::invalid_argument,
                {"not in target_modules"});
-  expect_error([&] { fresh->load_lora_adapter((dir.path / "missing").string()); },
+  expect_error([&] { fresh->load_lora_adapter((dir.path() / "missing").string()); },
                error_code::not_found, {"adapter_config.json"});
 }
 
@@ -254,7 +229,7 @@ TEST(Lora, SaveReportsUnwritableDirectory) {
   adapter.config = config(2, 4);
   adapter.tensors["base_model.model.x.lora_A.weight"] = at::zeros({2, 3});
   temp_dir dir("unwritable");
-  auto file = dir.path / "a_file";
+  auto file = dir.path() / "a_file";
   std::ofstream(file) << "x";
   // A directory cannot be created beneath a regular file.
   expect_error([&] { save_lora_adapter((file / "sub").string(), adapter); }, error_code::io_error,

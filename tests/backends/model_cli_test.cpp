@@ -3,51 +3,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli_test_support.hpp"
+
+using namespace rlforge::backends::testing;
+
 namespace {
-
-struct run_result {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs `rlforge <args>` through the shell, capturing stdout and stderr.
-run_result run(const std::string& args) {
-  auto err_path = std::filesystem::temp_directory_path()
-                  / ("rlforge_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = std::string("'") + RLFORGE_CLI_PATH + "' " + args + " 2>'" + err_path.string() + "'";
-  run_result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p)
-    return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
-    r.out.append(buf, n);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  std::filesystem::remove(err_path);
-  return r;
-}
-
-size_t count_lines(const std::string& s) {
-  size_t n = 0;
-  for (char c : s)
-    n += c == '\n';
-  return n;
-}
 
 struct model_dir {
   std::filesystem::path path = std::filesystem::temp_directory_path()
@@ -60,7 +26,7 @@ struct model_dir {
 
 TEST(ModelCli, InitModelThenScorePrintsOneLogprobPerPredictedToken) {
   model_dir dir;
-  auto init = run("init-model --preset tiny-qwen3 --seed 5 --out '" + dir.path.string() + "'");
+  auto init = run_cli("init-model --preset tiny-qwen3 --seed 5 --out '" + dir.path.string() + "'");
   ASSERT_EQ(init.code, 0) << init.err;
   EXPECT_TRUE(std::filesystem::exists(dir.path / "config.json"));
   EXPECT_TRUE(std::filesystem::exists(dir.path / "model.safetensors"));
@@ -68,7 +34,7 @@ TEST(ModelCli, InitModelThenScorePrintsOneLogprobPerPredictedToken) {
   EXPECT_EQ(info.at("architecture"), "qwen3");
   EXPECT_EQ(info.at("num_parameters"), 139648);
 
-  auto score = run("score --model '" + dir.path.string() + "' --tokens 5,17,3,9,200,0");
+  auto score = run_cli("score --model '" + dir.path.string() + "' --tokens 5,17,3,9,200,0");
   ASSERT_EQ(score.code, 0) << score.err;
   EXPECT_EQ(count_lines(score.out), 1u) << score.out;
   auto j = nlohmann::json::parse(score.out);
@@ -82,35 +48,15 @@ TEST(ModelCli, InitModelThenScorePrintsOneLogprobPerPredictedToken) {
     EXPECT_NEAR(x.get<double>(), -std::log(512.0), 0.5);
   }
   // The same seed writes the same weights, so scores repeat exactly.
-  auto again = run("score --model '" + dir.path.string() + "' --tokens 5,17,3,9,200,0");
+  auto again = run_cli("score --model '" + dir.path.string() + "' --tokens 5,17,3,9,200,0");
   EXPECT_EQ(again.out, score.out);
 }
 
-namespace {
-
-struct bad_case {
-  std::string args;
-  int code;
-  std::string fragment;
-};
-
-void expect_failures(const std::vector<bad_case>& cases) {
-  for (auto& c : cases) {
-    auto r = run(c.args);
-    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
-    EXPECT_TRUE(r.out.empty()) << c.args << ": " << r.out;
-    EXPECT_EQ(count_lines(r.err), 1u) << c.args << ": " << r.err;
-    EXPECT_NE(r.err.find(c.fragment), std::string::npos) << c.args << ": " << r.err;
-  }
-}
-
-} // namespace
-
 TEST(ModelCli, ScoreRejectsBadArgumentsWithOneLineOnStderr) {
   model_dir dir;
-  ASSERT_EQ(run("init-model --preset tiny --out '" + dir.path.string() + "'").code, 0);
+  ASSERT_EQ(run_cli("init-model --preset tiny --out '" + dir.path.string() + "'").code, 0);
   auto m = "--model '" + dir.path.string() + "' ";
-  expect_failures({
+  expect_rejected({
     {"score --tokens 1,2", 2, "usage"},
     {"score " + m + "--tokens 1,x,3", 2, "'x'"},
     {"score " + m + "--tokens 1,512", 2, "512"},
@@ -123,7 +69,7 @@ TEST(ModelCli, ScoreRejectsBadArgumentsWithOneLineOnStderr) {
 
 TEST(ModelCli, InitModelRejectsBadArgumentsWithOneLineOnStderr) {
   model_dir dir;
-  expect_failures({
+  expect_rejected({
     {"init-model --preset tiny", 2, "usage"},
     {"init-model --preset tiny --config x.json --out '" + dir.path.string() + "'", 2, "usage"},
     {"init-model --preset nope --out '" + dir.path.string() + "'", 2, "nope"},
@@ -142,11 +88,11 @@ TEST(ModelCli, InitModelAcceptsAConfigFile) {
     "num_attention_heads":4,"num_key_value_heads":2,"max_position_embeddings":16,
     "rms_norm_eps":1e-6,"rope_theta":10000.0,"tie_word_embeddings":true})";
   auto out = dir.path / "model";
-  auto r = run("init-model --config '" + cfg.string() + "' --out '" + out.string() + "'");
+  auto r = run_cli("init-model --config '" + cfg.string() + "' --out '" + out.string() + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("architecture"), "qwen2");
-  auto s = run("score --model '" + out.string() + "' --tokens 1,2,3");
+  auto s = run_cli("score --model '" + out.string() + "' --tokens 1,2,3");
   ASSERT_EQ(s.code, 0) << s.err;
   EXPECT_EQ(nlohmann::json::parse(s.out).at("logprobs").size(), 2u);
 }

@@ -6,52 +6,14 @@
 #include <fstream>
 #include <functional>
 #include <string>
-#include <unistd.h>
 
 #include "backends/error.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-namespace {
-
-template <class F>
-void expect_error(F&& f, error_code code, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected " << to_string(code) << " mentioning " << needles.front();
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-          << "message: " << e.what() << "\nexpected to mention: " << n;
-  }
-}
-
-class temp_dir {
-public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("rlforge_cfg_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-  }
-
-private:
-  fs::path path_;
-};
-
-} // namespace
 
 TEST(ModelConfig, ParsesAFullLlamaConfig) {
   auto j = json::parse(R"({

@@ -12,37 +12,17 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "backends/error.hpp"
 #include "backends/model/safetensors_header.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-/// A fresh directory removed at the end of the test.
-class temp_dir {
-public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("rlforge_st_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
-private:
-  fs::path path_;
-};
 
 std::vector<uint8_t> le64(uint64_t x) {
   std::vector<uint8_t> out(8);

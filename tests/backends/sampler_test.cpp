@@ -23,12 +23,12 @@
 #include "backends/model/init.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/model/sampling_params.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 
 namespace {
-
-constexpr double inf = std::numeric_limits<double>::infinity();
 
 sampling_params params_with(double temperature, int64_t top_k = -1, double top_p = 1.0) {
   sampling_params p;
@@ -332,16 +332,6 @@ double reference_logprob(const at::Tensor& logits_row, int64_t token, double t, 
   return -inf;
 }
 
-void expect_error(const std::function<void()>& f, error_code code, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected an error mentioning " << needle;
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 } // namespace
 
 TEST(Generate, GreedyFollowsArgmaxOfFullForward) {
@@ -533,37 +523,37 @@ TEST(Generate, RejectsBadRequestsNamingThem) {
       [&] {
         generate(*model, {{1}, {2}}, {ok});
       },
-      error_code::invalid_argument, "2 prompts but 1 sampling_params");
+      error_code::invalid_argument, {"2 prompts but 1 sampling_params"});
   expect_error(
       [&] {
         generate(*model, {{1}, {}}, {ok, ok});
       },
-      error_code::invalid_argument, "request 1: empty prompt");
+      error_code::invalid_argument, {"request 1: empty prompt"});
   expect_error(
       [&] {
         generate(*model, {{1, 512}}, {ok});
       },
-      error_code::out_of_range, "prompt token 1 is 512, outside the vocabulary [0, 512)");
+      error_code::out_of_range, {"prompt token 1 is 512, outside the vocabulary [0, 512)"});
   expect_error([&] { generate(*model, {{-3}}, {ok}); }, error_code::out_of_range,
-               "prompt token 0 is -3");
-  expect_error([&] { generate(*model, {std::vector<int64_t>(16, 1)}, {ok}); },
-               error_code::invalid_argument,
-               "prompt of 16 tokens leaves no room to generate within max_position_embeddings 16");
+               {"prompt token 0 is -3"});
+  expect_error(
+      [&] { generate(*model, {std::vector<int64_t>(16, 1)}, {ok}); }, error_code::invalid_argument,
+      {"prompt of 16 tokens leaves no room to generate within max_position_embeddings 16"});
   auto bad = ok;
   bad.top_p = 2.0;
   expect_error(
       [&] {
         generate(*model, {{1}, {2}}, {ok, bad});
       },
-      error_code::invalid_argument, "request 1: sampling_params: top_p must be in (0, 1], got 2");
+      error_code::invalid_argument, {"request 1: sampling_params: top_p must be in (0, 1], got 2"});
   bad = ok;
   bad.max_tokens = 0;
   expect_error([&] { generate(*model, {{1}}, {bad}); }, error_code::invalid_argument,
-               "max_tokens must be >= 1, got 0");
+               {"max_tokens must be >= 1, got 0"});
   bad = ok;
   bad.stop_token_ids = {512};
   expect_error([&] { generate(*model, {{1}}, {bad}); }, error_code::invalid_argument,
-               "stop token id 512");
+               {"stop token id 512"});
 }
 
 TEST(Generate, SampledFrequenciesFollowTheFilteredDistribution) {

@@ -13,23 +13,12 @@
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 
 namespace {
-
-template <class F>
-void expect_error(F&& f, error_code code, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "'" << frag << "' not in: " << e.what();
-  }
-}
 
 std::vector<int64_t> row_of(const at::Tensor& t, int64_t i) {
   auto r = t[i].contiguous();

@@ -11,7 +11,6 @@
 #include <random>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "backends/error.hpp"
@@ -21,44 +20,13 @@
 #include "backends/train/lr_schedule.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/rng_state.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-template <class F>
-void expect_error(F&& f, error_code code, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "'" << frag << "' not in: " << e.what();
-  }
-}
-
-/// A fresh directory removed at the end of the test.
-class temp_dir {
-public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("rlforge_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-
-private:
-  fs::path path_;
-};
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -70,10 +38,6 @@ std::string read_text(const std::string& path) {
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
-}
-
-at::Tensor leaf(at::Tensor t) {
-  return t.set_requires_grad(true);
 }
 
 // A small linear model's parameters, with gradients, and an optimizer that has stepped once.

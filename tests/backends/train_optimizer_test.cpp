@@ -13,27 +13,12 @@
 #include <vector>
 
 #include "backends/error.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using namespace rlforge::backends::testing;
 
 namespace {
-
-template <class F>
-void expect_error(F&& f, error_code code, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "expected backends::error";
-  } catch (const error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& frag : fragments)
-      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos)
-          << "'" << frag << "' not in: " << e.what();
-  }
-}
-
-at::Tensor leaf(at::Tensor t) {
-  return t.set_requires_grad(true);
-}
 
 named_parameters make_params(uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
