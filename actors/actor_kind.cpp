@@ -12,6 +12,15 @@ rank_context::~rank_context() = default;
 rank_context::rank_context(rank_context&&) noexcept = default;
 rank_context& rank_context::operator=(rank_context&&) noexcept = default;
 
+uint64_t rank_context::defer_reply() {
+  deferred_ticket = ++next_ticket;
+  return *deferred_ticket;
+}
+
+void rank_context::deliver(uint64_t ticket, caf::expected<caf::message> result) {
+  deliveries.emplace_back(ticket, std::move(result));
+}
+
 namespace {
 
 struct kind_table {

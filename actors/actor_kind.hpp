@@ -1,8 +1,11 @@
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,20 @@ struct rank_context {
   /// Set by an op to make the rank exit with this reason right after the op, without
   /// answering it (e.g. a fatal, unrecoverable device error): callers see the rank die.
   caf::error exit_reason;
+
+  /// Deferred replies, for ops that cannot answer yet (an engine's `generate` while paused):
+  /// the op calls `defer_reply()`, keeps the returned ticket and returns any value (it is
+  /// ignored); the rank then holds the call's response promise instead of answering. A later op
+  /// answers it with `deliver(ticket, result)`; the rank sends every delivered result right
+  /// after that op, before that op's own reply, with the same error context as a direct answer.
+  uint64_t defer_reply();
+  /// Queues the answer of a deferred call (see `defer_reply`).
+  void deliver(uint64_t ticket, caf::expected<caf::message> result);
+
+  /// Bookkeeping of deferred replies, read and cleared by the rank actor after every op.
+  std::optional<uint64_t> deferred_ticket;
+  std::vector<std::pair<uint64_t, caf::expected<caf::message>>> deliveries;
+  uint64_t next_ticket = 0;
 
   rank_context();
   ~rank_context();

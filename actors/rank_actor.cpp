@@ -1,6 +1,10 @@
 #include "actors/rank_actor.hpp"
 
+#include <map>
+#include <utility>
+
 #include <caf/all.hpp>
+#include <caf/detail/scope_guard.hpp>
 
 #include "actors/actor_kind.hpp"
 #include "actors/backend_seam.hpp"
@@ -17,6 +21,8 @@ namespace {
 struct rank_state {
   actor_kind kind;
   rank_context ctx;
+  /// Calls answered later (`rank_context::defer_reply`): ticket → (promise, error context).
+  std::map<uint64_t, std::pair<caf::typed_response_promise<op_result>, std::string>> deferred;
   static const char* name;
 };
 
@@ -41,6 +47,35 @@ caf::expected<caf::message> builtin_op(rank_context& ctx, const std::string& op,
   return caf::message{};
 }
 
+/// Adds the rank's context to an `errc` error that does not start with it yet.
+caf::error with_context(caf::error err, const std::string& context) {
+  if (err.category() == errc_category) {
+    auto msg = error_message(err);
+    if (msg.rfind(context, 0) != 0)
+      return make_error(static_cast<errc>(err.code()), context + ": " + msg);
+  }
+  return err;
+}
+
+/// Sends the results ops delivered for earlier deferred calls.
+void flush_deliveries(rank_state& st) {
+  auto deliveries = std::move(st.ctx.deliveries);
+  st.ctx.deliveries.clear();
+  for (auto& [ticket, result] : deliveries) {
+    auto i = st.deferred.find(ticket);
+    if (i == st.deferred.end()) {
+      runtime::logger("actors.rank")->warn("deliver_unknown_ticket {}", ticket);
+      continue;
+    }
+    auto& [promise, context] = i->second;
+    if (result)
+      promise.deliver(op_result{std::move(*result)});
+    else
+      promise.deliver(with_context(std::move(result.error()), context));
+    st.deferred.erase(i);
+  }
+}
+
 caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, actor_kind kind, rank_info info) {
   auto& st = self->state;
   st.kind = std::move(kind);
@@ -53,7 +88,10 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, actor_kind kind,
     [=](call_atom, const std::string& op, const caf::message& args) -> caf::result<op_result> {
       auto& st = self->state;
       auto context = describe(st.ctx.info, op);
+      st.ctx.deferred_ticket.reset();
       caf::expected<caf::message> out{caf::message{}};
+      // Results of earlier deferred calls go out after this op, whatever it answers.
+      auto flush = caf::detail::make_scope_guard([&] { flush_deliveries(st); });
       try {
         bool handled = false;
         out = builtin_op(st.ctx, op, args, handled);
@@ -81,15 +119,18 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, actor_kind kind,
         self->quit(st.ctx.exit_reason);
         return promise;
       }
-      if (!out) {
-        auto& err = out.error();
-        if (err.category() == errc_category) {
-          auto msg = error_message(err);
-          if (msg.rfind(context, 0) != 0)
-            return make_error(static_cast<errc>(err.code()), context + ": " + msg);
+      if (st.ctx.deferred_ticket) {
+        // The op answers later (`deliver`); an op that deferred and then failed answers now.
+        auto ticket = *st.ctx.deferred_ticket;
+        st.ctx.deferred_ticket.reset();
+        if (out) {
+          auto promise = self->make_response_promise<op_result>();
+          st.deferred.emplace(ticket, std::make_pair(promise, context));
+          return promise;
         }
-        return std::move(err);
       }
+      if (!out)
+        return with_context(std::move(out.error()), context);
       return op_result{std::move(*out)};
     },
   };

@@ -333,4 +333,59 @@ inline bool operator==(const algorithm_config& a, const algorithm_config& b) {
          && a.entropy_loss_coef == b.entropy_loss_coef;
 }
 
+// -- inference engines -------------------------------------------------------------------------
+
+/// Named tensors in wire form (e.g. a full set of model weights for an engine's `set_weights`).
+using tensor_map = std::map<std::string, tensor_blob>;
+
+/// One generation request for an inference engine (backends sampling semantics, REFERENCE.md
+/// "Sampling"). `num_samples` > 1 expands the request into that many rows; with a seed, row j
+/// draws from seed + j.
+struct sample_request {
+  std::vector<int64_t> prompt;
+  int64_t max_tokens = 16;
+  double temperature = 1.0;
+  int64_t top_k = -1;  ///< -1 = off
+  double top_p = 1.0;  ///< 1 = off
+  bool has_seed = false;
+  uint64_t seed = 0;   ///< used when `has_seed`
+  std::vector<int64_t> stop_token_ids;
+  bool prompt_logprobs = false;
+  int64_t num_samples = 1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sample_request& x) {
+  return f(caf::meta::type_name("sample_request"), x.prompt, x.max_tokens, x.temperature,
+           x.top_k, x.top_p, x.has_seed, x.seed, x.stop_token_ids, x.prompt_logprobs,
+           x.num_samples);
+}
+
+inline bool operator==(const sample_request& a, const sample_request& b) {
+  return a.prompt == b.prompt && a.max_tokens == b.max_tokens && a.temperature == b.temperature
+         && a.top_k == b.top_k && a.top_p == b.top_p && a.has_seed == b.has_seed
+         && a.seed == b.seed && a.stop_token_ids == b.stop_token_ids
+         && a.prompt_logprobs == b.prompt_logprobs && a.num_samples == b.num_samples;
+}
+
+/// What one generated row produced: tokens, their log-probabilities, "stop" or "length", and
+/// the prompt's log-probabilities when asked (n-1 entries for n prompt tokens).
+struct sample_output {
+  std::vector<int64_t> tokens;
+  std::vector<double> logprobs;
+  std::string stop_reason;
+  std::vector<double> prompt_logprobs;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sample_output& x) {
+  return f(caf::meta::type_name("sample_output"), x.tokens, x.logprobs, x.stop_reason,
+           x.prompt_logprobs);
+}
+
+inline bool operator==(const sample_output& a, const sample_output& b) {
+  return a.tokens == b.tokens && a.logprobs == b.logprobs && a.stop_reason == b.stop_reason
+         && a.prompt_logprobs == b.prompt_logprobs;
+}
+
 } // namespace rlforge

@@ -12,7 +12,8 @@ const char* const message_type_names[] = {
   "std::vector<caf::message>", "std::vector<uint8_t>",
   "rlforge::batch_payload",   "rlforge::loss_request",     "rlforge::batch_result",
   "rlforge::optim_request",   "rlforge::optim_result",     "rlforge::model_spec",
-  "rlforge::algorithm_config",
+  "rlforge::algorithm_config", "rlforge::tensor_map",     "rlforge::sample_request",
+  "rlforge::sample_output",
 };
 
 namespace {

@@ -101,6 +101,16 @@ model_spec sample(model_spec*) {
 algorithm_config sample(algorithm_config*) {
   return {4, 0.7, 64, true, "k2", 0.01, true, 0.02};
 }
+tensor_map sample(tensor_map*) {
+  return {{"lm_head.weight", sample(static_cast<tensor_blob*>(nullptr))},
+          {"norm.weight", tensor_blob{dtype::f32, {2}, std::string(8, '\x02')}}};
+}
+sample_request sample(sample_request*) {
+  return {{5, 9, 2}, 12, 0.7, 40, 0.9, true, 1234567890123ULL, {0, 3}, true, 4};
+}
+sample_output sample(sample_output*) {
+  return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}};
+}
 
 bool equal(const std::vector<caf::message>& a, const std::vector<caf::message>& b) {
   if (a.size() != b.size())

@@ -1,0 +1,48 @@
+#pragma once
+
+namespace rlforge::actors {
+
+/// Registers the inference-engine kind `engine` (idempotent). Spawn it as an actor group
+/// (actor_group.hpp) with `collectives = false`; each rank is a detached actor owning one copy
+/// of the model and sampling from it with `backends::generate`.
+///
+/// Ops (arguments → result; wire types in runtime/messages.hpp):
+///  - `init_model` (model_spec) → int64 number of parameters. Builds the model from exactly one
+///    of hf_dir, preset and config_json (random weights from the seed; `lora_rank` must be 0:
+///    an engine serves merged weights). Resets the weight version to 0, wakes the engine and
+///    leaves the pause state unchanged.
+///  - `generate` (std::vector<sample_request>) → std::vector<sample_output>. All rows run as
+///    one batch. A request with `num_samples` = n becomes n consecutive output rows; with a seed
+///    s, row j draws from seed s + j (so row 0 equals a plain request with seed s). Outputs are
+///    in request order. Refused before any work, naming the request index and the bad value:
+///    an empty list, an empty prompt, a prompt that fills the model's context, a token id outside
+///    the vocabulary, max_tokens <= 0, num_samples < 1, invalid sampling parameters. On a
+///    sleeping engine: "engine is asleep (weights); call wake_up" (or `(kv_cache)`).
+///    While paused the call is queued and answered after `resume`, in arrival order.
+///  - `sleep` (std::vector<std::string> tags) → (): `weights` moves every parameter's storage
+///    out of the model into host buffers kept by the engine (the model's tensors become empty,
+///    so `memory` reports ~0 resident bytes); `kv_cache` releases the key/value cache memory
+///    (the cache lives only during a `generate` call, so this only blocks generation until
+///    woken). An empty list means both tags. Sleeping an asleep tag is a no-op.
+///  - `wake_up` (std::vector<std::string> tags) → (): puts the saved storage back (the values
+///    are bit-identical to those before `sleep`); an empty list means both tags. Unknown tags
+///    are refused by both ops, naming the tag.
+///  - `memory` → (int64 resident_bytes, int64 host_bytes): bytes of parameter storage the model
+///    holds (distinct storages counted once) and bytes held off-device by a sleeping engine.
+///  - `pause` → (): from now on `generate` calls are queued, not run. Other ops keep working.
+///  - `resume` → int64 number of queued calls answered: runs the queued calls in arrival order
+///    (with the weights in place at resume time) and answers each, then answers `resume`.
+///  - `weight_version` → int64: 0 after `init_model`, then the version of the last accepted
+///    `set_weights`.
+///  - `set_weights` (tensor_map weights, int64 version) → (): the map must hold exactly the
+///    model's parameter names with the same shapes and dtypes, and the version must be >= 0; a
+///    refused transfer (naming the bad name, shape, dtype or version) changes neither the
+///    weights nor the version. Refused while the weights sleep.
+///  - `get_weights` → tensor_map: copies of the model's parameters under their names (the
+///    payload `set_weights` takes). Refused while the weights sleep.
+///
+/// Every op before `init_model` (except the built-ins) is refused with an error saying so.
+/// A failing op leaves the engine as it was; the engine stays usable.
+void register_engine_kind();
+
+} // namespace rlforge::actors
