@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -333,6 +336,57 @@ TEST_F(Engines, PausedEngineQueuesGenerateAndRunsItAtResume) {
   expect_same(out2, local_generate(*other, second));
   // Not paused any more: generate answers at once.
   expect_same(generate(second), local_generate(*other, second));
+}
+
+TEST_F(Engines, QueuedCallsAreAnsweredInArrivalOrder) {
+  auto ranks = group_.rank_handles();
+  ASSERT_TRUE(ranks) << sys_->render(ranks.error());
+  auto rank = ranks->at(0);
+  ASSERT_TRUE(call("pause", caf::message{}));
+  // Three calls from one event-based actor; each reply records its index when it arrives.
+  auto mutex = std::make_shared<std::mutex>();
+  auto order = std::make_shared<std::vector<int>>();
+  auto errors = std::make_shared<int>(0);
+  caf::scoped_actor self{*sys_};
+  caf::actor notify = caf::actor_cast<caf::actor>(self);
+  sys_->spawn([=](caf::event_based_actor* a) {
+    for (int i = 0; i < 3; ++i) {
+      std::vector<sample_request> r{request({int64_t{30} + i, 31}, 3 + i, 1.0, 90 + i)};
+      a->request(rank, 60s, call_atom::value, std::string{"generate"}, caf::make_message(r))
+        .then(
+          [=](op_result& res) {
+            std::lock_guard<std::mutex> lock{*mutex};
+            auto out = res.value.get_as<std::vector<sample_output>>(0);
+            EXPECT_EQ(out.at(0).tokens.size(), static_cast<size_t>(3 + i));
+            order->push_back(i);
+          },
+          [=](caf::error&) {
+            std::lock_guard<std::mutex> lock{*mutex};
+            ++*errors;
+          });
+    }
+    a->send(notify, int32_t{3});
+  });
+  self->receive([](int32_t) {}, caf::after(std::chrono::seconds(30)) >> [] {
+    ADD_FAILURE() << "the requester did not start";
+  });
+  EXPECT_EQ(value<int64_t>("weight_version"), 0); // the rank has taken all three calls by now
+  {
+    std::lock_guard<std::mutex> lock{*mutex};
+    EXPECT_TRUE(order->empty());
+  }
+  EXPECT_EQ(value<int64_t>("resume"), 3);
+  for (int spin = 0; spin < 3000; ++spin) {
+    {
+      std::lock_guard<std::mutex> lock{*mutex};
+      if (order->size() + *errors == 3)
+        break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard<std::mutex> lock{*mutex};
+  EXPECT_EQ(*errors, 0);
+  EXPECT_EQ(*order, (std::vector<int>{0, 1, 2}));
 }
 
 TEST_F(Engines, QueuedGenerateFailuresAreAnsweredAtResume) {
