@@ -18,7 +18,9 @@ namespace rlforge::actors {
 ///    an empty list, an empty prompt, a prompt that fills the model's context, a token id outside
 ///    the vocabulary, max_tokens <= 0, num_samples < 1, invalid sampling parameters. On a
 ///    sleeping engine: "engine is asleep (weights); call wake_up" (or `(kv_cache)`).
-///    While paused the call is queued and answered after `resume`, in arrival order.
+///    While paused the call is queued and answered after `resume`, in arrival order (through
+///    the rank's deferred replies, `rank_context::defer_reply`); the caller's own deadline
+///    still applies, so a caller that times out before `resume` sees a timeout.
 ///  - `sleep` (std::vector<std::string> tags) → (): `weights` moves every parameter's storage
 ///    out of the model into host buffers kept by the engine (the model's tensors become empty,
 ///    so `memory` reports ~0 resident bytes); `kv_cache` releases the key/value cache memory
