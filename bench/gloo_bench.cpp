@@ -12,6 +12,7 @@
 
 #include "backends/collective_group.hpp"
 #include "backends/error.hpp"
+#include "bench_util.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -30,7 +31,11 @@ extern char** environ;
 namespace {
 
 using namespace rlforge::backends;
-using clock_type = std::chrono::steady_clock;
+using rlforge::bench::clock_type;
+using rlforge::bench::gbps;
+using rlforge::bench::median;
+using rlforge::bench::parse_long;
+using rlforge::bench::seconds_since;
 
 constexpr std::chrono::milliseconds group_timeout{20000};
 constexpr int64_t bucketed_pieces = 64;
@@ -45,15 +50,6 @@ struct settings {
   int rank = 0;
   int port = 0;
 };
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct rank_times {
   std::vector<double> broadcast;
@@ -129,15 +125,15 @@ double memcpy_gbps(std::size_t bytes, int reps) {
   }
   if (b[bytes / 2] != 1)
     std::fprintf(stderr, "memcpy baseline copied the wrong bytes\n");
-  return double(bytes) / median(times) / 1e9;
+  return gbps(double(bytes), times);
 }
 
 void report(const char* name, const std::string& size, const char* how,
             const std::vector<double>& times, double bytes, double memcpy) {
-  auto gbps = bytes / median(times) / 1e9;
+  auto algbw = gbps(bytes, times);
   std::printf("%-28s %-9s 2 ranks, %-9s: %6.2f GB/s (median of %zu) | memcpy %.1f GB/s | "
               "ratio %.2f\n",
-              name, size.c_str(), how, gbps, times.size(), memcpy, gbps / memcpy);
+              name, size.c_str(), how, algbw, times.size(), memcpy, algbw / memcpy);
 }
 
 void print_results(const rank_times& r, const settings& s, const char* how, double memcpy) {
@@ -158,26 +154,10 @@ int run_threads(const settings& s, double memcpy) {
   auto client = make_tcp_store("127.0.0.1", server.port(), false, 2, group_timeout);
   rank_times r0;
   rank_times r1;
-  std::string error1;
-  std::thread peer([&] {
-    try {
-      r1 = run_rank(client, 1, s);
-    } catch (const std::exception& e) {
-      error1 = e.what();
-    }
-  });
-  try {
-    r0 = run_rank(server, 0, s);
-  } catch (const std::exception& e) {
-    peer.join();
-    std::fprintf(stderr, "gloo_bench: rank 0: %s\n", e.what());
+  if (!rlforge::bench::run_with_peer_thread(
+          "gloo_bench", "rank 0", [&] { r0 = run_rank(server, 0, s); }, "rank 1",
+          [&] { r1 = run_rank(client, 1, s); }))
     return 1;
-  }
-  peer.join();
-  if (!error1.empty()) {
-    std::fprintf(stderr, "gloo_bench: rank 1: %s\n", error1.c_str());
-    return 1;
-  }
   print_results(r0, s, "threads", memcpy);
   return r0.correct && r1.correct ? 0 : 1;
 }
@@ -229,22 +209,10 @@ int run_worker(const settings& s) {
   }
 }
 
-bool parse_int(const char* text, long lo, long hi, long& out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
-    return false;
-  out = v;
-  return true;
-}
-
 int usage(const std::string& why) {
-  std::fprintf(stderr,
-               "gloo_bench: %s\nusage: gloo_bench [--mb 1..1024] [--iters 1..100] "
-               "[--warmup 0..20] [--mode threads|processes|both]\n",
-               why.c_str());
-  return 2;
+  return rlforge::bench::usage_error(
+      "gloo_bench", why,
+      "[--mb 1..1024] [--iters 1..100] [--warmup 0..20] [--mode threads|processes|both]");
 }
 
 } // namespace
@@ -266,23 +234,23 @@ int main(int argc, char** argv) {
       if (s.mode != "threads" && s.mode != "processes" && s.mode != "both")
         return usage("--mode must be threads, processes or both, got '" + s.mode + "'");
     } else if (flag == "--mb") {
-      if (!parse_int(value, 1, 1024, v))
+      if (!parse_long(value, 1, 1024, v))
         return usage("--mb must be in [1, 1024], got '" + std::string(value) + "'");
       s.mb = v;
     } else if (flag == "--iters") {
-      if (!parse_int(value, 1, 100, v))
+      if (!parse_long(value, 1, 100, v))
         return usage("--iters must be in [1, 100], got '" + std::string(value) + "'");
       s.iters = int(v);
     } else if (flag == "--warmup") {
-      if (!parse_int(value, 0, 20, v))
+      if (!parse_long(value, 0, 20, v))
         return usage("--warmup must be in [0, 20], got '" + std::string(value) + "'");
       s.warmup = int(v);
     } else if (flag == "--rank") {
-      if (!parse_int(value, 0, 1, v))
+      if (!parse_long(value, 0, 1, v))
         return usage("--rank must be 0 or 1, got '" + std::string(value) + "'");
       s.rank = int(v);
     } else if (flag == "--port") {
-      if (!parse_int(value, 1, 65535, v))
+      if (!parse_long(value, 1, 65535, v))
         return usage("--port must be in [1, 65535], got '" + std::string(value) + "'");
       s.port = int(v);
     } else {

@@ -27,6 +27,7 @@
 #include "backends/weights/in_process_transport.hpp"
 #include "backends/weights/shm_transport.hpp"
 #include "backends/weights/weight_transport.hpp"
+#include "bench_util.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -43,7 +44,11 @@
 namespace {
 
 namespace be = rlforge::backends;
-using clock_type = std::chrono::steady_clock;
+using rlforge::bench::clock_type;
+using rlforge::bench::gbps;
+using rlforge::bench::median;
+using rlforge::bench::parse_long;
+using rlforge::bench::seconds_since;
 
 constexpr std::chrono::milliseconds peer_timeout{60000};
 
@@ -113,15 +118,6 @@ be::named_tensors in_order_of(const be::named_tensors& order, const be::named_te
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double seconds_since(clock_type::time_point start) {
-  return std::chrono::duration<double>(clock_type::now() - start).count();
-}
-
 // The memcpy peer: every source tensor into a same-sized, already touched destination.
 struct memcpy_peer {
   explicit memcpy_peer(const be::named_tensors& src) : src_(src) {
@@ -165,11 +161,11 @@ series time_sends(const settings& s, memcpy_peer& peer,
 }
 
 void report(const char* name, const series& r, double bytes, const char* goal, double goal_ratio) {
-  auto gbps = bytes / median(r.transfer) / 1e9;
-  auto mgbps = bytes / median(r.memcpy) / 1e9;
-  auto ratio = gbps / mgbps;
+  auto tgbps = gbps(bytes, r.transfer);
+  auto mgbps = gbps(bytes, r.memcpy);
+  auto ratio = tgbps / mgbps;
   std::printf("%-30s %6.2f GB/s (median %.1f ms of %zu) | memcpy %5.2f GB/s | ratio %.2f | %s",
-              name, gbps, median(r.transfer) * 1e3, r.transfer.size(), mgbps, ratio, goal);
+              name, tgbps, median(r.transfer) * 1e3, r.transfer.size(), mgbps, ratio, goal);
   if (goal_ratio > 0)
     std::printf(": %s", ratio >= goal_ratio ? "met" : "missed");
   std::printf("\n");
@@ -183,28 +179,16 @@ int run_in_process(const settings& s, const be::named_tensors& w, memcpy_peer& p
   auto ch = std::make_shared<be::in_process_channel>(o);
   be::in_process_sender sender(ch);
   be::in_process_receiver receiver(ch);
-  std::string receiver_error;
-  std::thread engine([&] {
-    try {
-      for (long i = 0; i < s.warmup + s.iters; ++i)
-        receiver.receive(targets);
-    } catch (const std::exception& e) {
-      receiver_error = e.what();
-    }
-  });
   series r;
-  try {
-    r = time_sends(s, peer, [&](std::uint64_t v) { sender.send(w, v); });
-  } catch (const std::exception& e) {
-    engine.join();
-    std::fprintf(stderr, "weight_sync_bench: in_process sender: %s\n", e.what());
+  if (!rlforge::bench::run_with_peer_thread(
+          "weight_sync_bench", "in_process sender",
+          [&] { r = time_sends(s, peer, [&](std::uint64_t v) { sender.send(w, v); }); },
+          "in_process receiver",
+          [&] {
+            for (long i = 0; i < s.warmup + s.iters; ++i)
+              receiver.receive(targets);
+          }))
     return 1;
-  }
-  engine.join();
-  if (!receiver_error.empty()) {
-    std::fprintf(stderr, "weight_sync_bench: in_process receiver: %s\n", receiver_error.c_str());
-    return 1;
-  }
   report("in_process (2 threads)", r, double(payload_bytes(w)), "goal >= 0.8", 0.8);
   if (!same_bits(w, in_order_of(w, targets))) {
     std::printf("ERROR: in_process: the engine's weights differ from the trainer's\n");
@@ -275,32 +259,22 @@ int run_gloo(const settings& s, const be::named_tensors& w, memcpy_peer& peer,
   auto client = be::make_tcp_store("127.0.0.1", server.port(), false, 2, peer_timeout);
   be::transport_options o;
   o.bucket_bytes = static_cast<std::uint64_t>(s.bucket_mb) << 20;
-  std::string receiver_error;
-  std::thread engine([&] {
-    try {
-      auto g = be::collective_group::create(client, 1, 2, co);
-      be::gloo_receiver receiver(*g, o);
-      for (long i = 0; i < s.warmup + s.iters; ++i)
-        receiver.receive(targets);
-    } catch (const std::exception& e) {
-      receiver_error = e.what();
-    }
-  });
   series r;
-  try {
-    auto g = be::collective_group::create(server, 0, 2, co);
-    be::gloo_sender sender(*g, o);
-    r = time_sends(s, peer, [&](std::uint64_t v) { sender.send(w, v); });
-  } catch (const std::exception& e) {
-    engine.join();
-    std::fprintf(stderr, "weight_sync_bench: gloo sender: %s\n", e.what());
+  if (!rlforge::bench::run_with_peer_thread(
+          "weight_sync_bench", "gloo sender",
+          [&] {
+            auto g = be::collective_group::create(server, 0, 2, co);
+            be::gloo_sender sender(*g, o);
+            r = time_sends(s, peer, [&](std::uint64_t v) { sender.send(w, v); });
+          },
+          "gloo receiver",
+          [&] {
+            auto g = be::collective_group::create(client, 1, 2, co);
+            be::gloo_receiver receiver(*g, o);
+            for (long i = 0; i < s.warmup + s.iters; ++i)
+              receiver.receive(targets);
+          }))
     return 1;
-  }
-  engine.join();
-  if (!receiver_error.empty()) {
-    std::fprintf(stderr, "weight_sync_bench: gloo receiver: %s\n", receiver_error.c_str());
-    return 1;
-  }
   report("gloo (2 ranks, TCP loopback)", r, double(payload_bytes(w)), "measured, no goal", 0);
   if (!same_bits(w, in_order_of(w, targets))) {
     std::printf("ERROR: gloo: the engine's weights differ from the trainer's\n");
@@ -309,22 +283,10 @@ int run_gloo(const settings& s, const be::named_tensors& w, memcpy_peer& peer,
   return 0;
 }
 
-bool parse_long(const char* text, long lo, long hi, long& out) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi)
-    return false;
-  out = v;
-  return true;
-}
-
 int usage(const std::string& why) {
-  std::fprintf(stderr,
-               "weight_sync_bench: %s\nusage: weight_sync_bench [--layers 1..48] [--iters 5..50] "
-               "[--warmup 0..10] [--bucket-mb 1..4096] [--only in_process|shm|gloo]\n",
-               why.c_str());
-  return 2;
+  return rlforge::bench::usage_error("weight_sync_bench", why,
+                                     "[--layers 1..48] [--iters 5..50] [--warmup 0..10] "
+                                     "[--bucket-mb 1..4096] [--only in_process|shm|gloo]");
 }
 
 } // namespace

@@ -29,6 +29,8 @@
 #include "backends/train/training_batch.hpp"
 #include "runtime/system_config.hpp"
 
+#include "../common/driver.hpp"
+
 using namespace rlforge;
 using namespace rlforge::actors;
 using namespace std::chrono_literals;
@@ -41,90 +43,11 @@ constexpr int64_t sep_id = 11;
 constexpr int64_t bos_id = 12;
 constexpr int64_t eos_id = 13;
 
-struct options {
-  int steps = 80;
-  int batch = 32;
-  int ranks = 2;
-  double lr = 3e-3;
-  uint64_t seed = 1;
-  std::string metrics = "sft_metrics.jsonl";
-  bool quiet = false;
-};
-
-bool parse(int argc, char** argv, options& o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "sft_example: %s needs a value\n", a.c_str());
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    auto positive = [&](int& out) {
-      auto v = value();
-      if (!v)
-        return false;
-      out = std::atoi(v);
-      if (out < 1) {
-        std::fprintf(stderr, "sft_example: %s must be >= 1, got '%s'\n", a.c_str(), v);
-        return false;
-      }
-      return true;
-    };
-    if (a == "--steps") {
-      if (!positive(o.steps))
-        return false;
-    } else if (a == "--batch") {
-      if (!positive(o.batch))
-        return false;
-    } else if (a == "--ranks") {
-      if (!positive(o.ranks))
-        return false;
-    } else if (a == "--lr") {
-      auto v = value();
-      if (!v)
-        return false;
-      o.lr = std::atof(v);
-      if (!(o.lr > 0) || !std::isfinite(o.lr)) {
-        std::fprintf(stderr, "sft_example: --lr must be > 0, got '%s'\n", v);
-        return false;
-      }
-    } else if (a == "--seed") {
-      auto v = value();
-      if (!v)
-        return false;
-      o.seed = std::strtoull(v, nullptr, 10);
-    } else if (a == "--metrics") {
-      auto v = value();
-      if (!v)
-        return false;
-      o.metrics = v;
-    } else if (a == "--quiet") {
-      o.quiet = true;
-    } else {
-      std::fprintf(stderr, "sft_example: unknown argument '%s'\n", a.c_str());
-      return false;
-    }
-  }
-  return true;
-}
-
 /// A 2-layer Llama with a 16-token vocabulary: big enough to learn the task in a few dozen steps.
 std::string model_config_json() {
-  nlohmann::json c{{"architectures", {"LlamaForCausalLM"}},
-                   {"model_type", "llama"},
-                   {"vocab_size", 16},
-                   {"hidden_size", 64},
-                   {"intermediate_size", 128},
-                   {"num_hidden_layers", 2},
-                   {"num_attention_heads", 4},
-                   {"num_key_value_heads", 2},
-                   {"max_position_embeddings", 64},
-                   {"rms_norm_eps", 1e-6},
-                   {"tie_word_embeddings", false},
-                   {"bos_token_id", bos_id},
-                   {"eos_token_id", eos_id}};
+  auto c = examples::llama_config(16);
+  c["bos_token_id"] = bos_id;
+  c["eos_token_id"] = eos_id;
   return c.dump();
 }
 
@@ -159,60 +82,39 @@ void progress(int step, int steps, double loss, double tokens_per_s) {
   std::fflush(stdout);
 }
 
-template <class T>
-T or_die(caf::actor_system& sys, caf::expected<T> x, const char* what) {
-  if (!x) {
-    std::fprintf(stderr, "\nsft_example: %s failed: %s\n", what, sys.render(x.error()).c_str());
-    std::exit(1);
-  }
-  return std::move(*x);
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
-  options opt;
-  if (!parse(argc, argv, opt)) {
-    std::fprintf(stderr, "usage: sft_example [--steps N] [--batch B] [--ranks R] [--lr X] "
-                         "[--seed S] [--metrics FILE] [--quiet]\n");
+  examples::driver_options opt;
+  opt.count = 80;
+  opt.lr = 3e-3;
+  opt.metrics = "sft_metrics.jsonl";
+  if (!examples::parse_options(argc, argv, "sft_example", "--steps", opt))
     return 2;
-  }
-  std::ofstream metrics(opt.metrics, std::ios::app);
-  if (!metrics) {
-    std::fprintf(stderr, "sft_example: cannot open metrics file '%s'\n", opt.metrics.c_str());
+  const int steps = opt.count;
+  std::ofstream metrics;
+  if (!examples::open_metrics(metrics, opt.metrics, "sft_example"))
     return 2;
-  }
   runtime::system_config cfg;
-  cfg.gpus = opt.ranks; // virtual GPUs: one per rank
-  if (auto err = cfg.parse_args({})) {
-    std::fprintf(stderr, "sft_example: %s\n", caf::to_string(err).c_str());
+  if (!examples::configure(cfg, opt.ranks, "sft_example")) // virtual GPUs: one per rank
     return 2;
-  }
   register_worker_kinds();
   caf::actor_system sys{cfg};
+  examples::fatal_errors or_die{"sft_example", sys};
 
   auto manager = spawn_placement_manager(sys, {local_node(cfg)}, 30s);
   placement_client pgs{sys, manager};
-  std::vector<resource_amounts> bundles(static_cast<size_t>(opt.ranks),
-                                        resource_amounts{{"GPU", 1}, {"CPU", 1}});
-  auto pg = or_die(sys, pgs.create({"sft", bundles, "pack", 30}), "placement group");
-  group_spec spec;
-  spec.name = "policy";
-  spec.kind = "policy";
-  spec.placement = pg;
-  spec.threads_per_rank = 1;
-  spec.placement_manager = manager;
-  auto group = or_die(sys, actor_group::spawn(sys, spec), "spawn policy group");
+  auto group = examples::spawn_group(or_die, pgs, manager, "sft", "policy", opt.ranks,
+                                     {{"GPU", 1}, {"CPU", 1}}, "spawn policy group");
 
   trainer_client client{sys, spawn_dispatcher(sys), 120s};
-  or_die(sys, client.register_group("policy", group), "register");
+  or_die(client.register_group("policy", group), "register");
   model_spec model;
   model.config_json = model_config_json();
   model.seed = opt.seed;
-  auto params = or_die(sys, client.init_model("policy", model), "init_model");
+  auto params = or_die(client.init_model("policy", model), "init_model");
   std::printf("sft: %lld parameters, %d DP ranks, batch %d, %d steps; metrics -> %s\n",
-              static_cast<long long>(params), opt.ranks, opt.batch, opt.steps,
-              opt.metrics.c_str());
+              static_cast<long long>(params), opt.ranks, opt.batch, steps, opt.metrics.c_str());
 
   std::mt19937_64 rng(opt.seed);
   be::adam_params adam;
@@ -220,13 +122,13 @@ int main(int argc, char** argv) {
   adam.grad_clip_norm = 1.0;
   std::vector<double> losses;
   double tokens_total = 0, seconds_total = 0;
-  for (int step = 0; step < opt.steps; ++step) {
+  for (int step = 0; step < steps; ++step) {
     int64_t tokens = 0;
     auto batch = make_batch(rng, opt.batch, tokens);
     auto t0 = std::chrono::steady_clock::now();
-    auto out = or_die(sys, client.forward_backward("policy", batch, "cross_entropy"),
-                      "forward_backward");
-    auto res = or_die(sys, client.optim_step("policy", adam), "optim_step");
+    auto out =
+        or_die(client.forward_backward("policy", batch, "cross_entropy"), "forward_backward");
+    auto res = or_die(client.optim_step("policy", adam), "optim_step");
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     tokens_total += static_cast<double>(tokens);
     seconds_total += secs;
@@ -246,21 +148,15 @@ int main(int argc, char** argv) {
                  .dump()
             << "\n";
     if (!opt.quiet)
-      progress(step + 1, opt.steps, loss, tps);
+      progress(step + 1, steps, loss, tps);
   }
   std::printf("\n");
   metrics.flush();
   group.stop();
-  caf::anon_send_exit(client.dispatcher(), caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
+  examples::shutdown(client, manager);
 
   // First and last loss, each averaged over a few steps (single batches are noisy).
-  size_t k = std::min<size_t>(3, losses.size());
-  double first = 0, last = 0;
-  for (size_t i = 0; i < k; ++i) {
-    first += losses[i] / static_cast<double>(k);
-    last += losses[losses.size() - 1 - i] / static_cast<double>(k);
-  }
+  auto [first, last] = examples::first_last_means(losses, 3);
   std::printf("sft: loss/token %.4f -> %.4f (%.1f%%), %.0f tokens/s overall\n", first, last,
               100.0 * last / first, tokens_total / seconds_total);
   if (!(last <= 0.5 * first)) {

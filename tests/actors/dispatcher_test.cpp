@@ -27,6 +27,7 @@
 #include "backends/train/training_batch.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -36,14 +37,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-placement_group_info virtual_pg(int bundles) {
-  placement_group_info pg;
-  pg.name = "pg";
-  pg.strategy = "pack";
-  for (int i = 0; i < bundles; ++i)
-    pg.bundles.push_back({static_cast<uint32_t>(i), "node0", {i}, {{"GPU", 1.0}, {"CPU", 1.0}}});
-  return pg;
-}
+using test::max_abs_diff;
 
 /// A batch with PPO inputs; old log-probs near the tiny model's (r ≈ 1, away from the clip
 /// edges) and advantages of both signs.
@@ -79,23 +73,8 @@ model_spec tiny_spec(uint64_t seed) {
   return s;
 }
 
-class temp_dir {
-public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path()
-            / ("rlforge_dispatch_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-
-private:
-  fs::path path_;
+struct temp_dir : test::temp_dir {
+  temp_dir() : test::temp_dir("dispatch") {}
 };
 
 void register_sleeper_kind() {
@@ -109,36 +88,18 @@ void register_sleeper_kind() {
   register_kind(std::move(k));
 }
 
-class Dispatcher : public ::testing::Test {
+class Dispatcher : public test::actor_fixture {
 protected:
-  void SetUp() override {
+  void register_kinds() override {
     register_worker_kinds();
     register_sleeper_kind();
-    ASSERT_FALSE(cfg_.parse_args({}));
-    sys_ = std::make_unique<caf::actor_system>(cfg_);
-    dispatcher_ = spawn_dispatcher(*sys_);
-    client_ = std::make_unique<trainer_client>(*sys_, dispatcher_, 60s);
-  }
-  void TearDown() override {
-    for (auto& g : groups_)
-      g.stop();
-    caf::anon_send_exit(dispatcher_, caf::exit_reason::user_shutdown);
-    client_.reset();
-    sys_.reset();
   }
 
   actor_group spawn(const std::string& name, const std::string& kind, int ranks) {
-    group_spec s;
-    s.name = name;
-    s.kind = kind;
-    s.placement = virtual_pg(ranks);
-    s.threads_per_rank = 1;
-    s.init_timeout = 20s;
-    auto g = actor_group::spawn(*sys_, s);
+    auto g = spawn_group(name, kind, ranks);
     EXPECT_TRUE(g) << sys_->render(g.error());
     if (!g)
       throw std::runtime_error("spawn failed");
-    groups_.push_back(*g);
     return *g;
   }
 
@@ -153,13 +114,7 @@ protected:
     return g;
   }
 
-  template <class T>
-  T ok(caf::expected<T> x) {
-    EXPECT_TRUE(x) << sys_->render(x.error());
-    if (!x)
-      throw std::runtime_error("call failed");
-    return std::move(*x);
-  }
+  using actor_fixture::ok;
 
   void ok(caf::expected<void> x) {
     EXPECT_TRUE(x) << sys_->render(x.error());
@@ -173,17 +128,7 @@ protected:
     ok(client_->save_hf_model(role, path));
     return be::causal_lm::load(path)->state_dict();
   }
-
-  runtime::system_config cfg_;
-  std::unique_ptr<caf::actor_system> sys_;
-  caf::actor dispatcher_;
-  std::unique_ptr<trainer_client> client_;
-  std::vector<actor_group> groups_;
 };
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
 
 /// See worker_test.cpp: eps = 1 makes AdamW's first update lr·g/(|g|+1), so weight
 /// differences measure gradient differences instead of amplifying rounding near zero.

@@ -26,6 +26,7 @@
 #include "backends/train/training_batch.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -35,14 +36,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-placement_group_info virtual_pg(int bundles) {
-  placement_group_info pg;
-  pg.name = "pg";
-  pg.strategy = "pack";
-  for (int i = 0; i < bundles; ++i)
-    pg.bundles.push_back({static_cast<uint32_t>(i), "node0", {i}, {{"GPU", 1.0}, {"CPU", 1.0}}});
-  return pg;
-}
+using test::max_abs_diff;
+using test::virtual_pg;
 
 /// Rows of a small synthetic batch: prompt i has 3 + i % 3 tokens, response i has 2 + i % 4.
 be::training_batch make_batch(int64_t rows, uint64_t seed, bool rl_inputs) {
@@ -79,53 +74,17 @@ model_spec tiny_spec(uint64_t seed) {
   return s;
 }
 
-class temp_dir {
-public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path()
-            / ("rlforge_worker_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-
-private:
-  fs::path path_;
+struct temp_dir : test::temp_dir {
+  temp_dir() : test::temp_dir("worker") {}
 };
 
-class Workers : public ::testing::Test {
+class Workers : public test::actor_fixture {
 protected:
-  void SetUp() override {
-    register_worker_kinds();
-    ASSERT_FALSE(cfg_.parse_args({}));
-    sys_ = std::make_unique<caf::actor_system>(cfg_);
-    client_ = std::make_unique<trainer_client>(*sys_, spawn_dispatcher(*sys_), 60s);
-  }
-  void TearDown() override {
-    for (auto& g : groups_)
-      g.stop();
-    caf::anon_send_exit(client_->dispatcher(), caf::exit_reason::user_shutdown);
-    client_.reset();
-    sys_.reset();
-  }
-
   /// Spawns a group of `kind` under `role`, initialises its model and registers it.
   void add_role(const std::string& role, const std::string& kind, int ranks,
                 const model_spec& spec) {
-    group_spec s;
-    s.name = role;
-    s.kind = kind;
-    s.placement = virtual_pg(ranks);
-    s.threads_per_rank = 1;
-    s.init_timeout = 20s;
-    auto g = actor_group::spawn(*sys_, s);
+    auto g = spawn_group(role, kind, ranks);
     ASSERT_TRUE(g) << sys_->render(g.error());
-    groups_.push_back(*g);
     auto n = client_->register_group(role, *g);
     ASSERT_TRUE(n) << sys_->render(n.error());
     ASSERT_EQ(*n, ranks);
@@ -133,13 +92,7 @@ protected:
     ASSERT_TRUE(params) << sys_->render(params.error());
   }
 
-  template <class T>
-  T ok(caf::expected<T> x) {
-    EXPECT_TRUE(x) << sys_->render(x.error());
-    if (!x)
-      throw std::runtime_error("call failed");
-    return std::move(*x);
-  }
+  using actor_fixture::ok;
 
   void ok(caf::expected<void> x) { EXPECT_TRUE(x) << sys_->render(x.error()); }
 
@@ -152,16 +105,7 @@ protected:
     for (auto& f : fragments)
       EXPECT_NE(text.find(f), std::string::npos) << "'" << f << "' not in: " << text;
   }
-
-  runtime::system_config cfg_;
-  std::unique_ptr<caf::actor_system> sys_;
-  std::unique_ptr<trainer_client> client_;
-  std::vector<actor_group> groups_;
 };
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
 
 /// The reference computation: the same model built directly with the backends.
 std::unique_ptr<be::causal_lm> local_model(uint64_t seed, bool value_head) {

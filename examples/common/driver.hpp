@@ -1,0 +1,206 @@
+#pragma once
+// Driver plumbing shared by the examples (sft, ppo): command-line options, the JSONL metrics
+// file, the actor-system configuration, the model config, fatal-error handling, spawning a worker
+// group in its own placement group, shutdown and the first/last averages the examples check.
+// Header-only so each example stays a single translation unit.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/actor_group.hpp"
+#include "actors/placement_manager.hpp"
+#include "actors/trainer_client.hpp"
+#include "runtime/system_config.hpp"
+
+namespace rlforge::examples {
+
+/// The options every example takes; `count` is the loop length (`--steps`, `--iterations`).
+struct driver_options {
+  int count = 0;
+  int batch = 32;
+  int ranks = 2;
+  double lr = 0;
+  uint64_t seed = 1;
+  std::string metrics;
+  bool quiet = false;
+};
+
+namespace detail {
+
+inline bool parse_flags(int argc, char** argv, const char* prog, const std::string& count_flag,
+                        driver_options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s needs a value\n", prog, a.c_str());
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    auto positive = [&](int& out) {
+      auto v = value();
+      if (!v)
+        return false;
+      out = std::atoi(v);
+      if (out < 1) {
+        std::fprintf(stderr, "%s: %s must be >= 1, got '%s'\n", prog, a.c_str(), v);
+        return false;
+      }
+      return true;
+    };
+    if (a == count_flag) {
+      if (!positive(o.count))
+        return false;
+    } else if (a == "--batch") {
+      if (!positive(o.batch))
+        return false;
+    } else if (a == "--ranks") {
+      if (!positive(o.ranks))
+        return false;
+    } else if (a == "--lr") {
+      auto v = value();
+      if (!v)
+        return false;
+      o.lr = std::atof(v);
+      if (!(o.lr > 0) || !std::isfinite(o.lr)) {
+        std::fprintf(stderr, "%s: --lr must be > 0, got '%s'\n", prog, v);
+        return false;
+      }
+    } else if (a == "--seed") {
+      auto v = value();
+      if (!v)
+        return false;
+      o.seed = std::strtoull(v, nullptr, 10);
+    } else if (a == "--metrics") {
+      auto v = value();
+      if (!v)
+        return false;
+      o.metrics = v;
+    } else if (a == "--quiet") {
+      o.quiet = true;
+    } else {
+      std::fprintf(stderr, "%s: unknown argument '%s'\n", prog, a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace detail
+
+/// Parses `count_flag N`, `--batch B`, `--ranks R`, `--lr X`, `--seed S`, `--metrics FILE` and
+/// `--quiet` into `o`; on a bad argument prints "<prog>: ..." and the usage line to stderr and
+/// returns false.
+inline bool parse_options(int argc, char** argv, const char* prog, const std::string& count_flag,
+                          driver_options& o) {
+  if (detail::parse_flags(argc, argv, prog, count_flag, o))
+    return true;
+  std::fprintf(stderr,
+               "usage: %s [%s N] [--batch B] [--ranks R] [--lr X] [--seed S] [--metrics FILE] "
+               "[--quiet]\n",
+               prog, count_flag.c_str());
+  return false;
+}
+
+/// Opens the JSONL metrics file for appending; prints "<prog>: cannot open ..." on failure.
+inline bool open_metrics(std::ofstream& out, const std::string& path, const char* prog) {
+  out.open(path, std::ios::app);
+  if (!out) {
+    std::fprintf(stderr, "%s: cannot open metrics file '%s'\n", prog, path.c_str());
+    return false;
+  }
+  return true;
+}
+
+/// Sets `gpus` virtual GPUs on `cfg` and applies the defaults; prints the error on failure.
+inline bool configure(runtime::system_config& cfg, int gpus, const char* prog) {
+  cfg.gpus = gpus;
+  if (auto err = cfg.parse_args({})) {
+    std::fprintf(stderr, "%s: %s\n", prog, caf::to_string(err).c_str());
+    return false;
+  }
+  return true;
+}
+
+/// The examples' model: a 2-layer Llama (hidden 64, 4 heads, 2 KV heads) with `vocab_size` tokens.
+inline nlohmann::json llama_config(int64_t vocab_size) {
+  return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                        {"model_type", "llama"},
+                        {"vocab_size", vocab_size},
+                        {"hidden_size", 64},
+                        {"intermediate_size", 128},
+                        {"num_hidden_layers", 2},
+                        {"num_attention_heads", 4},
+                        {"num_key_value_heads", 2},
+                        {"max_position_embeddings", 64},
+                        {"rms_norm_eps", 1e-6},
+                        {"tie_word_embeddings", false}};
+}
+
+/// Unwraps results, or prints "<prog>: <what> failed: <error>" and exits with status 1.
+struct fatal_errors {
+  const char* prog;
+  caf::actor_system& sys;
+
+  template <class T> T operator()(caf::expected<T> x, const char* what) const {
+    if (!x)
+      fail(x.error(), what);
+    return std::move(*x);
+  }
+
+  void operator()(caf::expected<void> x, const char* what) const {
+    if (!x)
+      fail(x.error(), what);
+  }
+
+  [[noreturn]] void fail(const caf::error& err, const char* what) const {
+    std::fprintf(stderr, "\n%s: %s failed: %s\n", prog, what, sys.render(err).c_str());
+    std::exit(1);
+  }
+};
+
+/// Creates placement group `pg_name` of `ranks` bundles of `bundle` and spawns a group named
+/// `role` of worker kind `role` in it (`what` names the spawn in a fatal error).
+inline actors::actor_group spawn_group(const fatal_errors& or_die, actors::placement_client& pgs,
+                                       const caf::actor& manager, const std::string& pg_name,
+                                       const std::string& role, int ranks,
+                                       const resource_amounts& bundle, const char* what) {
+  std::vector<resource_amounts> bundles(static_cast<size_t>(ranks), bundle);
+  auto pg = or_die(pgs.create({pg_name, bundles, "pack", 30}), "placement group");
+  actors::group_spec spec;
+  spec.name = role;
+  spec.kind = role;
+  spec.placement = pg;
+  spec.threads_per_rank = 1;
+  spec.placement_manager = manager;
+  return or_die(actors::actor_group::spawn(or_die.sys, spec), what);
+}
+
+/// Stops the dispatcher and the placement manager (stop the groups first).
+inline void shutdown(actors::trainer_client& client, const caf::actor& manager) {
+  caf::anon_send_exit(client.dispatcher(), caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
+}
+
+/// Means of the first and of the last min(k, size) values (single iterations are noisy).
+inline std::pair<double, double> first_last_means(const std::vector<double>& xs, size_t k) {
+  k = std::min<size_t>(k, xs.size());
+  double first = 0, last = 0;
+  for (size_t i = 0; i < k; ++i) {
+    first += xs[i] / static_cast<double>(k);
+    last += xs[xs.size() - 1 - i] / static_cast<double>(k);
+  }
+  return {first, last};
+}
+
+} // namespace rlforge::examples
