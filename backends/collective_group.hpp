@@ -107,8 +107,9 @@ public:
   /// Joins the group: rendezvous through `store`, then a barrier, each bounded by
   /// `opts.timeout`. Every rank in [0, world_size) must call it with the same `world_size` and
   /// `opts.group_name`; groups built on one store by the same ranks must be created in the
-  /// same order on each rank. A rank whose rendezvous failed leaves nothing behind and may call
-  /// `create` again to retry. Throws `error{timeout}` when a peer does not show up in time,
+  /// same order on each rank. A rank whose rendezvous failed over an in-process or file store
+  /// leaves nothing behind and may call `create` again on it to retry; after a failure over a
+  /// TCP store, retry on a new store (the old connection may still time out). Throws `error{timeout}` when a peer does not show up in time,
   /// `error{invalid_argument}` / `error{out_of_range}` / `error{unsupported}` for bad
   /// arguments.
   static std::unique_ptr<collective_group> create(const store_handle& store, int rank,
