@@ -15,6 +15,7 @@
 #include "actors/actor_kind.hpp"
 #include "actors/backend_seam.hpp"
 #include "actors/batch_wire.hpp"
+#include "actors/worker.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/model_config.hpp"
@@ -163,30 +164,11 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   expect_args<model_spec>(args, "init_model", "model_spec");
   auto& st = ctx.as<engine_state>();
   const auto& spec = args.get_as<model_spec>(0);
-  int sources = !spec.hf_dir.empty() + !spec.preset.empty() + !spec.config_json.empty();
-  if (sources != 1)
-    be::fail(error_code::invalid_argument,
-             "init_model: set exactly one of hf_dir, preset and config_json (got "
-               + std::to_string(sources) + ")");
   if (spec.lora_rank != 0)
     be::fail(error_code::invalid_argument,
              "init_model: an engine serves merged weights; lora_rank must be 0, got "
                + std::to_string(spec.lora_rank));
-  std::unique_ptr<be::causal_lm> model;
-  if (!spec.hf_dir.empty()) {
-    model = be::causal_lm::load(spec.hf_dir);
-  } else {
-    be::model_config config;
-    if (!spec.preset.empty()) {
-      config = be::preset(spec.preset);
-    } else {
-      auto j = nlohmann::json::parse(spec.config_json, nullptr, false);
-      if (j.is_discarded())
-        be::fail(error_code::invalid_argument, "init_model: config_json is not valid JSON");
-      config = be::parse_model_config(j);
-    }
-    model = be::causal_lm::random(config, spec.seed);
-  }
+  auto model = build_model(spec);
   {
     at::NoGradGuard no_grad;
     for (auto& [name, p] : model->named_parameters())

@@ -172,26 +172,7 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   expect_args<model_spec>(args, "init_model", "model_spec");
   auto& st = ctx.as<worker_state>();
   const auto& spec = args.get_as<model_spec>(0);
-  int sources = !spec.hf_dir.empty() + !spec.preset.empty() + !spec.config_json.empty();
-  if (sources != 1)
-    be::fail(error_code::invalid_argument,
-             "init_model: set exactly one of hf_dir, preset and config_json (got "
-               + std::to_string(sources) + ")");
-  std::unique_ptr<be::causal_lm> model;
-  if (!spec.hf_dir.empty()) {
-    model = be::causal_lm::load(spec.hf_dir);
-  } else {
-    be::model_config config;
-    if (!spec.preset.empty()) {
-      config = be::preset(spec.preset);
-    } else {
-      auto j = nlohmann::json::parse(spec.config_json, nullptr, false);
-      if (j.is_discarded())
-        be::fail(error_code::invalid_argument, "init_model: config_json is not valid JSON");
-      config = be::parse_model_config(j);
-    }
-    model = be::causal_lm::random(config, spec.seed);
-  }
+  auto model = build_model(spec);
   if (spec.lora_rank < 0)
     be::fail(error_code::invalid_argument,
              "init_model: lora_rank must be >= 0, got " + std::to_string(spec.lora_rank));
@@ -521,6 +502,26 @@ const std::vector<std::string>& worker_kind_names() {
 void register_worker_kinds() {
   for (const auto& role : worker_kind_names())
     register_kind(make_kind(role));
+}
+
+std::unique_ptr<be::causal_lm> build_model(const model_spec& spec) {
+  int sources = !spec.hf_dir.empty() + !spec.preset.empty() + !spec.config_json.empty();
+  if (sources != 1)
+    be::fail(error_code::invalid_argument,
+             "init_model: set exactly one of hf_dir, preset and config_json (got "
+               + std::to_string(sources) + ")");
+  if (!spec.hf_dir.empty())
+    return be::causal_lm::load(spec.hf_dir);
+  be::model_config config;
+  if (!spec.preset.empty()) {
+    config = be::preset(spec.preset);
+  } else {
+    auto j = nlohmann::json::parse(spec.config_json, nullptr, false);
+    if (j.is_discarded())
+      be::fail(error_code::invalid_argument, "init_model: config_json is not valid JSON");
+    config = be::parse_model_config(j);
+  }
+  return be::causal_lm::random(config, spec.seed);
 }
 
 } // namespace rlforge::actors

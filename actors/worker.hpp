@@ -1,7 +1,14 @@
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "runtime/messages.hpp"
+
+namespace rlforge::backends {
+class causal_lm;
+} // namespace rlforge::backends
 
 namespace rlforge::actors {
 
@@ -39,6 +46,11 @@ namespace rlforge::actors {
 /// A failing op answers an error naming group, rank and op and leaves the rank's state as it
 /// was; the rank stays usable.
 void register_worker_kinds();
+
+/// Builds the model a `model_spec` names: loaded from `hf_dir`, or random from `preset` or
+/// `config_json` with `spec.seed`. Exactly one of the three must be set. LoRA fields are not
+/// applied here. Throws `backends::error` naming the problem. Shared by workers and engines.
+std::unique_ptr<backends::causal_lm> build_model(const model_spec& spec);
 
 /// The names of the worker kinds: policy, critic, ref.
 const std::vector<std::string>& worker_kind_names();
