@@ -1,4 +1,5 @@
 #include "backends/collective_group.hpp"
+#include "backends/exception_text.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
@@ -88,18 +89,6 @@ bool looks_like_timeout(const std::string& what, clock_type::time_point start,
   return elapsed_ms(start) >= timeout.count();
 }
 
-// The first line of an exception message: c10::Error::what() appends a C++ backtrace.
-std::string message_of(const std::exception& e) {
-  std::string m;
-  if (auto c10_error = dynamic_cast<const c10::Error*>(&e))
-    m = c10_error->what_without_backtrace();
-  else
-    m = e.what();
-  auto eol = m.find('\n');
-  if (eol != std::string::npos)
-    m.resize(eol);
-  return m;
-}
 
 void check_timeout(const char* what, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0)
@@ -287,7 +276,7 @@ store_handle make_tcp_store(const std::string& host, std::uint16_t port, bool is
       st->store = std::move(tcp);
       return store_handle{std::move(st)};
     } catch (const std::exception& e) {
-      auto m = message_of(e);
+      auto m = exception_first_line(e);
       if (is_server)
         fail(error_code::io_error, "tcp store: cannot serve on " + endpoint + ": " + m);
       auto now = clock_type::now();
@@ -324,7 +313,7 @@ store_handle make_file_store(const std::string& path, int world_size) {
     st->store = c10::make_intrusive<c10d::FileStore>(path, world_size);
     return store_handle{std::move(st)};
   } catch (const std::exception& e) {
-    fail(error_code::io_error, "file store: cannot open '" + path + "': " + message_of(e));
+    fail(error_code::io_error, "file store: cannot open '" + path + "': " + exception_first_line(e));
   }
 }
 
@@ -391,7 +380,7 @@ struct collective_group::impl {
       auto work = issue();
       work->wait(opts.timeout);
     } catch (const std::exception& e) {
-      auto m = message_of(e);
+      auto m = exception_first_line(e);
       if (looks_like_timeout(m, start, opts.timeout)) {
         broken = op + std::string(" timed out: ") + m;
         fail(error_code::timeout,
@@ -545,7 +534,7 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
       device = c10d::ProcessGroupGloo::createDeviceForHostname(opts.interface_host);
     } catch (const std::exception& e) {
       fail(error_code::invalid_argument,
-           who + ": cannot use interface_host '" + opts.interface_host + "': " + message_of(e));
+           who + ": cannot use interface_host '" + opts.interface_host + "': " + exception_first_line(e));
     }
   }
 
@@ -577,7 +566,7 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
 #endif
     }
   } catch (const std::exception& e) {
-    auto m = message_of(e);
+    auto m = exception_first_line(e);
     // Undo this rank's part: calling create again then meets the peers under the same number.
     if (scoped)
       scoped->erase_written();

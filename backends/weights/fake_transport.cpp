@@ -1,4 +1,5 @@
 #include "backends/weights/fake_transport.hpp"
+#include "backends/exception_text.hpp"
 
 #include <mutex>
 #include <optional>
@@ -109,7 +110,7 @@ std::uint64_t fake_receiver::receive(const named_tensors& targets) {
     throw;
   } catch (const std::exception& e) {
     o.code = error_code::internal;
-    o.message = detail::first_line(e);
+    o.message = exception_first_line(e);
     p.channel.complete(std::move(o));
     throw;
   }

@@ -1,4 +1,5 @@
 #include "backends/weights/in_process_transport.hpp"
+#include "backends/exception_text.hpp"
 
 #include <condition_variable>
 #include <cstring>
@@ -129,7 +130,7 @@ std::uint64_t in_process_receiver::receive(const named_tensors& targets) {
     throw;
   } catch (const std::exception& e) {
     o.code = error_code::internal;
-    o.message = detail::first_line(e);
+    o.message = exception_first_line(e);
     channel_->complete(std::move(o));
     throw;
   }

@@ -1,4 +1,5 @@
 #include "backends/weights/shm_transport.hpp"
+#include "backends/exception_text.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -618,7 +619,7 @@ std::uint64_t shm_receiver::receive(const named_tensors& targets) {
     throw;
   } catch (const std::exception& e) {
     o.code = error_code::internal;
-    o.message = detail::first_line(e);
+    o.message = exception_first_line(e);
     p.link->post_outcome(o);
     throw;
   }

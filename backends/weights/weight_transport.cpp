@@ -285,17 +285,6 @@ std::vector<at::Tensor> targets_in_manifest_order(const weight_manifest& m,
   return out;
 }
 
-std::string first_line(const std::exception& e) {
-  std::string m;
-  if (auto c10_error = dynamic_cast<const c10::Error*>(&e))
-    m = c10_error->what_without_backtrace();
-  else
-    m = e.what();
-  auto eol = m.find('\n');
-  if (eol != std::string::npos)
-    m.resize(eol);
-  return m;
-}
 
 } // namespace detail
 

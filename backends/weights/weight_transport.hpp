@@ -168,9 +168,6 @@ named_tensors sender_sources(const named_tensors& weights, std::uint64_t version
 std::vector<at::Tensor> targets_in_manifest_order(const weight_manifest& m,
                                                   const named_tensors& targets);
 
-/// A shorter form of an exception message: c10 errors lose their backtrace.
-std::string first_line(const std::exception& e);
-
 } // namespace detail
 
 } // namespace rlforge::backends
