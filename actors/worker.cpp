@@ -42,6 +42,7 @@ struct worker_state {
   be::adamw optimizer;
   std::optional<be::lr_schedule> schedule;
   algorithm_config algo;
+  bool model_offloaded = false; ///< parameters and gradients live in host buffers
 };
 
 bool is_trainable(const worker_state& st) {
@@ -53,6 +54,17 @@ be::causal_lm& model_of(worker_state& st, const char* op) {
     be::fail(error_code::invalid_argument,
              std::string{op} + " before init_model: the " + st.role + " worker has no model yet");
   return *st.model;
+}
+
+/// The model, refusing `op` while it is offloaded (its parameters hold no storage then).
+be::causal_lm& resident_model(worker_state& st, const char* op) {
+  auto& model = model_of(st, op);
+  if (st.model_offloaded)
+    be::fail(error_code::invalid_argument,
+             st.role + " worker: " + op
+               + " needs the model on the device but it is offloaded; call onload (the "
+                 "dispatcher does this for you)");
+  return model;
 }
 
 template <class... Ts>
@@ -493,6 +505,10 @@ actor_kind make_kind(const std::string& role) {
 }
 
 } // namespace
+
+const be::causal_lm& worker_model(rank_context& ctx, const char* op) {
+  return resident_model(ctx.as<worker_state>(), op);
+}
 
 const std::vector<std::string>& worker_kind_names() {
   static const std::vector<std::string> names{"policy", "critic", "ref"};

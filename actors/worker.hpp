@@ -12,6 +12,8 @@ class causal_lm;
 
 namespace rlforge::actors {
 
+struct rank_context;
+
 /// Registers the training worker kinds (idempotent): `policy`, `critic` and `ref`. Spawn them
 /// as actor groups (actor_group.hpp); each rank is a detached actor owning one model replica.
 ///
@@ -51,6 +53,12 @@ void register_worker_kinds();
 /// `config_json` with `spec.seed`. Exactly one of the three must be set. LoRA fields are not
 /// applied here. Throws `backends::error` naming the problem. Shared by workers and engines.
 std::unique_ptr<backends::causal_lm> build_model(const model_spec& spec);
+
+/// The model of a worker rank, for ops added to the worker kinds elsewhere (weight sync): `ctx`
+/// must be the context of a `policy`, `critic` or `ref` rank. Throws
+/// `backends::error{invalid_argument}` naming `op` and the rank's role before `init_model` and
+/// while the model is offloaded (the caller should onload first).
+const backends::causal_lm& worker_model(rank_context& ctx, const char* op);
 
 /// The names of the worker kinds: policy, critic, ref.
 const std::vector<std::string>& worker_kind_names();
