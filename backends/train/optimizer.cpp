@@ -188,6 +188,20 @@ void adamw::load_state(const adamw_state& s) {
   last_params_ = s.last_params;
 }
 
+adamw_state adamw::take_state() {
+  adamw_state out;
+  out.params = std::move(state_);
+  out.last_params = last_params_;
+  reset();
+  return out;
+}
+
+void adamw::put_state(adamw_state s) {
+  validate(s);
+  state_ = std::move(s.params);
+  last_params_ = s.last_params;
+}
+
 void adamw::reset() {
   state_.clear();
   last_params_ = adam_params{};

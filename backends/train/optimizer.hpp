@@ -89,6 +89,15 @@ public:
   /// throws).
   void load_state(const adamw_state& s);
 
+  /// Moves the whole state out without copying its tensors and leaves the optimizer empty, as
+  /// after `reset` (for offloading: the caller copies the tensors off the device and drops
+  /// these; `put_state` brings the state back).
+  adamw_state take_state();
+
+  /// Replaces the state with `s` after `validate(s)`, adopting its tensors without copying them
+  /// (the optimizer updates them in place from now on). Nothing changes when it throws.
+  void put_state(adamw_state s);
+
   /// Hyper-parameters of the last applied step.
   const adam_params& last_params() const { return last_params_; }
 

@@ -394,6 +394,62 @@ TEST(AdamW, LoadStateRejectsMalformedState) {
   EXPECT_EQ(opt.state_of("w")->step, 3);
 }
 
+TEST(AdamW, TakeAndPutStateMoveTheTensorsAndContinueBitForBit) {
+  auto a = make_params(9);
+  auto b = clone_params(a);
+  adamw opt_a, opt_b;
+  adam_params hp;
+  hp.learning_rate = 2e-3;
+  hp.weight_decay = 0.1;
+  for (uint64_t s = 0; s < 2; ++s) {
+    set_grads(a, 40 + s);
+    set_grads(b, 40 + s);
+    opt_a.step(a, hp);
+    opt_b.step(b, hp);
+  }
+  const void* avg = opt_a.state_of("a.weight")->exp_avg.data_ptr();
+  auto taken = opt_a.take_state();
+  // Moved, not copied: the same storage, and the optimizer is left empty.
+  EXPECT_EQ(taken.params.at("a.weight").exp_avg.data_ptr(), avg);
+  EXPECT_EQ(taken.params.size(), 3u);
+  EXPECT_EQ(taken.params.at("a.weight").step, 2);
+  EXPECT_EQ(taken.last_params, hp);
+  EXPECT_EQ(opt_a.state_of("a.weight"), nullptr);
+  EXPECT_EQ(opt_a.last_params(), adam_params{});
+  EXPECT_TRUE(opt_a.take_state().params.empty());
+  opt_a.put_state(std::move(taken));
+  EXPECT_EQ(opt_a.state_of("a.weight")->exp_avg.data_ptr(), avg);
+  EXPECT_EQ(opt_a.last_params(), hp);
+  for (uint64_t s = 2; s < 4; ++s) {
+    set_grads(a, 40 + s);
+    set_grads(b, 40 + s);
+    opt_a.step(a, hp);
+    opt_b.step(b, hp);
+  }
+  EXPECT_EQ(max_abs_diff(a, b), 0.0);
+}
+
+TEST(AdamW, PutStateRejectsMalformedStateAndKeepsItsOwn) {
+  auto params = make_params(10);
+  adamw opt;
+  set_grads(params, 50);
+  opt.step(params, adam_params{});
+  auto avg = opt.state_of("a.bias")->exp_avg.clone();
+  adamw_state bad;
+  bad.params["w"] = adamw_param_state{at::zeros({2}), at::zeros({2}, at::kDouble), 1};
+  expect_error([&] { opt.put_state(bad); }, error_code::invalid_argument,
+               {"'w'", "exp_avg_sq", "float32"});
+  bad.params["w"].exp_avg_sq = at::zeros({2});
+  bad.params["w"].step = -2;
+  expect_error([&] { opt.put_state(bad); }, error_code::invalid_argument, {"'w'", "step -2"});
+  bad.params["w"].step = 1;
+  bad.last_params.beta2 = 1.0;
+  expect_error([&] { opt.put_state(bad); }, error_code::invalid_argument, {"beta2"});
+  ASSERT_NE(opt.state_of("a.bias"), nullptr);
+  EXPECT_TRUE(at::equal(opt.state_of("a.bias")->exp_avg, avg));
+  EXPECT_EQ(opt.state_of("w"), nullptr);
+}
+
 TEST(LrSchedule, ConstantAndWarmupFollowTheirFormulas) {
   lr_schedule constant(lr_schedule_config{lr_schedule_kind::constant, 0.5, 3, 0, 0.0});
   for (int64_t t : {0, 1, 5, 1000})
