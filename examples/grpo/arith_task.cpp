@@ -1,0 +1,219 @@
+#include "examples/grpo/arith_task.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace rlforge::examples::arith {
+
+namespace {
+
+constexpr int64_t digit0_id = 3;
+constexpr const char* symbols = "+-*="; // ids 13..16
+
+int64_t pow10(int n) {
+  int64_t x = 1;
+  for (int i = 0; i < n; ++i)
+    x *= 10;
+  return x;
+}
+
+} // namespace
+
+std::vector<int64_t> tokenizer::encode(const std::string& text) {
+  std::vector<int64_t> ids;
+  ids.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c >= '0' && c <= '9') {
+      ids.push_back(digit0_id + (c - '0'));
+      continue;
+    }
+    bool found = false;
+    for (int64_t k = 0; symbols[k] != '\0'; ++k) {
+      if (symbols[k] == c) {
+        ids.push_back(digit0_id + 10 + k);
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      auto shown = (c >= 32 && c < 127) ? std::string(1, c)
+                                        : "\\x" + std::to_string(static_cast<unsigned char>(c));
+      throw std::invalid_argument("tokenizer: character '" + shown + "' at position " +
+                                  std::to_string(i) + " of \"" + text +
+                                  "\" is not in the alphabet (digits and + - * =)");
+    }
+  }
+  return ids;
+}
+
+std::string tokenizer::decode(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto id = ids[i];
+    if (id < 0 || id >= vocab_size())
+      throw std::invalid_argument("tokenizer: id " + std::to_string(id) + " at position " +
+                                  std::to_string(i) + " is outside the vocabulary [0, " +
+                                  std::to_string(vocab_size()) + ")");
+    if (id == pad_id)
+      out += "<pad>";
+    else if (id == bos_id)
+      out += "<bos>";
+    else if (id == eos_id)
+      out += "<eos>";
+    else if (id < digit0_id + 10)
+      out += static_cast<char>('0' + (id - digit0_id));
+    else
+      out += symbols[id - digit0_id - 10];
+  }
+  return out;
+}
+
+int64_t problem::answer() const {
+  switch (op) {
+    case '+':
+      return a + b;
+    case '-':
+      return a - b;
+    case '*':
+      return a * b;
+    default:
+      throw std::invalid_argument(std::string("problem: unknown operator '") + op + "'");
+  }
+}
+
+std::string problem::prompt_text() const {
+  return std::to_string(a) + op + std::to_string(b) + "=";
+}
+
+std::string problem::answer_text() const {
+  return std::to_string(answer());
+}
+
+task::task(task_config cfg) : cfg_(std::move(cfg)) {
+  if (cfg_.digits < 1 || cfg_.digits > 4)
+    throw std::invalid_argument("task: digits must be in 1..4, got " +
+                                std::to_string(cfg_.digits));
+  if (cfg_.ops.empty())
+    throw std::invalid_argument("task: ops is empty; give a subset of \"+-*\"");
+  for (size_t i = 0; i < cfg_.ops.size(); ++i) {
+    char c = cfg_.ops[i];
+    if (c != '+' && c != '-' && c != '*')
+      throw std::invalid_argument(std::string("task: unknown operator '") + c +
+                                  "' in ops \"" + cfg_.ops + "\"; use a subset of \"+-*\"");
+    if (cfg_.ops.find(c) != i)
+      throw std::invalid_argument(std::string("task: operator '") + c + "' repeated in ops \"" +
+                                  cfg_.ops + "\"");
+  }
+  auto limit = total_problems() / 4;
+  if (cfg_.held_out < 1 || cfg_.held_out > limit)
+    throw std::invalid_argument("task: held_out must be in 1.." + std::to_string(limit) +
+                                " (a quarter of the " + std::to_string(total_problems()) +
+                                " problems), got " + std::to_string(cfg_.held_out));
+  // The held-out generator is separate from any training generator, so the split depends on
+  // the seed alone.
+  std::mt19937_64 rng(cfg_.seed ^ 0x9e3779b97f4a7c15ULL);
+  while (static_cast<int>(held_out_.size()) < cfg_.held_out) {
+    auto p = draw(rng);
+    if (held_out_set_.insert(p).second)
+      held_out_.push_back(p);
+  }
+}
+
+problem task::draw(std::mt19937_64& rng) const {
+  std::uniform_int_distribution<int64_t> operand(0, pow10(cfg_.digits) - 1);
+  std::uniform_int_distribution<size_t> op(0, cfg_.ops.size() - 1);
+  problem p;
+  p.a = operand(rng);
+  p.b = operand(rng);
+  p.op = cfg_.ops[op(rng)];
+  return p;
+}
+
+problem task::sample_train(std::mt19937_64& rng) const {
+  // Held-out problems are at most a quarter of the distribution, so rejection ends quickly.
+  for (;;) {
+    auto p = draw(rng);
+    if (!is_held_out(p))
+      return p;
+  }
+}
+
+int64_t task::total_problems() const {
+  auto n = pow10(cfg_.digits);
+  return n * n * static_cast<int64_t>(cfg_.ops.size());
+}
+
+int64_t task::max_answer_tokens() const {
+  auto top = pow10(cfg_.digits) - 1;
+  int64_t widest = 0;
+  for (char c : cfg_.ops) {
+    problem hi{top, top, c};
+    problem lo{0, top, c};
+    widest = std::max<int64_t>(widest, static_cast<int64_t>(hi.answer_text().size()));
+    widest = std::max<int64_t>(widest, static_cast<int64_t>(lo.answer_text().size()));
+  }
+  return widest + 1;
+}
+
+std::vector<int64_t> prompt_tokens(const problem& p) {
+  std::vector<int64_t> ids{tokenizer::bos_id};
+  auto body = tokenizer::encode(p.prompt_text());
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+std::vector<int64_t> target_tokens(const problem& p) {
+  auto ids = tokenizer::encode(p.answer_text());
+  ids.push_back(tokenizer::eos_id);
+  return ids;
+}
+
+std::optional<int64_t> parse_answer(const std::vector<int64_t>& response) {
+  constexpr int64_t minus_id = digit0_id + 11;
+  if (response.size() < 2 || response.back() != tokenizer::eos_id)
+    return std::nullopt;
+  size_t i = 0;
+  bool negative = false;
+  if (response[0] == minus_id) {
+    negative = true;
+    i = 1;
+  }
+  size_t n_digits = response.size() - 1 - i;
+  if (n_digits < 1 || n_digits > 10)
+    return std::nullopt;
+  int64_t value = 0;
+  for (; i + 1 < response.size(); ++i) {
+    auto id = response[i];
+    if (id < digit0_id || id >= digit0_id + 10)
+      return std::nullopt;
+    value = value * 10 + (id - digit0_id);
+  }
+  return negative ? -value : value;
+}
+
+double reward(const problem& p, const std::vector<int64_t>& response, double format_reward) {
+  if (!(format_reward >= 0.0 && format_reward < 1.0))
+    throw std::invalid_argument("reward: format_reward must be in [0, 1), got " +
+                                std::to_string(format_reward));
+  // Exact token match rules out equivalent spellings such as leading zeros or "-0".
+  if (response == target_tokens(p))
+    return 1.0;
+  return parse_answer(response) ? format_reward : 0.0;
+}
+
+double accuracy(const std::vector<problem>& problems,
+                const std::vector<std::vector<int64_t>>& responses) {
+  if (problems.size() != responses.size())
+    throw std::invalid_argument("accuracy: " + std::to_string(problems.size()) +
+                                " problems but " + std::to_string(responses.size()) +
+                                " responses");
+  if (problems.empty())
+    throw std::invalid_argument("accuracy: no problems");
+  double correct = 0;
+  for (size_t i = 0; i < problems.size(); ++i)
+    correct += reward(problems[i], responses[i]) == 1.0 ? 1.0 : 0.0;
+  return correct / static_cast<double>(problems.size());
+}
+
+} // namespace rlforge::examples::arith
