@@ -39,6 +39,8 @@ if(NOT RLFORGE_FUZZ_ONLY)
   find_package(Torch REQUIRED)
   # c10d's ProcessGroupGloo needs gloo's headers (libgloo-dev), which libtorch-dev does not pull in.
   find_path(GLOO_INCLUDE_DIR gloo/config.h REQUIRED)
+  # The service's future store (libsqlite3-dev): target SQLite::SQLite3.
+  find_package(SQLite3 REQUIRED)
   if(RLFORGE_WITH_CUDA)
     find_library(NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64 REQUIRED)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS /usr/local/cuda/include REQUIRED)
