@@ -438,49 +438,60 @@ std::unique_ptr<future_store> future_store::open(const std::string& path) {
   conn->exec("PRAGMA synchronous=NORMAL", "set synchronous mode");
 
   auto store = std::unique_ptr<future_store>(new future_store(path, std::move(conn)));
-  auto& c = *store->db_;
-  transaction tx{c};
-  bool has_version_table = false;
-  int64_t other_tables = 0;
-  {
-    query q{c.prepare("SELECT name FROM sqlite_master WHERE type = 'table' "
-                      "AND name NOT LIKE 'sqlite_%'"),
-            "read schema"};
-    while (q.step()) {
-      if (q.text(0) == "schema_version")
-        has_version_table = true;
-      else
-        ++other_tables;
+  try {
+    auto& c = *store->db_;
+    transaction tx{c};
+    bool has_version_table = false;
+    int64_t other_tables = 0;
+    {
+      query q{c.prepare("SELECT name FROM sqlite_master WHERE type = 'table' "
+                        "AND name NOT LIKE 'sqlite_%'"),
+              "read schema"};
+      while (q.step()) {
+        if (q.text(0) == "schema_version")
+          has_version_table = true;
+        else
+          ++other_tables;
+      }
     }
+    if (!has_version_table) {
+      if (other_tables > 0)
+        refuse("it is an SQLite database that this store did not create (it has tables but no "
+               "schema_version table)");
+      c.exec(schema_sql, "create schema");
+      query q{c.prepare("INSERT INTO schema_version (version) VALUES (?)"), "write schema version"};
+      q.bind(1, schema_version).run();
+    } else {
+      std::vector<int64_t> versions;
+      query q{c.prepare("SELECT version FROM schema_version"), "read schema version"};
+      while (q.step())
+        versions.push_back(q.integer(0));
+      if (versions.size() != 1)
+        refuse("its schema_version table holds " + std::to_string(versions.size()) +
+               " rows instead of one");
+      if (versions[0] != schema_version)
+        refuse("it has schema version " + std::to_string(versions[0]) + ", this build reads only " +
+               std::to_string(schema_version) +
+               (versions[0] > schema_version ? " (written by a newer rlforge?)" : ""));
+    }
+    {
+      query q{c.prepare("UPDATE futures SET state = 'failed', error = ?, category = 'server', "
+                        "completed_ms = ? WHERE state = 'pending'"),
+              "fail pending futures"};
+      q.bind(1, restart_failure_message).bind(2, now_ms()).run();
+      store->failed_at_open_ = static_cast<size_t>(sqlite3_changes(c.db));
+    }
+    tx.commit();
+  } catch (const store_error& e) {
+    // A corrupt page shows up in whichever statement reads it first: name the file.
+    std::string what = e.what();
+    if (what.find(in_quotes(path)) != std::string::npos)
+      throw;
+    static const std::string prefix = "future_store: ";
+    if (what.compare(0, prefix.size(), prefix) == 0)
+      what.erase(0, prefix.size());
+    refuse(what + " (is the file corrupt?)");
   }
-  if (!has_version_table) {
-    if (other_tables > 0)
-      refuse("it is an SQLite database that this store did not create (it has tables but no "
-             "schema_version table)");
-    c.exec(schema_sql, "create schema");
-    query q{c.prepare("INSERT INTO schema_version (version) VALUES (?)"), "write schema version"};
-    q.bind(1, schema_version).run();
-  } else {
-    std::vector<int64_t> versions;
-    query q{c.prepare("SELECT version FROM schema_version"), "read schema version"};
-    while (q.step())
-      versions.push_back(q.integer(0));
-    if (versions.size() != 1)
-      refuse("its schema_version table holds " + std::to_string(versions.size()) +
-             " rows instead of one");
-    if (versions[0] != schema_version)
-      refuse("it has schema version " + std::to_string(versions[0]) + ", this build reads only " +
-             std::to_string(schema_version) +
-             (versions[0] > schema_version ? " (written by a newer rlforge?)" : ""));
-  }
-  {
-    query q{c.prepare("UPDATE futures SET state = 'failed', error = ?, category = 'server', "
-                      "completed_ms = ? WHERE state = 'pending'"),
-            "fail pending futures"};
-    q.bind(1, restart_failure_message).bind(2, now_ms()).run();
-    store->failed_at_open_ = static_cast<size_t>(sqlite3_changes(c.db));
-  }
-  tx.commit();
   return store;
 }
 

@@ -325,6 +325,25 @@ TEST(FutureStore, RefusesNonSqliteFile) {
   EXPECT_EQ(first, "this is a text file, not a database");
 }
 
+TEST(FutureStore, RefusesCorruptFile) {
+  temp_dir dir;
+  auto path = dir.file("s.db");
+  {
+    auto store = future_store::open(path);
+    store->submit("optim_step", "m", 1, "", "h");
+  }
+  ASSERT_FALSE(fs::exists(path + "-wal")); // the last close checkpointed the WAL into the file
+  {
+    // Keep SQLite's 100-byte file header, scribble over the schema page behind it.
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    std::string junk(1900, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  expect_store_error([&] { future_store::open(path); }, store_errc::database, path);
+  expect_store_error([&] { future_store::open(path); }, store_errc::database, "malformed");
+}
+
 TEST(FutureStore, RefusesForeignSqliteFile) {
   temp_dir dir;
   auto path = dir.file("other.db");

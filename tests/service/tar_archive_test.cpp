@@ -340,6 +340,34 @@ TEST(TarArchive, WriterRefusesMissingOrNonDirectoryInput) {
   }
 }
 
+TEST(TarArchive, SinkErrorsPropagate) {
+  temp_dir src;
+  make_tree(src.path());
+  size_t calls = 0;
+  EXPECT_THROW(write_tar(src.path(),
+                         [&](const char*, size_t) {
+                           if (++calls == 3)
+                             throw std::runtime_error("client went away");
+                         }),
+               std::runtime_error);
+  EXPECT_EQ(calls, 3u);
+}
+
+TEST(TarArchive, ExtractRefusesADestinationThatIsAFile) {
+  temp_dir work;
+  write_file(work.path() / "file", "x");
+  auto archive = raw_archive({{"a.txt", '0', "a"}});
+  try {
+    extract_tar(source_of(archive), work.path() / "file");
+    ADD_FAILURE() << "no error";
+  } catch (const tar_error& e) {
+    EXPECT_NE(std::string(e.what()).find("destination"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/file'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(work.path() / "file"), "x");
+  EXPECT_THROW(extract_tar(source_of(archive), work.path() / "file" / "sub"), tar_error);
+}
+
 TEST(TarArchive, ExtractFromFile) {
   temp_dir src, work;
   make_tree(src.path());
