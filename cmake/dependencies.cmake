@@ -23,6 +23,12 @@ find_package(msgpack REQUIRED)        # target msgpackc-cxx
 find_package(spdlog REQUIRED)         # target spdlog::spdlog (compiled, external fmt)
 find_package(nlohmann_json REQUIRED)  # target nlohmann_json::nlohmann_json
 
+# The Tinker service's wire formats, also needed by the fuzz-only build: protobuf bodies
+# (libprotobuf-dev, protobuf-compiler: targets protobuf::libprotobuf, protobuf::protoc) that may
+# arrive zstd-compressed (libzstd-dev: target zstd::libzstd_shared).
+find_package(Protobuf REQUIRED)
+find_package(zstd CONFIG REQUIRED)
+
 if(RLFORGE_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

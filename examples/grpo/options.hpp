@@ -1,0 +1,54 @@
+#pragma once
+// Command-line options of the GRPO main job (grpo.cpp). Plain C++, tested on its own.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace rlforge::examples::grpo {
+
+/// Every setting of the job. The defaults are the tuned full run (a few minutes on 2 cores);
+/// `--quick` switches to a small run for the ctest entry before the other flags apply.
+struct options {
+  // The job.
+  int steps = 100;                ///< GRPO steps (--steps)
+  uint64_t seed = 1;              ///< model init, task split, sampling (--seed)
+  std::string metrics = "grpo_metrics.jsonl"; ///< JSONL, one record per step (--metrics)
+  std::string plot = "grpo_reward.png";       ///< reward curve PNG (--plot)
+  bool quiet = false;             ///< no progress bar (--quiet)
+  bool quick = false;             ///< small end-to-end run (--quick)
+  // The task.
+  int digits = 2;                 ///< operand digits (--digits)
+  int held_out = 200;             ///< held-out problems (--held-out)
+  // Warm start (supervised).
+  int sft_steps = 1000;           ///< most warm-start steps (--sft-steps; 0 = none)
+  /// Stop the warm start once greedy accuracy on a validation sample of training problems
+  /// reaches this share (--sft-target, in [0, 1]; 0 = always run --sft-steps steps).
+  double sft_target = 0.25;
+  int sft_batch = 64;             ///< (--sft-batch)
+  double sft_lr = 4e-3;           ///< (--sft-lr)
+  // GRPO.
+  int prompts = 64;               ///< prompts per step (--prompts)
+  int group = 8;                  ///< samples per prompt (--group), >= 2
+  double lr = 7e-4;               ///< policy learning rate (--lr)
+  double temperature = 0.7;       ///< sampling temperature (--temperature), > 0
+  double kl_coef = 0.001;         ///< KL-to-reference loss coefficient (--kl-coef; 0 = off)
+};
+
+/// The result of parsing: the options, or an error naming the flag and value.
+struct parse_result {
+  options opts;
+  std::string error;   ///< empty on success
+  bool help = false;   ///< --help was given
+};
+
+/// Parses `args` (without the program name). Unknown flags, missing values, values that are not
+/// numbers or are out of range (steps, sft-batch, prompts, held-out >= 1; sft-steps >= 0;
+/// group >= 2; digits 1..4; learning rates and temperature > 0 and finite; kl-coef >= 0;
+/// sft-target in [0, 1]) give an
+/// error naming the flag and the value; empty --metrics / --plot paths are refused too.
+parse_result parse_options(const std::vector<std::string>& args);
+
+/// The usage text, one flag per line.
+std::string usage(const std::string& prog);
+
+} // namespace rlforge::examples::grpo
