@@ -18,7 +18,8 @@
 
 // The wire formats are little-endian; so is every machine rlforge builds for. Element bytes are
 // copied with memcpy, so unaligned protobuf byte fields are fine.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tinker_wire assumes a little-endian host");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "tinker_wire assumes a little-endian host");
 
 namespace rlforge::service {
 
@@ -58,13 +59,13 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 size_t element_size(dtype t) {
   switch (t) {
-    case dtype::float32:
-    case dtype::int32:
-      return 4;
-    case dtype::int64:
-      return 8;
-    case dtype::bfloat16:
-      return 2;
+  case dtype::float32:
+  case dtype::int32:
+    return 4;
+  case dtype::int64:
+    return 8;
+  case dtype::bfloat16:
+    return 2;
   }
   return 0;
 }
@@ -121,19 +122,17 @@ uint16_t float_to_bf16(float f) {
   std::memcpy(&bits, &f, 4);
   if (std::isnan(f))
     return static_cast<uint16_t>((bits >> 16) | 0x40); // stays a (quiet) NaN
-  bits += 0x7fff + ((bits >> 16) & 1);                  // round to nearest even
+  bits += 0x7fff + ((bits >> 16) & 1);                 // round to nearest even
   return static_cast<uint16_t>(bits >> 16);
 }
 
-template <class T>
-T load(const char* p) {
+template <class T> T load(const char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
 }
 
-template <class T>
-void store(std::string& out, T v) {
+template <class T> void store(std::string& out, T v) {
   char b[sizeof(T)];
   std::memcpy(b, &v, sizeof(T));
   out.append(b, sizeof(T));
@@ -150,18 +149,18 @@ void append_elements(dtype t, std::string_view bytes, tinker::tensor_data& out) 
     out.ints.reserve(out.ints.size() + n);
   for (size_t i = 0; i < n; ++i, p += es) {
     switch (t) {
-      case dtype::float32:
-        out.floats.push_back(load<float>(p));
-        break;
-      case dtype::bfloat16:
-        out.floats.push_back(bf16_to_float(load<uint16_t>(p)));
-        break;
-      case dtype::int64:
-        out.ints.push_back(load<int64_t>(p));
-        break;
-      case dtype::int32:
-        out.ints.push_back(load<int32_t>(p));
-        break;
+    case dtype::float32:
+      out.floats.push_back(load<float>(p));
+      break;
+    case dtype::bfloat16:
+      out.floats.push_back(bf16_to_float(load<uint16_t>(p)));
+      break;
+    case dtype::int64:
+      out.ints.push_back(load<int64_t>(p));
+      break;
+    case dtype::int32:
+      out.ints.push_back(load<int32_t>(p));
+      break;
     }
   }
 }
@@ -169,22 +168,22 @@ void append_elements(dtype t, std::string_view bytes, tinker::tensor_data& out) 
 /// Appends the elements of `t` in its dtype's byte form.
 void append_bytes(const tinker::tensor_data& t, std::string& out) {
   switch (t.type) {
-    case dtype::float32:
-      for (double v : t.floats)
-        store(out, static_cast<float>(v));
-      break;
-    case dtype::bfloat16:
-      for (double v : t.floats)
-        store(out, float_to_bf16(static_cast<float>(v)));
-      break;
-    case dtype::int64:
-      for (int64_t v : t.ints)
-        store(out, v);
-      break;
-    case dtype::int32:
-      for (int64_t v : t.ints)
-        store(out, static_cast<int32_t>(v));
-      break;
+  case dtype::float32:
+    for (double v : t.floats)
+      store(out, static_cast<float>(v));
+    break;
+  case dtype::bfloat16:
+    for (double v : t.floats)
+      store(out, float_to_bf16(static_cast<float>(v)));
+    break;
+  case dtype::int64:
+    for (int64_t v : t.ints)
+      store(out, v);
+    break;
+  case dtype::int32:
+    for (int64_t v : t.ints)
+      store(out, static_cast<int32_t>(v));
+    break;
   }
 }
 
@@ -194,8 +193,8 @@ size_t element_count(const tinker::tensor_data& t) {
 
 std::vector<int64_t> int64_bytes(std::string_view bytes, const std::string& where) {
   if (bytes.size() % 8 != 0)
-    user_error(where + ": " + std::to_string(bytes.size())
-               + " bytes is not a whole number of int64 indices");
+    user_error(where + ": " + std::to_string(bytes.size()) +
+               " bytes is not a whole number of int64 indices");
   std::vector<int64_t> out(bytes.size() / 8);
   for (size_t i = 0; i < out.size(); ++i)
     out[i] = load<int64_t>(bytes.data() + 8 * i);
@@ -212,26 +211,26 @@ void csr_to_dense(tinker::tensor_data& t, const std::vector<int64_t>& crow,
   const int64_t cap = static_cast<int64_t>(max_dense_bytes / element_size(t.type));
   const int64_t numel = checked_numel(t.shape, cap);
   if (numel < 0)
-    user_error(where + ": sparse shape " + shape_text(t.shape)
-               + " has a negative dimension or exceeds the body limit when dense");
+    user_error(where + ": sparse shape " + shape_text(t.shape) +
+               " has a negative dimension or exceeds the body limit when dense");
   const int64_t rows = t.shape[0], cols = t.shape[1];
   const size_t nnz = element_count(t);
   if (crow.size() != static_cast<size_t>(rows) + 1)
-    user_error(where + ": crow_indices has " + std::to_string(crow.size())
-               + " entries, expected rows + 1 = " + std::to_string(rows + 1));
+    user_error(where + ": crow_indices has " + std::to_string(crow.size()) +
+               " entries, expected rows + 1 = " + std::to_string(rows + 1));
   if (col.size() != nnz)
-    user_error(where + ": col_indices has " + std::to_string(col.size()) + " entries but there are "
-               + std::to_string(nnz) + " values");
+    user_error(where + ": col_indices has " + std::to_string(col.size()) +
+               " entries but there are " + std::to_string(nnz) + " values");
   if (crow.front() != 0 || crow.back() != static_cast<int64_t>(nnz))
-    user_error(where + ": crow_indices must start at 0 and end at the value count "
-               + std::to_string(nnz));
+    user_error(where + ": crow_indices must start at 0 and end at the value count " +
+               std::to_string(nnz));
   for (int64_t r = 0; r < rows; ++r)
     if (crow[r + 1] < crow[r])
       user_error(where + ": crow_indices decrease at row " + std::to_string(r));
   for (size_t k = 0; k < nnz; ++k)
     if (col[k] < 0 || col[k] >= cols)
-      user_error(where + ": col_indices[" + std::to_string(k) + "] = " + std::to_string(col[k])
-                 + " is outside [0, " + std::to_string(cols) + ")");
+      user_error(where + ": col_indices[" + std::to_string(k) + "] = " + std::to_string(col[k]) +
+                 " is outside [0, " + std::to_string(cols) + ")");
   const bool floating = tinker::is_floating(t.type);
   std::vector<double> dense_f(floating ? numel : 0, 0.0);
   std::vector<int64_t> dense_i(floating ? 0 : numel, 0);
@@ -256,8 +255,8 @@ void settle_shape(tinker::tensor_data& t, bool shape_given, const std::string& w
   }
   const int64_t numel = checked_numel(t.shape, std::numeric_limits<int64_t>::max());
   if (numel < 0 || static_cast<size_t>(numel) != n)
-    user_error(where + ": shape " + shape_text(t.shape) + " disagrees with its "
-               + std::to_string(n) + " elements");
+    user_error(where + ": shape " + shape_text(t.shape) + " disagrees with its " +
+               std::to_string(n) + " elements");
 }
 
 // ---- JSON field access -----------------------------------------------------------------------
@@ -278,8 +277,7 @@ json parse_object(std::string_view body, const std::string& endpoint) {
 class fields {
 public:
   fields(const json& obj, std::string endpoint, std::string prefix = "")
-    : obj_(obj), endpoint_(std::move(endpoint)), prefix_(std::move(prefix)) {
-  }
+      : obj_(obj), endpoint_(std::move(endpoint)), prefix_(std::move(prefix)) {}
 
   /// The field, or nullptr when absent or null (pydantic's exclude_none).
   const json* get(const char* key) const {
@@ -289,9 +287,7 @@ public:
     return &*it;
   }
 
-  std::string where(const char* key) const {
-    return endpoint_ + ": '" + prefix_ + key + "'";
-  }
+  std::string where(const char* key) const { return endpoint_ + ": '" + prefix_ + key + "'"; }
 
   [[noreturn]] void fail(const char* key, const std::string& what) const {
     user_error(where(key) + " " + what);
@@ -344,8 +340,8 @@ public:
       return fallback;
     int64_t out = 0;
     if (!as_int(*v, out))
-      fail(key, std::string("must be an integer in int64 range, got ")
-                  + (v->is_number() ? v->dump() : v->type_name()));
+      fail(key, std::string("must be an integer in int64 range, got ") +
+                    (v->is_number() ? v->dump() : v->type_name()));
     if (out < min)
       fail(key, "must be >= " + std::to_string(min) + ", got " + std::to_string(out));
     return out;
@@ -409,15 +405,9 @@ public:
     return out;
   }
 
-  const json& raw() const {
-    return obj_;
-  }
-  const std::string& endpoint() const {
-    return endpoint_;
-  }
-  const std::string& prefix() const {
-    return prefix_;
-  }
+  const json& raw() const { return obj_; }
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& prefix() const { return prefix_; }
 
 private:
   const json& obj_;
@@ -437,14 +427,15 @@ std::vector<int64_t> model_input_from_json(const fields& f, const char* key) {
     fields chunk(chunks[c], f.endpoint(), at + ".");
     auto type = chunk.str("type", false);
     if (!type.empty() && type != "encoded_text")
-      chunk.fail("type", "is \"" + type
-                           + "\"; only encoded_text chunks are supported (no image or audio input)");
+      chunk.fail("type",
+                 "is \"" + type +
+                     "\"; only encoded_text chunks are supported (no image or audio input)");
     const json& toks = chunk.array("tokens", true);
     for (size_t i = 0; i < toks.size(); ++i) {
       int64_t t = 0;
       if (!fields::as_int(toks[i], t))
-        user_error(f.endpoint() + ": '" + at + ".tokens[" + std::to_string(i)
-                   + "]' must be an integer, got " + toks[i].dump());
+        user_error(f.endpoint() + ": '" + at + ".tokens[" + std::to_string(i) +
+                   "]' must be an integer, got " + toks[i].dump());
       tokens.push_back(t);
     }
   }
@@ -458,16 +449,16 @@ std::vector<int64_t> int_array(const fields& f, const char* key) {
   for (size_t i = 0; i < a.size(); ++i) {
     int64_t v = 0;
     if (!fields::as_int(a[i], v))
-      user_error(f.where(key) + "[" + std::to_string(i) + "] must be an integer, got "
-                 + a[i].dump());
+      user_error(f.where(key) + "[" + std::to_string(i) + "] must be an integer, got " +
+                 a[i].dump());
     out.push_back(v);
   }
   return out;
 }
 
 tinker::tensor_data tensor_from_json(const fields& f, const wire_limits& limits) {
-  const std::string where = f.endpoint() + ": '" + f.prefix().substr(0, f.prefix().size() - 1)
-                            + "'";
+  const std::string where =
+      f.endpoint() + ": '" + f.prefix().substr(0, f.prefix().size() - 1) + "'";
   tinker::tensor_data t;
   auto name = f.str("dtype", true);
   try {
@@ -480,14 +471,14 @@ tinker::tensor_data tensor_from_json(const fields& f, const wire_limits& limits)
   for (size_t i = 0; i < data.size(); ++i) {
     if (floating) {
       if (!data[i].is_number())
-        user_error(where + ": data[" + std::to_string(i) + "] must be a number, got "
-                   + data[i].dump());
+        user_error(where + ": data[" + std::to_string(i) + "] must be a number, got " +
+                   data[i].dump());
       t.floats.push_back(data[i].get<double>());
     } else {
       int64_t v = 0;
       if (!fields::as_int(data[i], v))
-        user_error(where + ": data[" + std::to_string(i) + "] must be an integer for dtype " + name
-                   + ", got " + data[i].dump());
+        user_error(where + ": data[" + std::to_string(i) + "] must be an integer for dtype " +
+                   name + ", got " + data[i].dump());
       t.ints.push_back(v);
     }
   }
@@ -515,8 +506,8 @@ std::map<std::string, double> number_map(const fields& f, const char* key) {
   f.expect(key, *v, v->is_object(), "an object");
   for (auto it = v->begin(); it != v->end(); ++it) {
     if (!it->is_number())
-      user_error(f.where(key) + " entry '" + it.key() + "' must be a number, got "
-                 + it->type_name());
+      user_error(f.where(key) + " entry '" + it.key() + "' must be a number, got " +
+                 it->type_name());
     out[it.key()] = it->get<double>();
   }
   return out;
@@ -531,40 +522,40 @@ void check_seq_id(const fields& f, int64_t v) {
 
 dtype dtype_from_proto(int code, const std::string& where) {
   switch (code) {
-    case tinker_public::DTYPE_FLOAT32:
-      return dtype::float32;
-    case tinker_public::DTYPE_INT64:
-      return dtype::int64;
-    case tinker_public::DTYPE_INT32:
-      return dtype::int32;
-    case tinker_public::DTYPE_BFLOAT16:
-      return dtype::bfloat16;
-    case tinker_public::DTYPE_UNSPECIFIED:
-      user_error(where + ": dtype is unspecified (DTYPE_UNSPECIFIED)");
-    default:
-      user_error(where + ": unknown dtype code " + std::to_string(code)
-                 + " (expected float32, int64, int32 or bfloat16)");
+  case tinker_public::DTYPE_FLOAT32:
+    return dtype::float32;
+  case tinker_public::DTYPE_INT64:
+    return dtype::int64;
+  case tinker_public::DTYPE_INT32:
+    return dtype::int32;
+  case tinker_public::DTYPE_BFLOAT16:
+    return dtype::bfloat16;
+  case tinker_public::DTYPE_UNSPECIFIED:
+    user_error(where + ": dtype is unspecified (DTYPE_UNSPECIFIED)");
+  default:
+    user_error(where + ": unknown dtype code " + std::to_string(code) +
+               " (expected float32, int64, int32 or bfloat16)");
   }
 }
 
 tinker_public::DType dtype_to_proto(dtype t) {
   switch (t) {
-    case dtype::float32:
-      return tinker_public::DTYPE_FLOAT32;
-    case dtype::int64:
-      return tinker_public::DTYPE_INT64;
-    case dtype::int32:
-      return tinker_public::DTYPE_INT32;
-    case dtype::bfloat16:
-      return tinker_public::DTYPE_BFLOAT16;
+  case dtype::float32:
+    return tinker_public::DTYPE_FLOAT32;
+  case dtype::int64:
+    return tinker_public::DTYPE_INT64;
+  case dtype::int32:
+    return tinker_public::DTYPE_INT32;
+  case dtype::bfloat16:
+    return tinker_public::DTYPE_BFLOAT16;
   }
   return tinker_public::DTYPE_UNSPECIFIED;
 }
 
 void whole_elements(std::string_view bytes, dtype t, const std::string& where, const char* what) {
   if (bytes.size() % element_size(t) != 0)
-    user_error(where + ": " + what + " has " + std::to_string(bytes.size())
-               + " bytes, not a whole number of " + tinker::to_string(t) + " elements");
+    user_error(where + ": " + what + " has " + std::to_string(bytes.size()) +
+               " bytes, not a whole number of " + tinker::to_string(t) + " elements");
 }
 
 tinker::tensor_data tensor_from_proto(const tinker_public::Tensor& p, const std::string& where,
@@ -573,37 +564,37 @@ tinker::tensor_data tensor_from_proto(const tinker_public::Tensor& p, const std:
   t.type = dtype_from_proto(p.dtype(), where);
   t.shape.assign(p.shape().begin(), p.shape().end());
   switch (p.encoding_case()) {
-    case tinker_public::Tensor::kDense:
-      whole_elements(p.dense(), t.type, where, "dense data");
-      append_elements(t.type, p.dense(), t);
-      settle_shape(t, true, where);
-      break;
-    case tinker_public::Tensor::kSparseCsr: {
-      const auto& s = p.sparse_csr();
-      whole_elements(s.values(), t.type, where, "sparse_csr.values");
-      append_elements(t.type, s.values(), t);
-      auto crow = int64_bytes(s.crow_indices(), where + ": sparse_csr.crow_indices");
-      auto col = int64_bytes(s.col_indices(), where + ": sparse_csr.col_indices");
-      csr_to_dense(t, crow, col, where, limits.max_body_bytes);
-      break;
-    }
-    case tinker_public::Tensor::ENCODING_NOT_SET:
-      user_error(where + ": tensor has neither dense nor sparse_csr data");
+  case tinker_public::Tensor::kDense:
+    whole_elements(p.dense(), t.type, where, "dense data");
+    append_elements(t.type, p.dense(), t);
+    settle_shape(t, true, where);
+    break;
+  case tinker_public::Tensor::kSparseCsr: {
+    const auto& s = p.sparse_csr();
+    whole_elements(s.values(), t.type, where, "sparse_csr.values");
+    append_elements(t.type, s.values(), t);
+    auto crow = int64_bytes(s.crow_indices(), where + ": sparse_csr.crow_indices");
+    auto col = int64_bytes(s.col_indices(), where + ": sparse_csr.col_indices");
+    csr_to_dense(t, crow, col, where, limits.max_body_bytes);
+    break;
+  }
+  case tinker_public::Tensor::ENCODING_NOT_SET:
+    user_error(where + ": tensor has neither dense nor sparse_csr data");
   }
   return t;
 }
 
 /// Parses `msg` from `body`, refusing bodies over the limit or that do not parse.
 template <class Message>
-void parse_proto(Message& msg, std::string_view body, const std::string& endpoint,
-                 const char* type, size_t max_bytes) {
+void parse_proto(Message& msg, std::string_view body, const std::string& endpoint, const char* type,
+                 size_t max_bytes) {
   if (body.size() > max_bytes || body.size() > static_cast<size_t>(INT_MAX))
-    user_error(endpoint + ": body of " + std::to_string(body.size())
-               + " bytes exceeds the limit of " + std::to_string(std::min<size_t>(max_bytes, INT_MAX))
-               + " bytes");
+    user_error(endpoint + ": body of " + std::to_string(body.size()) +
+               " bytes exceeds the limit of " +
+               std::to_string(std::min<size_t>(max_bytes, INT_MAX)) + " bytes");
   if (!msg.ParseFromArray(body.data(), static_cast<int>(body.size())))
-    user_error(endpoint + ": body is not a valid " + type + " protobuf message ("
-               + std::to_string(body.size()) + " bytes)");
+    user_error(endpoint + ": body is not a valid " + type + " protobuf message (" +
+               std::to_string(body.size()) + " bytes)");
 }
 
 // ---- outputs ---------------------------------------------------------------------------------
@@ -622,13 +613,13 @@ std::map<std::string, field_layout> check_outputs(const tinker::forward_backward
     const auto& datum = out.loss_fn_outputs[i];
     const std::string at = "forward_backward output: datum " + std::to_string(i);
     if (i > 0 && datum.size() != layout.size())
-      server_error(at + " has " + std::to_string(datum.size()) + " outputs, datum 0 has "
-                   + std::to_string(layout.size()));
+      server_error(at + " has " + std::to_string(datum.size()) + " outputs, datum 0 has " +
+                   std::to_string(layout.size()));
     for (const auto& [name, t] : datum) {
       const int64_t numel = checked_numel(t.shape, std::numeric_limits<int64_t>::max());
       if (numel < 0 || static_cast<size_t>(numel) != element_count(t))
-        server_error(at + " output '" + name + "': shape " + shape_text(t.shape) + " disagrees with "
-                     + std::to_string(element_count(t)) + " elements");
+        server_error(at + " output '" + name + "': shape " + shape_text(t.shape) +
+                     " disagrees with " + std::to_string(element_count(t)) + " elements");
       field_layout l;
       l.type = t.type;
       if (t.shape.size() > 1)
@@ -641,9 +632,10 @@ std::map<std::string, field_layout> check_outputs(const tinker::forward_backward
       if (it == layout.end())
         server_error(at + " has output '" + name + "' that datum 0 lacks");
       if (it->second.type != l.type || it->second.trailing != l.trailing)
-        server_error(at + " output '" + name + "' is " + tinker::to_string(l.type) + " "
-                     + shape_text(t.shape) + ", unlike datum 0 (" + tinker::to_string(it->second.type)
-                     + ", trailing shape " + shape_text(it->second.trailing) + ")");
+        server_error(at + " output '" + name + "' is " + tinker::to_string(l.type) + " " +
+                     shape_text(t.shape) + ", unlike datum 0 (" +
+                     tinker::to_string(it->second.type) + ", trailing shape " +
+                     shape_text(it->second.trailing) + ")");
     }
   }
   return layout;
@@ -654,8 +646,8 @@ tinker_public::StopReason stop_reason_to_proto(const std::string& s, size_t i) {
     return tinker_public::STOP_REASON_STOP;
   if (s == "length")
     return tinker_public::STOP_REASON_LENGTH;
-  server_error("sample response: sequence " + std::to_string(i) + " has stop_reason \"" + s
-               + "\" (expected stop or length)");
+  server_error("sample response: sequence " + std::to_string(i) + " has stop_reason \"" + s +
+               "\" (expected stop or length)");
 }
 
 void check_sequences(const tinker::sample_response& r) {
@@ -663,13 +655,13 @@ void check_sequences(const tinker::sample_response& r) {
     const auto& s = r.sequences[i];
     stop_reason_to_proto(s.stop_reason, i);
     if (s.logprobs.size() != s.tokens.size())
-      server_error("sample response: sequence " + std::to_string(i) + " has "
-                   + std::to_string(s.logprobs.size()) + " logprobs for "
-                   + std::to_string(s.tokens.size()) + " tokens");
+      server_error("sample response: sequence " + std::to_string(i) + " has " +
+                   std::to_string(s.logprobs.size()) + " logprobs for " +
+                   std::to_string(s.tokens.size()) + " tokens");
     for (auto t : s.tokens)
       if (t < std::numeric_limits<int32_t>::min() || t > std::numeric_limits<int32_t>::max())
-        server_error("sample response: sequence " + std::to_string(i) + " token "
-                     + std::to_string(t) + " does not fit in int32");
+        server_error("sample response: sequence " + std::to_string(i) + " token " +
+                     std::to_string(t) + " does not fit in int32");
   }
 }
 
@@ -684,14 +676,14 @@ json float_json(double v) {
 
 const std::map<std::string, std::vector<std::string>>& loss_keys() {
   static const std::map<std::string, std::vector<std::string>> keys = {
-    {"cross_entropy", {}},
-    {"importance_sampling", {}},
-    {"ppo", {"clip_high_threshold", "clip_low_threshold", "value_clip"}},
-    {"gspo", {"clip_high_threshold", "clip_low_threshold"}},
-    {"cispo", {"clip_high_threshold", "clip_low_threshold"}},
-    {"dppo", {"delta_high", "delta_low"}},
-    {"dro", {"beta"}},
-    {"ppo_critic", {"value_clip"}},
+      {"cross_entropy", {}},
+      {"importance_sampling", {}},
+      {"ppo", {"clip_high_threshold", "clip_low_threshold", "value_clip"}},
+      {"gspo", {"clip_high_threshold", "clip_low_threshold"}},
+      {"cispo", {"clip_high_threshold", "clip_low_threshold"}},
+      {"dppo", {"delta_high", "delta_low"}},
+      {"dro", {"beta"}},
+      {"ppo_critic", {"value_clip"}},
   };
   return keys;
 }
@@ -716,8 +708,8 @@ std::string zstd_decompress(std::string_view compressed, size_t max_output_bytes
     if (ZSTD_isError(ret))
       user_error(std::string("zstd: corrupt or unsupported data: ") + ZSTD_getErrorName(ret));
     if (ob.pos > max_output_bytes - std::min(out.size(), max_output_bytes))
-      user_error("zstd: decompressed body exceeds the limit of " + std::to_string(max_output_bytes)
-                 + " bytes");
+      user_error("zstd: decompressed body exceeds the limit of " +
+                 std::to_string(max_output_bytes) + " bytes");
     out.append(buffer.data(), ob.pos);
     if (ret == 0 && in.pos == in.size)
       return out; // the last frame is complete and flushed
@@ -744,11 +736,11 @@ std::string decode_content(std::string_view body, std::string_view content_encod
   if (enc == "zstd")
     return zstd_decompress(body, max_output_bytes);
   if (!enc.empty() && enc != "identity")
-    user_error("unsupported Content-Encoding \"" + std::string(content_encoding)
-               + "\" (accepted: identity, zstd)");
+    user_error("unsupported Content-Encoding \"" + std::string(content_encoding) +
+               "\" (accepted: identity, zstd)");
   if (body.size() > max_output_bytes)
-    user_error("body of " + std::to_string(body.size()) + " bytes exceeds the limit of "
-               + std::to_string(max_output_bytes) + " bytes");
+    user_error("body of " + std::to_string(body.size()) + " bytes exceeds the limit of " +
+               std::to_string(max_output_bytes) + " bytes");
   return std::string(body);
 }
 
@@ -786,8 +778,8 @@ void validate_forward_backward(const tinker::forward_backward_request& r,
     user_error(ep + "'data' is empty; send at least one datum");
   std::vector<std::string> needed = {"target_tokens"};
   const auto& loss = r.loss_fn;
-  const bool policy_gradient = loss == "importance_sampling" || loss == "cispo" || loss == "dro"
-                               || loss == "gspo" || loss == "dppo";
+  const bool policy_gradient = loss == "importance_sampling" || loss == "cispo" || loss == "dro" ||
+                               loss == "gspo" || loss == "dppo";
   if (policy_gradient)
     needed.insert(needed.end(), {"logprobs", "advantages"});
   if (loss == "ppo_critic")
@@ -798,18 +790,18 @@ void validate_forward_backward(const tinker::forward_backward_request& r,
     const std::string at = ep + "data[" + std::to_string(i) + "]";
     if (d.tokens.empty())
       user_error(at + ": model_input has no tokens");
-    if (limits.max_context_length > 0
-        && static_cast<int64_t>(d.tokens.size()) >= limits.max_context_length)
-      user_error(at + ": model_input has " + std::to_string(d.tokens.size())
-                 + " tokens; the model's context holds " + std::to_string(limits.max_context_length)
-                 + " (input + 1 target) at most");
+    if (limits.max_context_length > 0 &&
+        static_cast<int64_t>(d.tokens.size()) >= limits.max_context_length)
+      user_error(at + ": model_input has " + std::to_string(d.tokens.size()) +
+                 " tokens; the model's context holds " + std::to_string(limits.max_context_length) +
+                 " (input + 1 target) at most");
     for (size_t k = 0; k < d.tokens.size(); ++k) {
       const auto tok = d.tokens[k];
       if (tok < 0 || (limits.vocab_size > 0 && tok >= limits.vocab_size))
-        user_error(at + ": model_input token " + std::to_string(k) + " = " + std::to_string(tok)
-                   + (tok < 0 ? " is negative"
-                              : " is outside the vocabulary of "
-                                  + std::to_string(limits.vocab_size)));
+        user_error(at + ": model_input token " + std::to_string(k) + " = " + std::to_string(tok) +
+                   (tok < 0
+                        ? " is negative"
+                        : " is outside the vocabulary of " + std::to_string(limits.vocab_size)));
     }
     auto needs = needed;
     if (loss == "ppo") {
@@ -829,30 +821,30 @@ void validate_forward_backward(const tinker::forward_backward_request& r,
         user_error(at + ": unknown loss_fn_inputs entry '" + name + "'; accepted: " + join(known));
       const bool is_target = name == "target_tokens";
       if (is_target == tinker::is_floating(t.type))
-        user_error(in + ": dtype " + tinker::to_string(t.type) + " is not accepted (expected "
-                   + (is_target ? "int64 or int32" : "float32 or bfloat16") + ")");
+        user_error(in + ": dtype " + tinker::to_string(t.type) + " is not accepted (expected " +
+                   (is_target ? "int64 or int32" : "float32 or bfloat16") + ")");
       const int64_t numel = checked_numel(t.shape, std::numeric_limits<int64_t>::max());
       if (numel < 0 || static_cast<size_t>(numel) != element_count(t))
-        user_error(in + ": shape " + shape_text(t.shape) + " disagrees with its "
-                   + std::to_string(element_count(t)) + " elements");
+        user_error(in + ": shape " + shape_text(t.shape) + " disagrees with its " +
+                   std::to_string(element_count(t)) + " elements");
       if (t.shape.size() != 1 || t.shape[0] != L)
-        user_error(in + ": shape " + shape_text(t.shape) + " must be [" + std::to_string(L)
-                   + "], one value per model_input token");
+        user_error(in + ": shape " + shape_text(t.shape) + " must be [" + std::to_string(L) +
+                   "], one value per model_input token");
       for (size_t k = 0; k < t.ints.size(); ++k) {
         const auto v = t.ints[k];
         if (v < 0 || (limits.vocab_size > 0 && v >= limits.vocab_size))
-          user_error(in + "[" + std::to_string(k) + "] = " + std::to_string(v)
-                     + (v < 0 ? " is a negative token id"
-                              : " is outside the vocabulary of "
-                                  + std::to_string(limits.vocab_size)));
+          user_error(in + "[" + std::to_string(k) + "] = " + std::to_string(v) +
+                     (v < 0
+                          ? " is a negative token id"
+                          : " is outside the vocabulary of " + std::to_string(limits.vocab_size)));
       }
       for (size_t k = 0; k < t.floats.size(); ++k) {
         const auto v = t.floats[k];
         if (!std::isfinite(v))
           user_error(in + "[" + std::to_string(k) + "] is not finite (" + number_text(v) + ")");
         if (name == "weights" && v < 0)
-          user_error(in + "[" + std::to_string(k) + "] = " + number_text(v)
-                     + " is negative; weights must be >= 0");
+          user_error(in + "[" + std::to_string(k) + "] = " + number_text(v) +
+                     " is negative; weights must be >= 0");
       }
     }
   }
@@ -885,21 +877,21 @@ tinker::forward_backward_request decode_forward_backward_proto(std::string_view 
       const auto& chunk = pd.model_input(c);
       const std::string where = at + ".model_input[" + std::to_string(c) + "]";
       switch (chunk.chunk_case()) {
-        case tinker_public::Chunk::kEncodedText: {
-          const auto& bytes = chunk.encoded_text().tokens();
-          if (bytes.size() % 4 != 0)
-            user_error(where + ": encoded_text has " + std::to_string(bytes.size())
-                       + " token bytes, not a whole number of int32 tokens");
-          for (size_t k = 0; k < bytes.size(); k += 4)
-            d.tokens.push_back(load<int32_t>(bytes.data() + k));
-          break;
-        }
-        case tinker_public::Chunk::kImage:
-          user_error(where + " is an image chunk; only encoded_text chunks are supported");
-        case tinker_public::Chunk::kDmel:
-          user_error(where + " is a dmel (audio) chunk; only encoded_text chunks are supported");
-        case tinker_public::Chunk::CHUNK_NOT_SET:
-          user_error(where + " is empty (no encoded_text)");
+      case tinker_public::Chunk::kEncodedText: {
+        const auto& bytes = chunk.encoded_text().tokens();
+        if (bytes.size() % 4 != 0)
+          user_error(where + ": encoded_text has " + std::to_string(bytes.size()) +
+                     " token bytes, not a whole number of int32 tokens");
+        for (size_t k = 0; k < bytes.size(); k += 4)
+          d.tokens.push_back(load<int32_t>(bytes.data() + k));
+        break;
+      }
+      case tinker_public::Chunk::kImage:
+        user_error(where + " is an image chunk; only encoded_text chunks are supported");
+      case tinker_public::Chunk::kDmel:
+        user_error(where + " is a dmel (audio) chunk; only encoded_text chunks are supported");
+      case tinker_public::Chunk::CHUNK_NOT_SET:
+        user_error(where + " is empty (no encoded_text)");
       }
     }
     for (const auto& [name, tensor] : pd.loss_fn_inputs())
@@ -915,8 +907,8 @@ tinker::forward_backward_request decode_forward_backward_json(std::string_view b
                                                               const wire_limits& limits) {
   const std::string ep = "forward_backward";
   if (body.size() > limits.max_body_bytes)
-    user_error(ep + ": body of " + std::to_string(body.size()) + " bytes exceeds the limit of "
-               + std::to_string(limits.max_body_bytes) + " bytes");
+    user_error(ep + ": body of " + std::to_string(body.size()) + " bytes exceeds the limit of " +
+               std::to_string(limits.max_body_bytes) + " bytes");
   const json j = parse_object(body, ep);
   fields top(j, ep);
   top.check_type({"forward_backward", "forward"});
@@ -945,8 +937,8 @@ tinker::forward_backward_request decode_forward_backward_json(std::string_view b
     for (auto it = inputs.raw().begin(); it != inputs.raw().end(); ++it) {
       const std::string name = it.key();
       if (!it->is_object())
-        user_error(inputs.where(name.c_str()) + " must be an object (TensorData), got "
-                   + it->type_name());
+        user_error(inputs.where(name.c_str()) + " must be an object (TensorData), got " +
+                   it->type_name());
       fields tf(*it, ep, inputs.prefix() + name + ".");
       d.loss_fn_inputs[name] = tensor_from_json(tf, limits);
     }
@@ -962,10 +954,10 @@ tinker::forward_backward_request decode_forward_backward(std::string_view body,
                                                          std::string_view content_encoding,
                                                          const wire_limits& limits) {
   const auto type = lower_trim(content_type.substr(0, content_type.find(';')));
-  if (type != "application/x-protobuf" && type != "application/protobuf"
-      && type != "application/json" && !type.empty())
-    user_error("forward_backward: unsupported Content-Type \"" + std::string(content_type)
-               + "\" (accepted: application/x-protobuf, application/json)");
+  if (type != "application/x-protobuf" && type != "application/protobuf" &&
+      type != "application/json" && !type.empty())
+    user_error("forward_backward: unsupported Content-Type \"" + std::string(content_type) +
+               "\" (accepted: application/x-protobuf, application/json)");
   std::string plain;
   try {
     plain = decode_content(body, content_encoding, limits.max_body_bytes);
@@ -978,10 +970,10 @@ tinker::forward_backward_request decode_forward_backward(std::string_view body,
 }
 
 std::string encode_forward_backward_request_proto(const tinker::forward_backward_request& r) {
-  if (r.seq_id < std::numeric_limits<int32_t>::min()
-      || r.seq_id > std::numeric_limits<int32_t>::max())
-    user_error("forward_backward request: seq_id " + std::to_string(r.seq_id)
-               + " does not fit the protobuf int32 field");
+  if (r.seq_id < std::numeric_limits<int32_t>::min() ||
+      r.seq_id > std::numeric_limits<int32_t>::max())
+    user_error("forward_backward request: seq_id " + std::to_string(r.seq_id) +
+               " does not fit the protobuf int32 field");
   tinker_public::ForwardBackwardRequest msg;
   msg.set_model_id(r.model_id);
   msg.set_seq_id(static_cast<int32_t>(r.seq_id));
@@ -995,8 +987,8 @@ std::string encode_forward_backward_request_proto(const tinker::forward_backward
     std::string tokens;
     for (auto t : d.tokens) {
       if (t < std::numeric_limits<int32_t>::min() || t > std::numeric_limits<int32_t>::max())
-        user_error("forward_backward request: data[" + std::to_string(i) + "] token "
-                   + std::to_string(t) + " does not fit in int32");
+        user_error("forward_backward request: data[" + std::to_string(i) + "] token " +
+                   std::to_string(t) + " does not fit in int32");
       store(tokens, static_cast<int32_t>(t));
     }
     pd->add_model_input()->mutable_encoded_text()->set_tokens(std::move(tokens));
@@ -1015,14 +1007,14 @@ std::string encode_forward_backward_request_proto(const tinker::forward_backward
 }
 
 void validate_metric_name(const std::string& name) {
-  static const std::set<std::string> reductions = {"mean",  "sum",   "min",           "max",
+  static const std::set<std::string> reductions = {"mean",  "sum",    "min",           "max",
                                                    "slack", "unique", "hash_unordered"};
   const auto colon = name.find(':');
-  if (colon == std::string::npos || colon == 0 || name.find(':', colon + 1) != std::string::npos
-      || !reductions.count(name.substr(colon + 1)))
-    server_error("metric name \"" + name
-                 + "\" is not \"<name>:<reduction>\" with one colon and a reduction among mean, "
-                   "sum, min, max, slack, hash_unordered, unique");
+  if (colon == std::string::npos || colon == 0 || name.find(':', colon + 1) != std::string::npos ||
+      !reductions.count(name.substr(colon + 1)))
+    server_error("metric name \"" + name +
+                 "\" is not \"<name>:<reduction>\" with one colon and a reduction among mean, "
+                 "sum, min, max, slack, hash_unordered, unique");
 }
 
 std::string encode_forward_backward_output_proto(const tinker::forward_backward_output& out) {
@@ -1066,8 +1058,8 @@ tinker::forward_backward_output decode_forward_backward_output_proto(std::string
     if (count == 0 && !rec.fields().empty())
       count = static_cast<int64_t>(rec.fields().begin()->second.offsets().size() / 8) - 1;
     if (count < 0 || count > static_cast<int64_t>(body.size()) + 1)
-      user_error(ep + ": record " + std::to_string(r) + " has an invalid datum count "
-                 + std::to_string(count));
+      user_error(ep + ": record " + std::to_string(r) + " has an invalid datum count " +
+                 std::to_string(count));
     out.loss_fn_outputs.resize(base + static_cast<size_t>(count));
     for (const auto& [name, bt] : rec.fields()) {
       const std::string where = ep + ": field '" + name + "'";
@@ -1075,8 +1067,8 @@ tinker::forward_backward_output decode_forward_backward_output_proto(std::string
       const size_t es = element_size(t);
       auto offsets = int64_bytes(bt.offsets(), where + " offsets");
       if (offsets.size() != static_cast<size_t>(count) + 1)
-        user_error(where + ": " + std::to_string(offsets.size()) + " offsets for "
-                   + std::to_string(count) + " datums");
+        user_error(where + ": " + std::to_string(offsets.size()) + " offsets for " +
+                   std::to_string(count) + " datums");
       std::vector<int64_t> trailing(bt.trailing_shape().begin(), bt.trailing_shape().end());
       const int64_t per_row = checked_numel(trailing, std::numeric_limits<int32_t>::max());
       if (per_row < 0)
@@ -1084,16 +1076,16 @@ tinker::forward_backward_output decode_forward_backward_output_proto(std::string
       for (int64_t i = 0; i < count; ++i) {
         const int64_t b = offsets[i], e = offsets[i + 1];
         if (b < 0 || e < b || e > static_cast<int64_t>(bt.data().size()) || b % es || e % es)
-          user_error(where + ": offsets [" + std::to_string(b) + ", " + std::to_string(e)
-                     + ") of datum " + std::to_string(i) + " are outside the "
-                     + std::to_string(bt.data().size()) + " data bytes or not element-aligned");
+          user_error(where + ": offsets [" + std::to_string(b) + ", " + std::to_string(e) +
+                     ") of datum " + std::to_string(i) + " are outside the " +
+                     std::to_string(bt.data().size()) + " data bytes or not element-aligned");
         tinker::tensor_data td;
         td.type = t;
         append_elements(t, std::string_view(bt.data()).substr(b, e - b), td);
         const auto n = static_cast<int64_t>(element_count(td));
         if (per_row == 0 ? n != 0 : n % per_row != 0)
-          user_error(where + ": datum " + std::to_string(i) + " has " + std::to_string(n)
-                     + " elements, not a multiple of trailing_shape " + shape_text(trailing));
+          user_error(where + ": datum " + std::to_string(i) + " has " + std::to_string(n) +
+                     " elements, not a multiple of trailing_shape " + shape_text(trailing));
         td.shape = {per_row == 0 ? 0 : n / per_row};
         td.shape.insert(td.shape.end(), trailing.begin(), trailing.end());
         out.loss_fn_outputs[base + i][name] = std::move(td);
@@ -1148,14 +1140,13 @@ std::vector<std::string> loss_config_keys(const std::string& loss_fn) {
   return it->second;
 }
 
-void validate_loss_config(const std::string& loss_fn,
-                          const std::map<std::string, double>& config) {
+void validate_loss_config(const std::string& loss_fn, const std::map<std::string, double>& config) {
   const auto keys = loss_config_keys(loss_fn);
   const std::string what = "loss '" + loss_fn + "': loss_fn_config key '";
   for (const auto& [key, v] : config) {
     if (std::find(keys.begin(), keys.end(), key) == keys.end())
-      user_error("loss '" + loss_fn + "': unknown loss_fn_config key '" + key
-                 + "'; allowed keys: " + join(keys));
+      user_error("loss '" + loss_fn + "': unknown loss_fn_config key '" + key +
+                 "'; allowed keys: " + join(keys));
     auto bad = [&](const char* domain) {
       user_error(what + key + "' must be " + domain + ", got " + number_text(v));
     };
@@ -1193,8 +1184,8 @@ std::map<std::string, double> ppo_to_regular(const std::map<std::string, double>
 sample_body decode_sample(std::string_view body, const wire_limits& limits) {
   const std::string ep = "asample";
   if (body.size() > limits.max_body_bytes)
-    user_error(ep + ": body of " + std::to_string(body.size()) + " bytes exceeds the limit of "
-               + std::to_string(limits.max_body_bytes) + " bytes");
+    user_error(ep + ": body of " + std::to_string(body.size()) + " bytes exceeds the limit of " +
+               std::to_string(limits.max_body_bytes) + " bytes");
   const json j = parse_object(body, ep);
   fields f(j, ep);
   f.check_type({"sample"});
@@ -1220,15 +1211,15 @@ sample_body decode_sample(std::string_view body, const wire_limits& limits) {
   for (size_t k = 0; k < r.prompt.size(); ++k) {
     const auto t = r.prompt[k];
     if (t < 0 || (limits.vocab_size > 0 && t >= limits.vocab_size))
-      user_error(f.where("prompt") + " token " + std::to_string(k) + " = " + std::to_string(t)
-                 + (t < 0 ? " is negative"
-                          : " is outside the vocabulary of " + std::to_string(limits.vocab_size)));
+      user_error(f.where("prompt") + " token " + std::to_string(k) + " = " + std::to_string(t) +
+                 (t < 0 ? " is negative"
+                        : " is outside the vocabulary of " + std::to_string(limits.vocab_size)));
   }
-  if (limits.max_context_length > 0
-      && static_cast<int64_t>(r.prompt.size()) >= limits.max_context_length)
-    f.fail("prompt", "has " + std::to_string(r.prompt.size())
-                       + " tokens; it must be shorter than the model's context of "
-                       + std::to_string(limits.max_context_length));
+  if (limits.max_context_length > 0 &&
+      static_cast<int64_t>(r.prompt.size()) >= limits.max_context_length)
+    f.fail("prompt", "has " + std::to_string(r.prompt.size()) +
+                         " tokens; it must be shorter than the model's context of " +
+                         std::to_string(limits.max_context_length));
   auto sp = f.object("sampling_params", true);
   auto& p = r.params;
   bool has_max = false;
@@ -1263,12 +1254,12 @@ sample_body decode_sample(std::string_view body, const wire_limits& limits) {
         } else if (fields::as_int(s, tok)) {
           ints = true;
           if (tok < 0)
-            sp.fail("stop", "token " + std::to_string(i) + " = " + std::to_string(tok)
-                              + " is negative");
+            sp.fail("stop",
+                    "token " + std::to_string(i) + " = " + std::to_string(tok) + " is negative");
           p.stop_tokens.push_back(tok);
         } else {
-          sp.fail("stop", "entry " + std::to_string(i) + " must be a string or an integer, got "
-                            + s.type_name());
+          sp.fail("stop", "entry " + std::to_string(i) + " must be a string or an integer, got " +
+                              s.type_name());
         }
       }
       if (strings && ints)
@@ -1280,8 +1271,8 @@ sample_body decode_sample(std::string_view body, const wire_limits& limits) {
   r.prompt_logprobs = f.boolean("prompt_logprobs", false);
   r.topk_prompt_logprobs = f.integer("topk_prompt_logprobs", false, 0, nullptr, 0);
   if (r.topk_prompt_logprobs > 0)
-    f.fail("topk_prompt_logprobs", "= " + std::to_string(r.topk_prompt_logprobs)
-                                     + " is not supported by this server (send 0)");
+    f.fail("topk_prompt_logprobs", "= " + std::to_string(r.topk_prompt_logprobs) +
+                                       " is not supported by this server (send 0)");
   return out;
 }
 
@@ -1355,7 +1346,7 @@ std::string encode_sample_response_json(const tinker::sample_response& r) {
     for (auto v : s.logprobs)
       lp.push_back(float_json(v));
     j["sequences"].push_back(
-      {{"stop_reason", s.stop_reason}, {"tokens", s.tokens}, {"logprobs", std::move(lp)}});
+        {{"stop_reason", s.stop_reason}, {"tokens", s.tokens}, {"logprobs", std::move(lp)}});
   }
   if (r.has_prompt_logprobs) {
     json lp = json::array();
@@ -1377,7 +1368,8 @@ create_session_request decode_create_session(std::string_view body) {
   const json& tags = f.array("tags", false);
   for (size_t i = 0; i < tags.size(); ++i) {
     if (!tags[i].is_string())
-      f.fail("tags", "entry " + std::to_string(i) + " must be a string, got " + tags[i].type_name());
+      f.fail("tags",
+             "entry " + std::to_string(i) + " must be a string, got " + tags[i].type_name());
     r.tags.push_back(tags[i].get<std::string>());
   }
   r.user_metadata = f.metadata("user_metadata");
@@ -1436,18 +1428,18 @@ optim_step_request decode_optim_step(std::string_view body) {
     return v;
   };
   p.learning_rate = read(
-    "learning_rate", p.learning_rate, [](double v) { return v >= 0; }, "a finite number >= 0");
+      "learning_rate", p.learning_rate, [](double v) { return v >= 0; }, "a finite number >= 0");
   p.beta1 = read(
-    "beta1", p.beta1, [](double v) { return v >= 0 && v < 1; }, "in [0, 1)");
+      "beta1", p.beta1, [](double v) { return v >= 0 && v < 1; }, "in [0, 1)");
   p.beta2 = read(
-    "beta2", p.beta2, [](double v) { return v >= 0 && v < 1; }, "in [0, 1)");
+      "beta2", p.beta2, [](double v) { return v >= 0 && v < 1; }, "in [0, 1)");
   p.eps = read(
-    "eps", p.eps, [](double v) { return v > 0; }, "a finite number > 0");
+      "eps", p.eps, [](double v) { return v > 0; }, "a finite number > 0");
   p.weight_decay = read(
-    "weight_decay", p.weight_decay, [](double v) { return v >= 0; }, "a finite number >= 0");
+      "weight_decay", p.weight_decay, [](double v) { return v >= 0; }, "a finite number >= 0");
   p.grad_clip_norm = read(
-    "grad_clip_norm", p.grad_clip_norm, [](double v) { return v >= 0; },
-    "a finite number >= 0 (0 = no clipping)");
+      "grad_clip_norm", p.grad_clip_norm, [](double v) { return v >= 0; },
+      "a finite number >= 0 (0 = no clipping)");
   return r;
 }
 
@@ -1462,8 +1454,8 @@ void read_ttl(const fields& f, bool& has, int64_t& ttl) {
 std::string checkpoint_name(const fields& f) {
   auto path = f.str("path", false);
   if (!path.empty() && !valid_checkpoint_name(path))
-    f.fail("path", "\"" + path
-                     + "\" is not a checkpoint name: use 1-128 of A-Z a-z 0-9 . _ - and do not "
+    f.fail("path", "\"" + path +
+                       "\" is not a checkpoint name: use 1-128 of A-Z a-z 0-9 . _ - and do not "
                        "start with '.'");
   return path;
 }
@@ -1493,8 +1485,8 @@ save_weights_for_sampler_request decode_save_weights_for_sampler(std::string_vie
   r.seq_id = f.integer("seq_id", true);
   check_seq_id(f, r.seq_id);
   r.path = checkpoint_name(f);
-  r.sampling_session_seq_id
-    = f.integer("sampling_session_seq_id", false, 0, &r.has_sampling_session_seq_id, 0);
+  r.sampling_session_seq_id =
+      f.integer("sampling_session_seq_id", false, 0, &r.has_sampling_session_seq_id, 0);
   read_ttl(f, r.has_ttl, r.ttl_seconds);
   return r;
 }

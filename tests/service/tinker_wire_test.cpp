@@ -23,16 +23,14 @@ using tinker::request_error;
 
 // -- helpers ------------------------------------------------------------------------------------
 
-template <class T>
-std::string raw_bytes(const std::vector<T>& values) {
+template <class T> std::string raw_bytes(const std::vector<T>& values) {
   std::string out(values.size() * sizeof(T), '\0');
   if (!values.empty())
     std::memcpy(out.data(), values.data(), out.size());
   return out;
 }
 
-template <class T>
-std::vector<T> from_raw(const std::string& bytes) {
+template <class T> std::vector<T> from_raw(const std::string& bytes) {
   std::vector<T> out(bytes.size() / sizeof(T));
   if (!out.empty())
     std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
@@ -48,7 +46,7 @@ void expect_error(const std::function<void()>& f, const std::string& category,
     EXPECT_EQ(e.category(), category) << e.what();
     for (const auto& p : parts)
       EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-        << "message \"" << e.what() << "\" lacks \"" << p << "\"";
+          << "message \"" << e.what() << "\" lacks \"" << p << "\"";
     return;
   }
   ADD_FAILURE() << "no request_error thrown (expected one mentioning " << *parts.begin() << ")";
@@ -81,16 +79,16 @@ tinker_public::ForwardBackwardRequest sft_request() {
   auto* d0 = msg.add_data();
   add_text_chunk(d0, {11, 12, 13});
   add_text_chunk(d0, {14, 15});
-  (*d0->mutable_loss_fn_inputs())["target_tokens"]
-    = dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({12, 13, 14, 15, 16}), {5});
-  (*d0->mutable_loss_fn_inputs())["weights"]
-    = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, 0, 1, 1, 1}), {5});
+  (*d0->mutable_loss_fn_inputs())["target_tokens"] =
+      dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({12, 13, 14, 15, 16}), {5});
+  (*d0->mutable_loss_fn_inputs())["weights"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, 0, 1, 1, 1}), {5});
   auto* d1 = msg.add_data();
   add_text_chunk(d1, {7, 8});
-  (*d1->mutable_loss_fn_inputs())["target_tokens"]
-    = dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({8, 9}), {2});
-  (*d1->mutable_loss_fn_inputs())["weights"]
-    = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 0.5f}), {2});
+  (*d1->mutable_loss_fn_inputs())["target_tokens"] =
+      dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({8, 9}), {2});
+  (*d1->mutable_loss_fn_inputs())["weights"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 0.5f}), {2});
   return msg;
 }
 
@@ -103,7 +101,8 @@ tinker_public::ForwardBackwardRequest rl_request() {
   auto* d = msg.add_data();
   add_text_chunk(d, {1, 2, 3});
   auto& in = *d->mutable_loss_fn_inputs();
-  in["target_tokens"] = dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({2, 3, 4}), {3});
+  in["target_tokens"] =
+      dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({2, 3, 4}), {3});
   in["logprobs"] = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, -1, -2}), {3});
   in["advantages"] = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, 1, 1}), {3});
   return msg;
@@ -153,7 +152,8 @@ TEST(TinkerTypes, DtypeNamesRoundTrip) {
 
 TEST(TinkerTypes, ParseDtypeRefusesUnknownNames) {
   for (const char* bad : {"float64", "Float32", "", "int8"})
-    expect_user_error([&] { tinker::parse_dtype(bad); }, {"unknown dtype", std::string("\"") + bad});
+    expect_user_error([&] { tinker::parse_dtype(bad); },
+                      {"unknown dtype", std::string("\"") + bad});
 }
 
 TEST(TinkerTypes, NumelIsTheShapeProduct) {
@@ -262,8 +262,8 @@ TEST(TinkerWireForwardBackwardProto, WidensBfloat16AndInt32AndConvertsIntegerWei
   auto& in = *m.mutable_data(1)->mutable_loss_fn_inputs();
   in["target_tokens"] = dense_tensor(tinker_public::DTYPE_INT32, raw_bytes<int32_t>({8, 9}), {2});
   // bf16 bits of 1.0 (0x3f80) and 0.5 (0x3f00) are exact.
-  in["weights"] = dense_tensor(tinker_public::DTYPE_BFLOAT16,
-                               raw_bytes<uint16_t>({0x3f80, 0x3f00}), {2});
+  in["weights"] =
+      dense_tensor(tinker_public::DTYPE_BFLOAT16, raw_bytes<uint16_t>({0x3f80, 0x3f00}), {2});
   auto r = decode_proto(m);
   EXPECT_EQ(r.data[1].loss_fn_inputs.at("target_tokens").type, dtype::int32);
   EXPECT_EQ(r.data[1].loss_fn_inputs.at("target_tokens").ints, (std::vector<int64_t>{8, 9}));
@@ -280,10 +280,9 @@ TEST(TinkerWireForwardBackwardProto, WidensBfloat16AndInt32AndConvertsIntegerWei
 
 TEST(TinkerWireForwardBackwardProto, ShapelessTensorsAreOneDimensional) {
   auto m = sft_request();
-  (*m.mutable_data(1)->mutable_loss_fn_inputs())["weights"]
-    = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1}), {});
-  EXPECT_EQ(decode_proto(m).data[1].loss_fn_inputs.at("weights").shape,
-            (std::vector<int64_t>{2}));
+  (*m.mutable_data(1)->mutable_loss_fn_inputs())["weights"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1}), {});
+  EXPECT_EQ(decode_proto(m).data[1].loss_fn_inputs.at("weights").shape, (std::vector<int64_t>{2}));
 }
 
 TEST(TinkerWireForwardBackwardProto, EncoderRoundTrips) {
@@ -336,7 +335,7 @@ TEST(TinkerWireForwardBackwardProto, RefusesBadTokens) {
   expect_user_error([&] { decode_proto(m); }, {"data[1].model_input[0]", "5 token bytes"});
   m = sft_request();
   m.mutable_data(1)->mutable_model_input(0)->mutable_encoded_text()->set_tokens(
-    raw_bytes<int32_t>({7, -3}));
+      raw_bytes<int32_t>({7, -3}));
   expect_user_error([&] { decode_proto(m); }, {"data[1]", "token 1 = -3 is negative"});
   wire_limits limits;
   limits.vocab_size = 16;
@@ -362,11 +361,10 @@ TEST(TinkerWireForwardBackwardProto, RefusesBadDtypes) {
   in["weights"].set_dtype(static_cast<tinker_public::DType>(9));
   expect_user_error([&] { decode_proto(m); }, {"loss_fn_inputs.weights", "unknown dtype code 9"});
   in["weights"].set_dtype(tinker_public::DTYPE_FLOAT32);
-  in["target_tokens"] = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 2, 3, 4, 5}),
-                                     {5});
-  expect_user_error([&] { decode_proto(m); },
-                    {"data[0].loss_fn_inputs.target_tokens", "float32 is not accepted",
-                     "int64 or int32"});
+  in["target_tokens"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 2, 3, 4, 5}), {5});
+  expect_user_error([&] { decode_proto(m); }, {"data[0].loss_fn_inputs.target_tokens",
+                                               "float32 is not accepted", "int64 or int32"});
 }
 
 TEST(TinkerWireForwardBackwardProto, RefusesDataThatDisagreesWithItsShape) {
@@ -378,7 +376,8 @@ TEST(TinkerWireForwardBackwardProto, RefusesDataThatDisagreesWithItsShape) {
   in["weights"] = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1, 1, 1}), {5});
   expect_user_error([&] { decode_proto(m); },
                     {"loss_fn_inputs.weights", "shape [5] disagrees with its 4 elements"});
-  in["weights"] = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1, 1, 1}), {-2, -2});
+  in["weights"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1, 1, 1}), {-2, -2});
   expect_user_error([&] { decode_proto(m); }, {"shape [-2, -2] disagrees"});
   in["weights"].clear_encoding();
   expect_user_error([&] { decode_proto(m); },
@@ -387,36 +386,36 @@ TEST(TinkerWireForwardBackwardProto, RefusesDataThatDisagreesWithItsShape) {
 
 TEST(TinkerWireForwardBackwardProto, RefusesTargetsOfAnotherLength) {
   auto m = sft_request();
-  (*m.mutable_data(1)->mutable_loss_fn_inputs())["target_tokens"]
-    = dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({8, 9, 10}), {3});
+  (*m.mutable_data(1)->mutable_loss_fn_inputs())["target_tokens"] =
+      dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({8, 9, 10}), {3});
   expect_user_error([&] { decode_proto(m); },
                     {"data[1].loss_fn_inputs.target_tokens", "shape [3] must be [2]"});
-  (*m.mutable_data(1)->mutable_loss_fn_inputs())["target_tokens"]
-    = dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({8, 9}), {1, 2});
+  (*m.mutable_data(1)->mutable_loss_fn_inputs())["target_tokens"] =
+      dense_tensor(tinker_public::DTYPE_INT64, raw_bytes<int64_t>({8, 9}), {1, 2});
   expect_user_error([&] { decode_proto(m); }, {"shape [1, 2] must be [2]"});
 }
 
 TEST(TinkerWireForwardBackwardProto, RefusesNonFiniteAndNegativeWeights) {
   auto m = rl_request();
   auto& in = *m.mutable_data(0)->mutable_loss_fn_inputs();
-  in["advantages"] = dense_tensor(tinker_public::DTYPE_FLOAT32,
-                                  raw_bytes<float>({0, std::numeric_limits<float>::infinity(), 1}),
-                                  {3});
+  in["advantages"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32,
+                   raw_bytes<float>({0, std::numeric_limits<float>::infinity(), 1}), {3});
   expect_user_error([&] { decode_proto(m); },
                     {"data[0].loss_fn_inputs.advantages[1] is not finite"});
-  in["advantages"] = dense_tensor(tinker_public::DTYPE_FLOAT32,
-                                  raw_bytes<float>({0, 1, std::nanf("")}), {3});
+  in["advantages"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, 1, std::nanf("")}), {3});
   expect_user_error([&] { decode_proto(m); }, {"advantages[2] is not finite"});
   m = sft_request();
-  (*m.mutable_data(0)->mutable_loss_fn_inputs())["weights"]
-    = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, 0, 1, -1, 1}), {5});
+  (*m.mutable_data(0)->mutable_loss_fn_inputs())["weights"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, 0, 1, -1, 1}), {5});
   expect_user_error([&] { decode_proto(m); }, {"weights[3] = -1 is negative"});
 }
 
 TEST(TinkerWireForwardBackwardProto, RefusesUnknownAndMissingInputs) {
   auto m = sft_request();
-  (*m.mutable_data(0)->mutable_loss_fn_inputs())["mask"]
-    = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1, 1, 1, 1}), {5});
+  (*m.mutable_data(0)->mutable_loss_fn_inputs())["mask"] =
+      dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1, 1, 1, 1}), {5});
   expect_user_error([&] { decode_proto(m); },
                     {"data[0]", "unknown loss_fn_inputs entry 'mask'", "target_tokens, weights"});
   m = sft_request();
@@ -492,22 +491,46 @@ TEST(TinkerWireForwardBackwardProto, RefusesInconsistentSparseCsr) {
     t.mutable_sparse_csr()->set_col_indices(raw_bytes(col));
     return serialize(t);
   };
-  expect_user_error([&] { decode_tensor_proto(make({3}, {1}, {0, 1}, {0}), "w"); },
-                    {"w: a sparse_csr tensor needs a 2-D shape, got [3]"});
-  expect_user_error([&] { decode_tensor_proto(make({2, 2}, {1}, {0, 1}, {0}), "w"); },
-                    {"crow_indices has 2 entries, expected rows + 1 = 3"});
-  expect_user_error([&] { decode_tensor_proto(make({1, 2}, {1, 2}, {0, 2}, {0}), "w"); },
-                    {"col_indices has 1 entries but there are 2 values"});
-  expect_user_error([&] { decode_tensor_proto(make({1, 2}, {1}, {1, 1}, {0}), "w"); },
-                    {"start at 0 and end at the value count 1"});
-  expect_user_error([&] { decode_tensor_proto(make({2, 2}, {1, 2}, {0, 2, 1}, {0, 1}), "w"); },
-                    {"must start at 0 and end"});
-  expect_user_error([&] { decode_tensor_proto(make({3, 2}, {1, 2}, {0, 2, 1, 2}, {0, 1}), "w"); },
-                    {"crow_indices decrease at row 1"});
-  expect_user_error([&] { decode_tensor_proto(make({1, 2}, {1}, {0, 1}, {2}), "w"); },
-                    {"col_indices[0] = 2 is outside [0, 2)"});
-  expect_user_error([&] { decode_tensor_proto(make({int64_t{1} << 40, int64_t{1} << 40}, {}, {0}, {}), "w"); },
-                    {"exceeds the body limit when dense"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({3}, {1}, {0, 1}, {0}), "w");
+      },
+      {"w: a sparse_csr tensor needs a 2-D shape, got [3]"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({2, 2}, {1}, {0, 1}, {0}), "w");
+      },
+      {"crow_indices has 2 entries, expected rows + 1 = 3"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({1, 2}, {1, 2}, {0, 2}, {0}), "w");
+      },
+      {"col_indices has 1 entries but there are 2 values"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({1, 2}, {1}, {1, 1}, {0}), "w");
+      },
+      {"start at 0 and end at the value count 1"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({2, 2}, {1, 2}, {0, 2, 1}, {0, 1}), "w");
+      },
+      {"must start at 0 and end"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({3, 2}, {1, 2}, {0, 2, 1, 2}, {0, 1}), "w");
+      },
+      {"crow_indices decrease at row 1"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({1, 2}, {1}, {0, 1}, {2}), "w");
+      },
+      {"col_indices[0] = 2 is outside [0, 2)"});
+  expect_user_error(
+      [&] {
+        decode_tensor_proto(make({int64_t{1} << 40, int64_t{1} << 40}, {}, {0}, {}), "w");
+      },
+      {"exceeds the body limit when dense"});
   tinker_public::Tensor odd;
   odd.set_dtype(tinker_public::DTYPE_FLOAT32);
   odd.add_shape(1);
@@ -529,8 +552,7 @@ TEST(TinkerWireForwardBackwardJson, DecodesTheOlderSdkBody) {
   EXPECT_EQ(r.data[0].tokens, (std::vector<int64_t>{11, 12, 13, 14, 15}));
   EXPECT_EQ(r.data[0].loss_fn_inputs.at("target_tokens").ints,
             (std::vector<int64_t>{12, 13, 14, 15, 16}));
-  EXPECT_EQ(r.data[0].loss_fn_inputs.at("weights").floats,
-            (std::vector<double>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(r.data[0].loss_fn_inputs.at("weights").floats, (std::vector<double>{0, 0, 1, 1, 1}));
 }
 
 TEST(TinkerWireForwardBackwardJson, ForwardInputSetsForwardOnly) {
@@ -573,63 +595,65 @@ TEST(TinkerWireForwardBackwardJson, RefusesMalformedBodies) {
     std::vector<std::string> parts;
   };
   const std::vector<bad_case> cases = {
-    {[](json& j) { j.erase("model_id"); }, {"'model_id' is required"}},
-    {[](json& j) { j["model_id"] = 7; }, {"'model_id' must be a string, got number"}},
-    {[](json& j) { j["seq_id"] = "1"; }, {"'seq_id' must be an integer"}},
-    {[](json& j) { j["seq_id"] = 1.5; }, {"'seq_id' must be an integer", "1.5"}},
-    {[](json& j) { j["seq_id"] = -4; }, {"'seq_id' must be >= 0, got -4"}},
-    {[](json& j) { j["type"] = "optim_step"; }, {"'type' is \"optim_step\""}},
-    {[](json& j) { j.erase("forward_backward_input"); }, {"exactly one of"}},
-    {[](json& j) { j["forward_input"] = j["forward_backward_input"]; }, {"exactly one of"}},
-    {[](json& j) { j["forward_backward_input"]["data"] = 3; },
-     {"'forward_backward_input.data' must be an array"}},
-    {[](json& j) { j["forward_backward_input"].erase("loss_fn"); },
-     {"'forward_backward_input.loss_fn' is required"}},
-    {[](json& j) { j["forward_backward_input"]["loss_fn_config"] = {{"beta", "x"}}; },
-     {"loss_fn_config' entry 'beta' must be a number"}},
-    {[](json& j) { j["forward_backward_input"]["data"][0] = 5; },
-     {"'data[0]' must be an object"}},
-    {[](json& j) {
-       j["forward_backward_input"]["data"][0]["model_input"]["chunks"][1]["tokens"][0] = 1.5;
-     },
-     {"data[0].model_input.chunks[1].tokens[0]' must be an integer"}},
-    {[](json& j) {
-       j["forward_backward_input"]["data"][0]["model_input"]["chunks"][0]["type"] = "image";
-     },
-     {"chunks[0].type' is \"image\"", "only encoded_text"}},
-    {[](json& j) { j["forward_backward_input"]["data"][0].erase("model_input"); },
-     {"'data[0].model_input' is required"}},
-    {[](json& j) {
-       j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["dtype"] = "float64";
-     },
-     {"data[0].loss_fn_inputs.weights'", "unknown dtype \"float64\""}},
-    {[](json& j) {
-       j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"]["data"][2] = 2.5;
-     },
-     {"loss_fn_inputs.target_tokens'", "data[2] must be an integer for dtype int64"}},
-    {[](json& j) {
-       j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["data"][1] = "a";
-     },
-     {"loss_fn_inputs.weights'", "data[1] must be a number"}},
-    {[](json& j) {
-       j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["shape"] = {6};
-     },
-     {"loss_fn_inputs.weights'", "shape [6] disagrees with its 5 elements"}},
-    {[](json& j) { j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"] = 1; },
-     {"loss_fn_inputs.weights' must be an object (TensorData)"}},
-    {[](json& j) {
-       j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"]["data"] =
-         json::array({12, 13, 14, 15});
-       j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"]["shape"] = {4};
-     },
-     {"data[0].loss_fn_inputs.target_tokens", "shape [4] must be [5]"}},
-    {[](json& j) {
-       auto& w = j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"];
-       w["sparse_crow_indices"] = {0, 1};
-       w["sparse_col_indices"] = {0};
-       w["shape"] = {1, 5};
-     },
-     {"loss_fn_inputs.weights'", "col_indices has 1 entries but there are 5 values"}},
+      {[](json& j) { j.erase("model_id"); }, {"'model_id' is required"}},
+      {[](json& j) { j["model_id"] = 7; }, {"'model_id' must be a string, got number"}},
+      {[](json& j) { j["seq_id"] = "1"; }, {"'seq_id' must be an integer"}},
+      {[](json& j) { j["seq_id"] = 1.5; }, {"'seq_id' must be an integer", "1.5"}},
+      {[](json& j) { j["seq_id"] = -4; }, {"'seq_id' must be >= 0, got -4"}},
+      {[](json& j) { j["type"] = "optim_step"; }, {"'type' is \"optim_step\""}},
+      {[](json& j) { j.erase("forward_backward_input"); }, {"exactly one of"}},
+      {[](json& j) { j["forward_input"] = j["forward_backward_input"]; }, {"exactly one of"}},
+      {[](json& j) { j["forward_backward_input"]["data"] = 3; },
+       {"'forward_backward_input.data' must be an array"}},
+      {[](json& j) { j["forward_backward_input"].erase("loss_fn"); },
+       {"'forward_backward_input.loss_fn' is required"}},
+      {[](json& j) {
+         j["forward_backward_input"]["loss_fn_config"] = {{"beta", "x"}};
+       },
+       {"loss_fn_config' entry 'beta' must be a number"}},
+      {[](json& j) { j["forward_backward_input"]["data"][0] = 5; },
+       {"'data[0]' must be an object"}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["model_input"]["chunks"][1]["tokens"][0] = 1.5;
+       },
+       {"data[0].model_input.chunks[1].tokens[0]' must be an integer"}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["model_input"]["chunks"][0]["type"] = "image";
+       },
+       {"chunks[0].type' is \"image\"", "only encoded_text"}},
+      {[](json& j) { j["forward_backward_input"]["data"][0].erase("model_input"); },
+       {"'data[0].model_input' is required"}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["dtype"] = "float64";
+       },
+       {"data[0].loss_fn_inputs.weights'", "unknown dtype \"float64\""}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"]["data"][2] = 2.5;
+       },
+       {"loss_fn_inputs.target_tokens'", "data[2] must be an integer for dtype int64"}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["data"][1] = "a";
+       },
+       {"loss_fn_inputs.weights'", "data[1] must be a number"}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["shape"] = {6};
+       },
+       {"loss_fn_inputs.weights'", "shape [6] disagrees with its 5 elements"}},
+      {[](json& j) { j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"] = 1; },
+       {"loss_fn_inputs.weights' must be an object (TensorData)"}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"]["data"] =
+             json::array({12, 13, 14, 15});
+         j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["target_tokens"]["shape"] = {4};
+       },
+       {"data[0].loss_fn_inputs.target_tokens", "shape [4] must be [5]"}},
+      {[](json& j) {
+         auto& w = j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"];
+         w["sparse_crow_indices"] = {0, 1};
+         w["sparse_col_indices"] = {0};
+         w["shape"] = {1, 5};
+       },
+       {"loss_fn_inputs.weights'", "col_indices has 1 entries but there are 5 values"}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
@@ -641,7 +665,7 @@ TEST(TinkerWireForwardBackwardJson, RefusesMalformedBodies) {
       EXPECT_EQ(e.category(), "user");
       for (const auto& p : cases[i].parts)
         EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message \"" << e.what() << "\" lacks \"" << p << "\"";
+            << "message \"" << e.what() << "\" lacks \"" << p << "\"";
     }
   }
 }
@@ -649,8 +673,11 @@ TEST(TinkerWireForwardBackwardJson, RefusesMalformedBodies) {
 TEST(TinkerWireForwardBackwardJson, SparseJsonTensorsAreDensified) {
   auto j = json::parse(sft_json);
   auto& w = j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"];
-  w = {{"data", {1.0, 2.0}}, {"dtype", "float32"}, {"shape", {1, 5}},
-       {"sparse_crow_indices", {0, 2}}, {"sparse_col_indices", {2, 4}}};
+  w = {{"data", {1.0, 2.0}},
+       {"dtype", "float32"},
+       {"shape", {1, 5}},
+       {"sparse_crow_indices", {0, 2}},
+       {"sparse_col_indices", {2, 4}}};
   // Densified to [[0, 0, 1, 0, 2]]: decoded fine, then refused only for being 2-D.
   expect_user_error([&] { decode_forward_backward_json(j.dump()); },
                     {"loss_fn_inputs.weights: shape [1, 5] must be [5]"});
@@ -675,8 +702,10 @@ TEST(TinkerWireForwardBackwardDispatch, ChoosesTheDecoderByContentTypeAndEncodin
   wire_limits small;
   small.max_body_bytes = 64;
   expect_user_error(
-    [&] { decode_forward_backward(zstd_compress(proto), "application/x-protobuf", "zstd", small); },
-    {"exceeds the limit of 64"});
+      [&] {
+        decode_forward_backward(zstd_compress(proto), "application/x-protobuf", "zstd", small);
+      },
+      {"exceeds the limit of 64"});
 }
 
 // -- forward_backward outputs -------------------------------------------------------------------
@@ -753,7 +782,7 @@ TEST(TinkerWireOutputs, ProtoRoundTripKeepsEveryDatum) {
   tinker::forward_backward_output empty;
   empty.metrics["loss:sum"] = 0;
   EXPECT_TRUE(decode_forward_backward_output_proto(encode_forward_backward_output_proto(empty))
-                .loss_fn_outputs.empty());
+                  .loss_fn_outputs.empty());
 }
 
 TEST(TinkerWireOutputs, Bfloat16OutputsRoundToNearest) {
@@ -770,8 +799,8 @@ TEST(TinkerWireOutputs, Bfloat16OutputsRoundToNearest) {
 }
 
 TEST(TinkerWireOutputs, MetricNamesNeedExactlyOneKnownReduction) {
-  for (const char* ok : {"loss:sum", "entropy:mean", "x:min", "x:max", "x:slack", "x:unique",
-                         "x:hash_unordered"})
+  for (const char* ok :
+       {"loss:sum", "entropy:mean", "x:min", "x:max", "x:slack", "x:unique", "x:hash_unordered"})
     EXPECT_NO_THROW(validate_metric_name(ok)) << ok;
   for (const char* bad : {"loss", "loss:sum:x", "loss:avg", ":sum", "loss:"}) {
     expect_error([&] { validate_metric_name(bad); }, "server", {std::string("\"") + bad + "\""});
@@ -896,35 +925,41 @@ TEST(TinkerWireSample, RefusesBadBodies) {
     std::vector<std::string> parts;
   };
   const std::vector<bad_case> cases = {
-    {[](json& j) { j.erase("sampling_session_id"); },
-     {"one of 'sampling_session_id', 'model_path' or 'base_model' is required"}},
-    {[](json& j) { j.erase("seq_id"); }, {"'seq_id' is required with a sampling_session_id"}},
-    {[](json& j) { j["model_path"] = "/tmp/x"; }, {"'model_path' must start with tinker://"}},
-    {[](json& j) { j["num_samples"] = 0; }, {"'num_samples' must be >= 1, got 0"}},
-    {[](json& j) { j["prompt"]["chunks"][0]["tokens"] = json::array(); }, {"'prompt' has no tokens"}},
-    {[](json& j) { j["prompt"]["chunks"][0]["tokens"][1] = -2; },
-     {"'prompt' token 1 = -2 is negative"}},
-    {[](json& j) { j["prompt"]["chunks"][0]["type"] = "image_asset_pointer"; },
-     {"only encoded_text"}},
-    {[](json& j) { j.erase("sampling_params"); }, {"'sampling_params' is required"}},
-    {[](json& j) { j["sampling_params"].erase("max_tokens"); },
-     {"'sampling_params.max_tokens' is required"}},
-    {[](json& j) { j["sampling_params"]["max_tokens"] = 0; },
-     {"'sampling_params.max_tokens' must be >= 1, got 0"}},
-    {[](json& j) { j["sampling_params"]["temperature"] = -0.1; },
-     {"'sampling_params.temperature' must be a finite number >= 0"}},
-    {[](json& j) { j["sampling_params"]["top_p"] = 0; }, {"'sampling_params.top_p' must be in (0, 1]"}},
-    {[](json& j) { j["sampling_params"]["top_p"] = 1.5; }, {"top_p' must be in (0, 1], got 1.5"}},
-    {[](json& j) { j["sampling_params"]["top_k"] = -2; }, {"'sampling_params.top_k' must be -1"}},
-    {[](json& j) { j["sampling_params"]["stop"] = {1, "x"}; }, {"'sampling_params.stop' mixes"}},
-    {[](json& j) { j["sampling_params"]["stop"] = {-1}; }, {"stop' token 0 = -1 is negative"}},
-    {[](json& j) { j["sampling_params"]["stop"] = 3; }, {"stop' must be a string or an array"}},
-    {[](json& j) { j["sampling_params"]["stop"] = {true}; },
-     {"stop' entry 0 must be a string or an integer"}},
-    {[](json& j) { j["topk_prompt_logprobs"] = 5; }, {"'topk_prompt_logprobs' = 5 is not supported"}},
-    {[](json& j) { j["topk_prompt_logprobs"] = -1; }, {"'topk_prompt_logprobs' must be >= 0"}},
-    {[](json& j) { j["prompt_logprobs"] = 1; }, {"'prompt_logprobs' must be a boolean"}},
-    {[](json& j) { j["type"] = "asample"; }, {"'type' is \"asample\", expected \"sample\""}},
+      {[](json& j) { j.erase("sampling_session_id"); },
+       {"one of 'sampling_session_id', 'model_path' or 'base_model' is required"}},
+      {[](json& j) { j.erase("seq_id"); }, {"'seq_id' is required with a sampling_session_id"}},
+      {[](json& j) { j["model_path"] = "/tmp/x"; }, {"'model_path' must start with tinker://"}},
+      {[](json& j) { j["num_samples"] = 0; }, {"'num_samples' must be >= 1, got 0"}},
+      {[](json& j) { j["prompt"]["chunks"][0]["tokens"] = json::array(); },
+       {"'prompt' has no tokens"}},
+      {[](json& j) { j["prompt"]["chunks"][0]["tokens"][1] = -2; },
+       {"'prompt' token 1 = -2 is negative"}},
+      {[](json& j) { j["prompt"]["chunks"][0]["type"] = "image_asset_pointer"; },
+       {"only encoded_text"}},
+      {[](json& j) { j.erase("sampling_params"); }, {"'sampling_params' is required"}},
+      {[](json& j) { j["sampling_params"].erase("max_tokens"); },
+       {"'sampling_params.max_tokens' is required"}},
+      {[](json& j) { j["sampling_params"]["max_tokens"] = 0; },
+       {"'sampling_params.max_tokens' must be >= 1, got 0"}},
+      {[](json& j) { j["sampling_params"]["temperature"] = -0.1; },
+       {"'sampling_params.temperature' must be a finite number >= 0"}},
+      {[](json& j) { j["sampling_params"]["top_p"] = 0; },
+       {"'sampling_params.top_p' must be in (0, 1]"}},
+      {[](json& j) { j["sampling_params"]["top_p"] = 1.5; }, {"top_p' must be in (0, 1], got 1.5"}},
+      {[](json& j) { j["sampling_params"]["top_k"] = -2; }, {"'sampling_params.top_k' must be -1"}},
+      {[](json& j) {
+         j["sampling_params"]["stop"] = {1, "x"};
+       },
+       {"'sampling_params.stop' mixes"}},
+      {[](json& j) { j["sampling_params"]["stop"] = {-1}; }, {"stop' token 0 = -1 is negative"}},
+      {[](json& j) { j["sampling_params"]["stop"] = 3; }, {"stop' must be a string or an array"}},
+      {[](json& j) { j["sampling_params"]["stop"] = {true}; },
+       {"stop' entry 0 must be a string or an integer"}},
+      {[](json& j) { j["topk_prompt_logprobs"] = 5; },
+       {"'topk_prompt_logprobs' = 5 is not supported"}},
+      {[](json& j) { j["topk_prompt_logprobs"] = -1; }, {"'topk_prompt_logprobs' must be >= 0"}},
+      {[](json& j) { j["prompt_logprobs"] = 1; }, {"'prompt_logprobs' must be a boolean"}},
+      {[](json& j) { j["type"] = "asample"; }, {"'type' is \"asample\", expected \"sample\""}},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
@@ -937,7 +972,7 @@ TEST(TinkerWireSample, RefusesBadBodies) {
       EXPECT_EQ(std::string(e.what()).rfind("asample: ", 0), 0u) << e.what();
       for (const auto& p : cases[i].parts)
         EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message \"" << e.what() << "\" lacks \"" << p << "\"";
+            << "message \"" << e.what() << "\" lacks \"" << p << "\"";
     }
   }
   wire_limits limits;
@@ -1029,8 +1064,8 @@ TEST(TinkerWireSample, JsonResponseHasNullFirstPromptLogprob) {
 
 TEST(TinkerWireBodies, SessionBodies) {
   const auto s = decode_create_session(
-    R"({"tags":["a","b"],"user_metadata":{"who":"me","n":3},"sdk_version":"0.25.0",)"
-    R"("type":"create_session"})");
+      R"({"tags":["a","b"],"user_metadata":{"who":"me","n":3},"sdk_version":"0.25.0",)"
+      R"("type":"create_session"})");
   EXPECT_EQ(s.tags, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(s.user_metadata.at("who"), "me");
   EXPECT_EQ(s.user_metadata.at("n"), "3");
@@ -1042,9 +1077,9 @@ TEST(TinkerWireBodies, SessionBodies) {
                     {"'tags' entry 0 must be a string"});
   expect_user_error([] { decode_create_session(R"({"user_metadata":[1]})"); },
                     {"'user_metadata' must be an object"});
-  EXPECT_EQ(decode_session_heartbeat(R"({"session_id":"sess-1","type":"session_heartbeat"})")
-              .session_id,
-            "sess-1");
+  EXPECT_EQ(
+      decode_session_heartbeat(R"({"session_id":"sess-1","type":"session_heartbeat"})").session_id,
+      "sess-1");
   expect_user_error([] { decode_session_heartbeat("{}"); },
                     {"session_heartbeat: 'session_id' is required"});
   expect_user_error([] { decode_session_heartbeat(R"({"session_id":""})"); },
@@ -1054,8 +1089,8 @@ TEST(TinkerWireBodies, SessionBodies) {
 
 TEST(TinkerWireBodies, CreateModel) {
   const auto m = decode_create_model(
-    R"({"session_id":"sess-1","model_seq_id":0,"base_model":"toy","lora_config":{"rank":8,)"
-    R"("seed":3,"train_unembed":false,"train_mlp":true,"train_attn":true},"type":"create_model"})");
+      R"({"session_id":"sess-1","model_seq_id":0,"base_model":"toy","lora_config":{"rank":8,)"
+      R"("seed":3,"train_unembed":false,"train_mlp":true,"train_attn":true},"type":"create_model"})");
   EXPECT_EQ(m.session_id, "sess-1");
   EXPECT_EQ(m.model_seq_id, 0);
   EXPECT_EQ(m.base_model, "toy");
@@ -1066,36 +1101,39 @@ TEST(TinkerWireBodies, CreateModel) {
   EXPECT_TRUE(m.lora.train_mlp);
   EXPECT_EQ(m.role, "policy");
   const auto c = decode_create_model(
-    R"({"session_id":"s","model_seq_id":2,"base_model":"toy","model_role":"critic"})");
+      R"({"session_id":"s","model_seq_id":2,"base_model":"toy","model_role":"critic"})");
   EXPECT_EQ(c.lora.rank, 0);
   EXPECT_FALSE(c.lora.has_seed);
   EXPECT_EQ(c.role, "critic");
   expect_user_error([] { decode_create_model(R"({"session_id":"s","model_seq_id":0})"); },
                     {"create_model: 'base_model' is required"});
   expect_user_error(
-    [] {
-      decode_create_model(
-        R"({"session_id":"s","model_seq_id":0,"base_model":"b","lora_config":{"rank":-1}})");
-    },
-    {"'lora_config.rank' must be >= 0, got -1"});
+      [] {
+        decode_create_model(
+            R"({"session_id":"s","model_seq_id":0,"base_model":"b","lora_config":{"rank":-1}})");
+      },
+      {"'lora_config.rank' must be >= 0, got -1"});
   expect_user_error(
-    [] { decode_create_model(R"({"session_id":"s","model_seq_id":0,"base_model":"b","lora_config":{}})"); },
-    {"'lora_config.rank' is required"});
+      [] {
+        decode_create_model(
+            R"({"session_id":"s","model_seq_id":0,"base_model":"b","lora_config":{}})");
+      },
+      {"'lora_config.rank' is required"});
   expect_user_error(
-    [] {
-      decode_create_model(
-        R"({"session_id":"s","model_seq_id":0,"base_model":"b","model_role":"actor"})");
-    },
-    {"'model_role' is \"actor\", expected policy or critic"});
+      [] {
+        decode_create_model(
+            R"({"session_id":"s","model_seq_id":0,"base_model":"b","model_role":"actor"})");
+      },
+      {"'model_role' is \"actor\", expected policy or critic"});
   expect_user_error(
-    [] { decode_create_model(R"({"session_id":"s","model_seq_id":-1,"base_model":"b"})"); },
-    {"'model_seq_id' must be >= 0"});
+      [] { decode_create_model(R"({"session_id":"s","model_seq_id":-1,"base_model":"b"})"); },
+      {"'model_seq_id' must be >= 0"});
 }
 
 TEST(TinkerWireBodies, OptimStep) {
   const auto o = decode_optim_step(
-    R"({"adam_params":{"learning_rate":0.001,"beta1":0.8,"beta2":0.99,"eps":1e-8,)"
-    R"("weight_decay":0.1,"grad_clip_norm":1},"model_id":"m","seq_id":4,"type":"optim_step"})");
+      R"({"adam_params":{"learning_rate":0.001,"beta1":0.8,"beta2":0.99,"eps":1e-8,)"
+      R"("weight_decay":0.1,"grad_clip_norm":1},"model_id":"m","seq_id":4,"type":"optim_step"})");
   EXPECT_EQ(o.model_id, "m");
   EXPECT_EQ(o.seq_id, 4);
   EXPECT_DOUBLE_EQ(o.adam.learning_rate, 0.001);
@@ -1128,21 +1166,21 @@ TEST(TinkerWireBodies, OptimStep) {
 
 TEST(TinkerWireBodies, SaveWeightsAndForSampler) {
   const auto s = decode_save_weights(
-    R"({"model_id":"m","path":"step_000010","seq_id":5,"ttl_seconds":60,"overwrite":true})");
+      R"({"model_id":"m","path":"step_000010","seq_id":5,"ttl_seconds":60,"overwrite":true})");
   EXPECT_EQ(s.path, "step_000010");
   EXPECT_TRUE(s.has_ttl);
   EXPECT_EQ(s.ttl_seconds, 60);
   EXPECT_TRUE(s.overwrite);
   for (const char* bad : {"../x", "a/b", ".hidden", "a b"})
     expect_user_error(
-      [&] {
-        decode_save_weights(std::string(R"({"model_id":"m","seq_id":1,"path":")") + bad + "\"}");
-      },
-      {"save_weights: 'path'", "is not a checkpoint name"});
+        [&] {
+          decode_save_weights(std::string(R"({"model_id":"m","seq_id":1,"path":")") + bad + "\"}");
+        },
+        {"save_weights: 'path'", "is not a checkpoint name"});
   expect_user_error([] { decode_save_weights(R"({"model_id":"m","seq_id":1,"ttl_seconds":0})"); },
                     {"'ttl_seconds' must be >= 1, got 0"});
   const auto f = decode_save_weights_for_sampler(
-    R"({"model_id":"m","seq_id":2,"sampling_session_seq_id":0,"type":"save_weights_for_sampler"})");
+      R"({"model_id":"m","seq_id":2,"sampling_session_seq_id":0,"type":"save_weights_for_sampler"})");
   EXPECT_TRUE(f.path.empty());
   EXPECT_TRUE(f.has_sampling_session_seq_id);
   EXPECT_EQ(f.sampling_session_seq_id, 0);
@@ -1151,61 +1189,63 @@ TEST(TinkerWireBodies, SaveWeightsAndForSampler) {
   EXPECT_EQ(p.path, "final");
   EXPECT_FALSE(p.has_sampling_session_seq_id);
   expect_user_error(
-    [] { decode_save_weights_for_sampler(R"({"model_id":"m","seq_id":2,"path":"x/../../y"})"); },
-    {"save_weights_for_sampler: 'path'"});
+      [] { decode_save_weights_for_sampler(R"({"model_id":"m","seq_id":2,"path":"x/../../y"})"); },
+      {"save_weights_for_sampler: 'path'"});
   expect_user_error([] { decode_save_weights_for_sampler(R"({"seq_id":2})"); },
                     {"'model_id' is required"});
 }
 
 TEST(TinkerWireBodies, LoadWeightsInBothAddressingModes) {
   const auto l = decode_load_weights(
-    R"({"model_id":"m","seq_id":1,"path":"tinker://run/weights/a","optimizer":true})");
+      R"({"model_id":"m","seq_id":1,"path":"tinker://run/weights/a","optimizer":true})");
   EXPECT_FALSE(l.create_via_load);
   EXPECT_EQ(l.model_id, "m");
   EXPECT_EQ(l.seq_id, 1);
   EXPECT_TRUE(l.optimizer);
   const auto c = decode_load_weights(
-    R"({"session_id":"s","model_seq_id":1,"base_model":"toy","path":"tinker://run/weights/a",)"
-    R"("optimizer":false})");
+      R"({"session_id":"s","model_seq_id":1,"base_model":"toy","path":"tinker://run/weights/a",)"
+      R"("optimizer":false})");
   EXPECT_TRUE(c.create_via_load);
   EXPECT_EQ(c.session_id, "s");
   EXPECT_EQ(c.model_seq_id, 1);
   EXPECT_EQ(c.base_model, "toy");
   expect_user_error(
-    [] {
-      decode_load_weights(
-        R"({"model_id":"m","seq_id":1,"session_id":"s","model_seq_id":1,"path":"tinker://a","optimizer":true})");
-    },
-    {"not both"});
+      [] {
+        decode_load_weights(
+            R"({"model_id":"m","seq_id":1,"session_id":"s","model_seq_id":1,"path":"tinker://a","optimizer":true})");
+      },
+      {"not both"});
   expect_user_error([] { decode_load_weights(R"({"path":"tinker://a","optimizer":true})"); },
                     {"are required"});
   expect_user_error(
-    [] { decode_load_weights(R"({"model_id":"m","seq_id":1,"path":"/etc","optimizer":true})"); },
-    {"'path' must start with tinker://"});
-  expect_user_error([] { decode_load_weights(R"({"model_id":"m","seq_id":1,"path":"tinker://a"})"); },
-                    {"'optimizer' is required"});
-  expect_user_error([] { decode_load_weights(R"({"model_id":"m","path":"tinker://a","optimizer":true})"); },
-                    {"'seq_id' is required"});
+      [] { decode_load_weights(R"({"model_id":"m","seq_id":1,"path":"/etc","optimizer":true})"); },
+      {"'path' must start with tinker://"});
+  expect_user_error(
+      [] { decode_load_weights(R"({"model_id":"m","seq_id":1,"path":"tinker://a"})"); },
+      {"'optimizer' is required"});
+  expect_user_error(
+      [] { decode_load_weights(R"({"model_id":"m","path":"tinker://a","optimizer":true})"); },
+      {"'seq_id' is required"});
 }
 
 TEST(TinkerWireBodies, SamplingSessionFutureAndInfoBodies) {
   const auto s = decode_create_sampling_session(
-    R"({"session_id":"s","sampling_session_seq_id":3,"model_path":"tinker://r/sampler_weights/x"})");
+      R"({"session_id":"s","sampling_session_seq_id":3,"model_path":"tinker://r/sampler_weights/x"})");
   EXPECT_EQ(s.sampling_session_seq_id, 3);
   EXPECT_EQ(s.model_path, "tinker://r/sampler_weights/x");
-  EXPECT_EQ(
-    decode_create_sampling_session(R"({"session_id":"s","sampling_session_seq_id":0,"base_model":"toy"})")
-      .base_model,
-    "toy");
+  EXPECT_EQ(decode_create_sampling_session(
+                R"({"session_id":"s","sampling_session_seq_id":0,"base_model":"toy"})")
+                .base_model,
+            "toy");
   expect_user_error(
-    [] { decode_create_sampling_session(R"({"session_id":"s","sampling_session_seq_id":0})"); },
-    {"one of 'model_path' or 'base_model' is required"});
+      [] { decode_create_sampling_session(R"({"session_id":"s","sampling_session_seq_id":0})"); },
+      {"one of 'model_path' or 'base_model' is required"});
   expect_user_error(
-    [] {
-      decode_create_sampling_session(
-        R"({"session_id":"s","sampling_session_seq_id":0,"model_path":"tinker://"})");
-    },
-    {"'model_path' must start with tinker://"});
+      [] {
+        decode_create_sampling_session(
+            R"({"session_id":"s","sampling_session_seq_id":0,"model_path":"tinker://"})");
+      },
+      {"'model_path' must start with tinker://"});
 
   const auto f = decode_retrieve_future(R"({"request_id":"req-9","allow_metadata_only":true})");
   EXPECT_EQ(f.request_id, "req-9");
@@ -1213,8 +1253,9 @@ TEST(TinkerWireBodies, SamplingSessionFutureAndInfoBodies) {
   EXPECT_FALSE(decode_retrieve_future(R"({"request_id":"r"})").allow_metadata_only);
   expect_user_error([] { decode_retrieve_future(R"({"request_id":5})"); },
                     {"retrieve_future: 'request_id' must be a string, got number"});
-  expect_user_error([] { decode_retrieve_future(R"({"request_id":"r","allow_metadata_only":"yes"})"); },
-                    {"'allow_metadata_only' must be a boolean"});
+  expect_user_error(
+      [] { decode_retrieve_future(R"({"request_id":"r","allow_metadata_only":"yes"})"); },
+      {"'allow_metadata_only' must be a boolean"});
 
   EXPECT_EQ(decode_weights_info(R"({"tinker_path":"tinker://r/weights/a"})").tinker_path,
             "tinker://r/weights/a");
@@ -1243,32 +1284,56 @@ TEST(TinkerWireLoss, NamesAndKeys) {
 }
 
 TEST(TinkerWireLoss, ValidatesKeysAndDomains) {
-  EXPECT_NO_THROW(validate_loss_config("ppo", {{"clip_low_threshold", 0.8},
-                                               {"clip_high_threshold", 1.28}}));
-  EXPECT_NO_THROW(validate_loss_config("cispo", {{"clip_low_threshold", 0.0},
-                                                 {"clip_high_threshold", 4.0}}));
-  EXPECT_NO_THROW(validate_loss_config("dro", {{"beta", 0.05}}));
   EXPECT_NO_THROW(
-    validate_loss_config("ppo_critic", {{"value_clip", std::numeric_limits<double>::infinity()}}));
+      validate_loss_config("ppo", {{"clip_low_threshold", 0.8}, {"clip_high_threshold", 1.28}}));
+  EXPECT_NO_THROW(
+      validate_loss_config("cispo", {{"clip_low_threshold", 0.0}, {"clip_high_threshold", 4.0}}));
+  EXPECT_NO_THROW(validate_loss_config("dro", {{"beta", 0.05}}));
+  EXPECT_NO_THROW(validate_loss_config("ppo_critic",
+                                       {{"value_clip", std::numeric_limits<double>::infinity()}}));
   EXPECT_NO_THROW(validate_loss_config("importance_sampling", {}));
-  expect_user_error([] { validate_loss_config("ppo", {{"clip_ratio", 0.2}}); },
-                    {"unknown loss_fn_config key 'clip_ratio'",
-                     "allowed keys: clip_high_threshold, clip_low_threshold, value_clip"});
-  expect_user_error([] { validate_loss_config("importance_sampling", {{"beta", 1}}); },
-                    {"unknown loss_fn_config key 'beta'", "allowed keys: (none)"});
-  expect_user_error([] { validate_loss_config("ppo", {{"clip_low_threshold", 1.5}}); },
-                    {"'clip_low_threshold' must be in [0, 1], got 1.5"});
-  expect_user_error([] { validate_loss_config("cispo", {{"clip_high_threshold", 0.9}}); },
-                    {"'clip_high_threshold' must be a finite number >= 1, got 0.9"});
-  expect_user_error([] { validate_loss_config("ppo", {{"clip_high_threshold", std::nan("")}}); },
-                    {"must be a number, got nan"});
+  expect_user_error(
+      [] {
+        validate_loss_config("ppo", {{"clip_ratio", 0.2}});
+      },
+      {"unknown loss_fn_config key 'clip_ratio'",
+       "allowed keys: clip_high_threshold, clip_low_threshold, value_clip"});
+  expect_user_error(
+      [] {
+        validate_loss_config("importance_sampling", {{"beta", 1}});
+      },
+      {"unknown loss_fn_config key 'beta'", "allowed keys: (none)"});
+  expect_user_error(
+      [] {
+        validate_loss_config("ppo", {{"clip_low_threshold", 1.5}});
+      },
+      {"'clip_low_threshold' must be in [0, 1], got 1.5"});
+  expect_user_error(
+      [] {
+        validate_loss_config("cispo", {{"clip_high_threshold", 0.9}});
+      },
+      {"'clip_high_threshold' must be a finite number >= 1, got 0.9"});
+  expect_user_error(
+      [] {
+        validate_loss_config("ppo", {{"clip_high_threshold", std::nan("")}});
+      },
+      {"must be a number, got nan"});
   expect_user_error([] { validate_loss_config("dro", {}); }, {"'beta' is required"});
-  expect_user_error([] { validate_loss_config("dro", {{"beta", -1}}); },
-                    {"'beta' must be a finite number >= 0, got -1"});
-  expect_user_error([] { validate_loss_config("dppo", {{"delta_low", -0.1}}); },
-                    {"'delta_low' must be a finite number >= 0"});
-  expect_user_error([] { validate_loss_config("ppo_critic", {{"value_clip", -1}}); },
-                    {"'value_clip' must be a number >= 0"});
+  expect_user_error(
+      [] {
+        validate_loss_config("dro", {{"beta", -1}});
+      },
+      {"'beta' must be a finite number >= 0, got -1"});
+  expect_user_error(
+      [] {
+        validate_loss_config("dppo", {{"delta_low", -0.1}});
+      },
+      {"'delta_low' must be a finite number >= 0"});
+  expect_user_error(
+      [] {
+        validate_loss_config("ppo_critic", {{"value_clip", -1}});
+      },
+      {"'value_clip' must be a number >= 0"});
 }
 
 TEST(TinkerWireLoss, PpoMapsToRegularClipEpsilons) {
@@ -1276,13 +1341,16 @@ TEST(TinkerWireLoss, PpoMapsToRegularClipEpsilons) {
   EXPECT_NEAR(d.at("eps_clip_low"), 0.2, 1e-12);
   EXPECT_NEAR(d.at("eps_clip_high"), 0.2, 1e-12);
   EXPECT_EQ(d.size(), 2u);
-  auto c = ppo_to_regular({{"clip_low_threshold", 0.7}, {"clip_high_threshold", 1.28},
-                           {"value_clip", 0.5}});
+  auto c = ppo_to_regular(
+      {{"clip_low_threshold", 0.7}, {"clip_high_threshold", 1.28}, {"value_clip", 0.5}});
   EXPECT_NEAR(c.at("eps_clip_low"), 0.3, 1e-12);
   EXPECT_NEAR(c.at("eps_clip_high"), 0.28, 1e-12);
   EXPECT_EQ(c.size(), 2u);
-  expect_user_error([] { ppo_to_regular({{"clip_low_threshold", -0.1}}); },
-                    {"'clip_low_threshold' must be in [0, 1]"});
+  expect_user_error(
+      [] {
+        ppo_to_regular({{"clip_low_threshold", -0.1}});
+      },
+      {"'clip_low_threshold' must be in [0, 1]"});
   expect_user_error([] { ppo_to_regular({{"eps", 0.1}}); }, {"unknown loss_fn_config key 'eps'"});
 }
 
