@@ -621,6 +621,15 @@ size_t future_store::count_futures(future_state state) {
   return static_cast<size_t>(q.integer(0));
 }
 
+size_t future_store::purge_finished_futures(int64_t before_ms) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto& c = *db_;
+  query q{c.prepare("DELETE FROM futures WHERE state <> 'pending' AND completed_ms < ?"),
+          "purge futures"};
+  q.bind(1, before_ms).run();
+  return static_cast<size_t>(sqlite3_changes(c.db));
+}
+
 // ---- sessions -------------------------------------------------------------------------------
 
 std::string future_store::create_session(const std::string& tags_json,

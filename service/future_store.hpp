@@ -185,6 +185,11 @@ public:
   /// How many futures are in `state`.
   size_t count_futures(future_state state);
 
+  /// Deletes the complete and failed futures that finished before `before_ms` (Unix ms) and
+  /// returns how many; pending ones are never deleted. A later `get` of a deleted id finds
+  /// nothing (the server answers "expired"), and a retry of it is a new request.
+  size_t purge_finished_futures(int64_t before_ms);
+
   // ---- sessions -----------------------------------------------------------------------------
 
   /// Creates a session ("sess-" + 32 random hex digits) with the given tags and user metadata

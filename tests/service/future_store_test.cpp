@@ -253,6 +253,27 @@ TEST(FutureStore, FailRejectsUnknownCategory) {
   EXPECT_EQ(store->get(r.request_id)->category, "unknown");
 }
 
+TEST(FutureStore, PurgeDeletesOnlyFinishedFuturesBeforeTheCutoff) {
+  auto store = future_store::open(":memory:");
+  auto done = store->submit("optim_step", "m", 1, "k1", "h").request_id;
+  auto failed = store->submit("optim_step", "m", 2, "k2", "h").request_id;
+  auto pending = store->submit("optim_step", "m", 3, "k3", "h").request_id;
+  store->complete(done, "r", "application/json");
+  store->fail(failed, "e", "user");
+  auto finished_at = store->get(done)->completed_ms;
+  EXPECT_EQ(store->purge_finished_futures(finished_at - 1000), 0u);
+  EXPECT_TRUE(store->get(done));
+  EXPECT_EQ(store->purge_finished_futures(future_store::now_ms() + 1000), 2u);
+  EXPECT_FALSE(store->get(done));
+  EXPECT_FALSE(store->get(failed));
+  ASSERT_TRUE(store->get(pending));
+  EXPECT_EQ(store->get(pending)->state, future_state::pending);
+  // A retry of a purged request is a new request.
+  auto again = store->submit("optim_step", "m", 1, "k1", "h");
+  EXPECT_TRUE(again.created);
+  EXPECT_NE(again.request_id, done);
+}
+
 // ---- restart, file format -------------------------------------------------------------------
 
 TEST(FutureStore, RestartKeepsResultsAndFailsPendingRequests) {
