@@ -4,6 +4,8 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -35,6 +37,9 @@ namespace algo = rlforge::backends::algo;
 using be::error_code;
 namespace keys = be::batch_keys;
 
+const char* const tag_model = "model";
+const char* const tag_optimizer = "optimizer";
+
 /// One rank's model replica and training state.
 struct worker_state {
   std::string role; ///< policy, critic or ref
@@ -42,11 +47,95 @@ struct worker_state {
   be::adamw optimizer;
   std::optional<be::lr_schedule> schedule;
   algorithm_config algo;
-  bool model_offloaded = false; ///< parameters and gradients live in host buffers
+  /// While the model is offloaded (its parameters hold no storage): host copies of every
+  /// parameter and of every accumulated gradient, by parameter name, and the device to return to.
+  bool model_offloaded = false;
+  std::map<std::string, at::Tensor> host_params;
+  std::map<std::string, at::Tensor> host_grads;
+  at::Device model_device{at::kCPU};
+  /// While the optimizer is offloaded (the live optimizer is empty): its state in host memory.
+  bool optimizer_offloaded = false;
+  be::adamw_state host_optimizer;
+  at::Device optimizer_device{at::kCPU};
 };
 
 bool is_trainable(const worker_state& st) {
   return st.role != "ref";
+}
+
+/// Distinct storages of `tensors` (pairs of name and tensor) counted once, in bytes.
+template <class Range>
+int64_t storage_bytes(const Range& tensors, std::unordered_set<const void*>& seen) {
+  int64_t bytes = 0;
+  for (auto& [name, t] : tensors) {
+    if (!t.defined() || !t.has_storage())
+      continue;
+    const auto& storage = t.storage();
+    if (seen.insert(storage.unsafeGetStorageImpl()).second)
+      bytes += static_cast<int64_t>(storage.nbytes());
+  }
+  return bytes;
+}
+
+/// The moments of an optimizer state as (name, tensor) pairs, for `storage_bytes`.
+std::vector<std::pair<std::string, at::Tensor>> moments_of(const be::adamw_state& s) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, ps] : s.params) {
+    out.emplace_back(name, ps.exp_avg);
+    out.emplace_back(name, ps.exp_avg_sq);
+  }
+  return out;
+}
+
+/// Copies tensors to one device with one new storage per distinct source storage, so tensors
+/// sharing a storage (tied weights, views) share one storage in the copies too, with the same
+/// offsets, sizes and strides. Copies from a CUDA device to the CPU land in pinned host memory
+/// (the fast path back); on the CPU (virtual GPUs) they are plain, separately allocated copies.
+class storage_copier {
+public:
+  explicit storage_copier(at::Device to) : to_(to) {}
+
+  at::Tensor operator()(const at::Tensor& t) {
+    at::NoGradGuard no_grad;
+    const auto& src = t.storage();
+    auto i = copies_.find(src.unsafeGetStorageImpl());
+    if (i == copies_.end()) {
+      auto bytes = static_cast<int64_t>(src.nbytes());
+      auto byte_options = at::TensorOptions().dtype(at::kByte);
+      auto from = at::empty({0}, byte_options.device(t.device())).set_(src, 0, {bytes}, {1});
+      bool pinned = t.is_cuda() && to_.is_cpu();
+      auto to = at::empty({bytes}, byte_options.device(to_).pinned_memory(pinned));
+      to.copy_(from);
+      i = copies_.emplace(src.unsafeGetStorageImpl(), to.storage()).first;
+    }
+    return at::empty({0}, t.options().device(to_))
+      .set_(i->second, t.storage_offset(), t.sizes(), t.strides());
+  }
+
+private:
+  at::Device to_;
+  std::unordered_map<const void*, c10::Storage> copies_;
+};
+
+/// The tags an offload/onload call names: all of the kind's when empty. Throws before anything
+/// moves for an unknown tag or `optimizer` on a ref worker.
+std::vector<std::string> parse_tags(const worker_state& st, const std::vector<std::string>& tags,
+                                    const char* op) {
+  if (tags.empty()) {
+    if (is_trainable(st))
+      return {tag_model, tag_optimizer};
+    return {tag_model};
+  }
+  for (const auto& t : tags) {
+    if (t == tag_optimizer && !is_trainable(st))
+      be::fail(error_code::invalid_argument,
+               std::string{op} + ": a " + st.role
+                 + " worker has no optimizer; its only tag is 'model'");
+    if (t != tag_model && t != tag_optimizer)
+      be::fail(error_code::invalid_argument, std::string{op} + ": unknown tag '" + t
+                                               + "' (tags: model, optimizer)");
+  }
+  return tags;
 }
 
 be::causal_lm& model_of(worker_state& st, const char* op) {
@@ -65,6 +154,15 @@ be::causal_lm& resident_model(worker_state& st, const char* op) {
                + " needs the model on the device but it is offloaded; call onload (the "
                  "dispatcher does this for you)");
   return model;
+}
+
+/// Refuses `op` while the optimizer state is offloaded.
+void require_resident_optimizer(const worker_state& st, const char* op) {
+  if (st.optimizer_offloaded)
+    be::fail(error_code::invalid_argument,
+             st.role + " worker: " + op
+               + " needs the optimizer state on the device but it is offloaded; call onload (the "
+                 "dispatcher does this for you)");
 }
 
 template <class... Ts>
@@ -221,13 +319,18 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   st.model = std::move(model);
   st.optimizer.reset();
   st.schedule = std::move(schedule);
+  st.model_offloaded = false;
+  st.host_params.clear();
+  st.host_grads.clear();
+  st.optimizer_offloaded = false;
+  st.host_optimizer = be::adamw_state{};
   return caf::make_message(st.model->num_parameters());
 }
 
 caf::expected<caf::message> forward(rank_context& ctx, const caf::message& args) {
   expect_args<batch_payload>(args, "forward", "batch_payload");
   auto& st = ctx.as<worker_state>();
-  model_of(st, "forward");
+  resident_model(st, "forward");
   auto batch = decode_batch(st, args.get_as<batch_payload>(0));
   at::NoGradGuard no_grad;
   st.model->set_training(false);
@@ -263,7 +366,7 @@ caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::messa
   expect_args<batch_payload, loss_request>(args, "forward_backward",
                                            "batch_payload, loss_request");
   auto& st = ctx.as<worker_state>();
-  model_of(st, "forward_backward");
+  resident_model(st, "forward_backward");
   const auto& req = args.get_as<loss_request>(1);
   const bool critic = st.role == "critic";
   if (!algo::is_loss_name(req.loss_fn)) {
@@ -343,7 +446,8 @@ caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::messa
 caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& args) {
   expect_args<optim_request>(args, "optim_step", "optim_request");
   auto& st = ctx.as<worker_state>();
-  auto& model = model_of(st, "optim_step");
+  auto& model = resident_model(st, "optim_step");
+  require_resident_optimizer(st, "optim_step");
   const auto& req = args.get_as<optim_request>(0);
   if (std::isnan(req.learning_rate))
     be::fail(error_code::invalid_argument, "optim_step: learning_rate is NaN");
@@ -433,7 +537,8 @@ be::checkpoint_location location_of(const rank_context& ctx, const worker_state&
 caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::message& args) {
   auto& st = ctx.as<worker_state>();
   auto where = location_of(ctx, st, args, "save_checkpoint");
-  auto& model = model_of(st, "save_checkpoint");
+  auto& model = resident_model(st, "save_checkpoint");
+  require_resident_optimizer(st, "save_checkpoint");
   where.validate();
   be::save_rank_state(where, model.named_parameters(), st.optimizer, &*st.schedule,
                       be::capture_rng_state());
@@ -443,7 +548,8 @@ caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::messag
 caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args) {
   auto& st = ctx.as<worker_state>();
   auto where = location_of(ctx, st, args, "load_checkpoint");
-  auto& model = model_of(st, "load_checkpoint");
+  auto& model = resident_model(st, "load_checkpoint");
+  require_resident_optimizer(st, "load_checkpoint");
   if (where.global_step < 0) {
     auto latest = be::latest_step(where.root);
     if (!latest)
@@ -473,13 +579,146 @@ caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::messag
 caf::expected<caf::message> export_hf(rank_context& ctx, const caf::message& args) {
   expect_args<std::string>(args, "export_hf", "string dir");
   auto& st = ctx.as<worker_state>();
-  auto& model = model_of(st, "export_hf");
+  auto& model = resident_model(st, "export_hf");
   const auto& dir = args.get_as<std::string>(0);
   if (dir.empty())
     be::fail(error_code::invalid_argument, "export_hf: empty directory");
   if (ctx.info.rank == 0)
     model.save_hf(dir);
   return caf::message{};
+}
+
+/// Moves parameters and accumulated gradients into host buffers, then frees the device side.
+void offload_model(worker_state& st) {
+  at::NoGradGuard no_grad;
+  auto params = st.model->named_parameters();
+  at::Device device = params.empty() ? at::Device{at::kCPU} : params.front().second.device();
+  // Copy everything first: if a copy fails, the model is untouched.
+  storage_copier to_host{at::kCPU};
+  std::map<std::string, at::Tensor> host_params, host_grads;
+  for (auto& [name, p] : params) {
+    host_params.emplace(name, to_host(p));
+    if (p.grad().defined())
+      host_grads.emplace(name, to_host(p.grad()));
+  }
+  // The model's tensors keep their identity (the optimizer and LoRA hold them) but no storage.
+  for (auto& [name, p] : params) {
+    if (p.grad().defined())
+      p.mutable_grad() = at::Tensor{};
+    p.set_();
+  }
+  st.host_params = std::move(host_params);
+  st.host_grads = std::move(host_grads);
+  st.model_device = device;
+  st.model_offloaded = true;
+}
+
+void onload_model(worker_state& st) {
+  at::NoGradGuard no_grad;
+  auto params = st.model->named_parameters();
+  storage_copier to_device{st.model_device};
+  std::vector<std::pair<at::Tensor, at::Tensor>> back; // (parameter, gradient or undefined)
+  back.reserve(params.size());
+  for (auto& [name, p] : params) {
+    auto i = st.host_params.find(name);
+    if (i == st.host_params.end())
+      be::fail(error_code::internal, "onload: no host copy of parameter '" + name + "'");
+    auto g = st.host_grads.find(name);
+    back.emplace_back(to_device(i->second),
+                      g == st.host_grads.end() ? at::Tensor{} : to_device(g->second));
+  }
+  for (size_t k = 0; k < params.size(); ++k) {
+    auto& p = params[k].second;
+    p.set_(back[k].first);
+    if (back[k].second.defined())
+      p.mutable_grad() = back[k].second;
+  }
+  st.host_params.clear();
+  st.host_grads.clear();
+  st.model_offloaded = false;
+}
+
+/// Moves the AdamW moments into host memory; the live optimizer is left empty.
+void offload_optimizer(worker_state& st) {
+  auto state = st.optimizer.take_state();
+  be::adamw_state host;
+  at::Device device = st.model_device;
+  try {
+    storage_copier to_host{at::kCPU};
+    host.last_params = state.last_params;
+    for (const auto& [name, ps] : state.params) {
+      device = ps.exp_avg.device();
+      host.params[name] = be::adamw_param_state{to_host(ps.exp_avg), to_host(ps.exp_avg_sq),
+                                                ps.step};
+    }
+  } catch (...) {
+    st.optimizer.put_state(std::move(state));
+    throw;
+  }
+  st.host_optimizer = std::move(host);
+  st.optimizer_device = device;
+  st.optimizer_offloaded = true;
+}
+
+void onload_optimizer(worker_state& st) {
+  storage_copier to_device{st.optimizer_device};
+  be::adamw_state state;
+  state.last_params = st.host_optimizer.last_params;
+  for (const auto& [name, ps] : st.host_optimizer.params)
+    state.params[name] =
+      be::adamw_param_state{to_device(ps.exp_avg), to_device(ps.exp_avg_sq), ps.step};
+  st.optimizer.put_state(std::move(state));
+  st.host_optimizer = be::adamw_state{};
+  st.optimizer_offloaded = false;
+}
+
+caf::expected<caf::message> offload(rank_context& ctx, const caf::message& args) {
+  expect_args<std::vector<std::string>>(args, "offload", "std::vector<std::string> tags");
+  auto& st = ctx.as<worker_state>();
+  model_of(st, "offload");
+  for (const auto& tag : parse_tags(st, args.get_as<std::vector<std::string>>(0), "offload")) {
+    if (tag == tag_model && !st.model_offloaded)
+      offload_model(st);
+    else if (tag == tag_optimizer && !st.optimizer_offloaded)
+      offload_optimizer(st);
+  }
+  return caf::message{};
+}
+
+caf::expected<caf::message> onload(rank_context& ctx, const caf::message& args) {
+  expect_args<std::vector<std::string>>(args, "onload", "std::vector<std::string> tags");
+  auto& st = ctx.as<worker_state>();
+  model_of(st, "onload");
+  for (const auto& tag : parse_tags(st, args.get_as<std::vector<std::string>>(0), "onload")) {
+    if (tag == tag_model && st.model_offloaded)
+      onload_model(st);
+    else if (tag == tag_optimizer && st.optimizer_offloaded)
+      onload_optimizer(st);
+  }
+  return caf::message{};
+}
+
+caf::expected<caf::message> memory(rank_context& ctx, const caf::message& args) {
+  expect_args<>(args, "memory", "");
+  auto& st = ctx.as<worker_state>();
+  auto& model = model_of(st, "memory");
+  auto params = model.named_parameters();
+  std::vector<std::pair<std::string, at::Tensor>> grads, moments;
+  for (auto& [name, p] : params) {
+    if (p.grad().defined())
+      grads.emplace_back(name, p.grad());
+    if (const auto* ps = st.optimizer.state_of(name)) {
+      moments.emplace_back(name, ps->exp_avg);
+      moments.emplace_back(name, ps->exp_avg_sq);
+    }
+  }
+  std::unordered_set<const void*> seen;
+  int64_t resident = storage_bytes(params, seen) + storage_bytes(grads, seen)
+                     + storage_bytes(moments, seen);
+  std::unordered_set<const void*> seen_host;
+  int64_t host = storage_bytes(st.host_params, seen_host) + storage_bytes(st.host_grads, seen_host)
+                 + storage_bytes(moments_of(st.host_optimizer), seen_host);
+  return caf::make_message(resident, host);
 }
 
 actor_kind make_kind(const std::string& role) {
@@ -494,6 +733,9 @@ actor_kind make_kind(const std::string& role) {
   k.ops["forward"] = forward;
   k.ops["set_algorithm_config"] = set_algorithm_config;
   k.ops["export_hf"] = export_hf;
+  k.ops["offload"] = offload;
+  k.ops["onload"] = onload;
+  k.ops["memory"] = memory;
   if (role != "ref") {
     k.ops["forward_backward"] = forward_backward;
     k.ops["optim_step"] = optim_step;

@@ -44,6 +44,26 @@ struct rank_context;
 ///    size is refused; a refused checkpoint changes nothing.
 ///  - `export_hf` (std::string dir) → (): rank 0 writes config.json + model.safetensors (LoRA
 ///    merged); the other ranks do nothing.
+///  - `offload` (std::vector<std::string> tags) → (): moves state off the device into host
+///    buffers the rank holds, so colocated models can take turns on one device. Tags: `model`
+///    (every parameter and its accumulated gradient) and `optimizer` (the AdamW moments and step
+///    counts; not on `ref`); an empty list means all of the kind's. Each storage is copied once
+///    (tensors sharing one stay shared) into separately allocated host memory — pinned when the
+///    model is on a CUDA device — and the device copy is freed; the model's parameter tensors
+///    stay the same objects, holding no storage. Offloading what is already offloaded does
+///    nothing. An unknown tag, or `optimizer` on a ref worker, is refused before anything moves.
+///  - `onload` (std::vector<std::string> tags) → (): the reverse, onto the device the state left;
+///    parameters, gradients, moments and step counts come back bit for bit. Onloading what is
+///    resident does nothing.
+///  - `memory` () → (int64 resident_bytes, int64 host_bytes): bytes of storage on the device
+///    (parameters, gradients, optimizer moments; a storage shared by several tensors counted
+///    once) and bytes held in the host buffers, as the engine's `memory`.
+///
+/// While the model is offloaded, `forward`, `forward_backward`, `optim_step`, `export_hf`,
+/// `save_checkpoint` and `load_checkpoint` are refused ("... needs the model on the device but it
+/// is offloaded; call onload"); while the optimizer is, so are `optim_step`, `save_checkpoint`
+/// and `load_checkpoint`. No op onloads by itself (the dispatcher does). `init_model` starts over
+/// with everything on the device and the host buffers dropped.
 ///
 /// A failing op answers an error naming group, rank and op and leaves the rank's state as it
 /// was; the rank stays usable.
