@@ -1,15 +1,22 @@
 #include "actors/dispatcher.hpp"
 
+#include <algorithm>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/batch_wire.hpp"
 #include "actors/protocol.hpp"
+#include "actors/weight_sync.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/messages.hpp"
@@ -21,10 +28,29 @@ namespace {
 struct role_entry {
   caf::actor group;
   int32_t world_size = 1;
+  bool engine = false;
+  std::vector<caf::actor> ranks;
+  std::vector<rank_info> infos;
+  std::vector<process_location> where;
+  /// What the dispatcher believes is on the device. Workers: model, optimizer state. Engines:
+  /// weights, KV cache (awake).
+  bool model = true;
+  bool optimizer = true;
+  /// Engines: estimated tokens of the generate calls in flight, per rank.
+  std::vector<int64_t> load;
 };
+
+/// A call that must not interleave with other colocated calls; runs `done` when finished.
+using serial_job = std::function<void(std::function<void()> done)>;
 
 struct dispatcher_state {
   std::map<std::string, role_entry> roles;
+  std::set<std::string> colocated;
+  std::string transport = "auto";
+  int64_t weight_version = 0;
+  uint64_t sync_counter = 0;
+  bool busy = false;
+  std::deque<serial_job> waiting;
   static const char* name;
 };
 
@@ -60,9 +86,150 @@ bool is_batch_op(const std::string& op) {
   return op == "forward" || op == "forward_backward";
 }
 
-caf::result<op_result> batch_call(self_ptr self, const role_entry& entry, const std::string& role,
-                                  const std::string& op, const caf::message& args,
-                                  int64_t timeout_ms) {
+using reply_fn = std::function<void(caf::expected<op_result>)>;
+using done_fn = std::function<void(caf::error)>;
+using step = std::function<void(done_fn)>;
+using results_fn = std::function<void(caf::expected<std::vector<caf::message>>)>;
+
+// -- plumbing ----------------------------------------------------------------------------------
+
+/// Runs `steps` one after the other; `done` gets the first error, or none after the last step.
+void run_steps(std::shared_ptr<std::vector<step>> steps, size_t i, done_fn done) {
+  if (i >= steps->size()) {
+    done(caf::error{});
+    return;
+  }
+  (*steps)[i]([steps, i, done](caf::error err) {
+    if (err)
+      done(std::move(err));
+    else
+      run_steps(steps, i + 1, done);
+  });
+}
+
+void pump(self_ptr self) {
+  auto& st = self->state;
+  if (st.busy || st.waiting.empty())
+    return;
+  st.busy = true;
+  auto job = std::move(st.waiting.front());
+  st.waiting.pop_front();
+  job([self] {
+    self->state.busy = false;
+    pump(self);
+  });
+}
+
+/// Runs `job` once every colocated call queued before it has finished.
+void serialize(self_ptr self, serial_job job) {
+  self->state.waiting.push_back(std::move(job));
+  pump(self);
+}
+
+/// `op(args)` on every rank of `group`; results in rank order.
+void group_all(self_ptr self, const caf::actor& group, const std::string& op, caf::message args,
+               int64_t timeout_ms, results_fn k) {
+  self
+    ->request(group, std::chrono::milliseconds{timeout_ms + 1000}, all_atom::value, op,
+              std::move(args), timeout_ms)
+    .then([k](std::vector<caf::message>& r) { k(std::move(r)); },
+          [k](caf::error& err) { k(std::move(err)); });
+}
+
+/// `op(args)` on one rank actor; its answer.
+void rank_call(self_ptr self, const caf::actor& rank, const std::string& op, caf::message args,
+               int64_t timeout_ms, std::function<void(caf::expected<caf::message>)> k) {
+  self->request(rank, std::chrono::milliseconds{timeout_ms}, call_atom::value, op, std::move(args))
+    .then([k](op_result& r) { k(std::move(r.value)); },
+          [k](caf::error& err) { k(std::move(err)); });
+}
+
+role_entry* find_role(self_ptr self, const std::string& role) {
+  auto i = self->state.roles.find(role);
+  return i == self->state.roles.end() ? nullptr : &i->second;
+}
+
+caf::error role_gone(const std::string& role, const std::string& op) {
+  return make_error(errc::not_found, prefix(role, op) + ": the role was unregistered meanwhile");
+}
+
+/// An error of one rank call, prefixed with `context`; keeps the `errc` code of the rank's own
+/// error (invalid input stays invalid input).
+caf::error with_context(self_ptr self, const std::string& context, const caf::error& err,
+                        int64_t timeout_ms) {
+  if (err.category() == errc_category)
+    return make_error(static_cast<errc>(err.code()), context + ": " + error_message(err));
+  if (err == caf::sec::request_timeout)
+    return make_error(errc::timeout, context + ": no answer within " + std::to_string(timeout_ms)
+                                       + " ms");
+  if (err == caf::sec::request_receiver_down)
+    return make_error(errc::rank_failed, context + ": the rank is gone");
+  return make_error(errc::rank_failed, context + ": " + self->system().render(err));
+}
+
+// -- residency ---------------------------------------------------------------------------------
+
+/// Moves `tags` of `role` on or off the device and records it (workers: offload/onload of
+/// model/optimizer; engines: sleep/wake_up of weights/kv_cache). Empty tags: everything.
+step residency_step(self_ptr self, const std::string& role, bool on,
+                    std::vector<std::string> tags, int64_t timeout_ms) {
+  return [=](done_fn done) {
+    auto* e = find_role(self, role);
+    if (!e) {
+      done(role_gone(role, on ? "onload" : "offload"));
+      return;
+    }
+    std::string op = e->engine ? (on ? "wake_up" : "sleep") : (on ? "onload" : "offload");
+    group_all(self, e->group, op, caf::make_message(tags), timeout_ms,
+              [=](caf::expected<std::vector<caf::message>> r) {
+                if (!r) {
+                  done(wrap(self, role, op, r.error()));
+                  return;
+                }
+                if (auto* e2 = find_role(self, role)) {
+                  bool all = tags.empty();
+                  auto has = [&](const char* t) {
+                    return all || std::find(tags.begin(), tags.end(), t) != tags.end();
+                  };
+                  if (has(e2->engine ? "weights" : "model"))
+                    e2->model = on;
+                  if (has(e2->engine ? "kv_cache" : "optimizer"))
+                    e2->optimizer = on;
+                }
+                done(caf::error{});
+              });
+  };
+}
+
+/// The steps that make room for a call to `role` under colocation: offload (or put to sleep)
+/// every other colocated role with anything on the device, except those in `keep`, then onload
+/// what the call needs and is missing. Nothing when `role` is not colocated.
+std::vector<step> prepare_steps(self_ptr self, const std::string& role, bool need_model,
+                                bool need_optimizer, int64_t timeout_ms,
+                                const std::set<std::string>& keep = {}) {
+  std::vector<step> steps;
+  auto& st = self->state;
+  if (!st.colocated.count(role))
+    return steps;
+  for (auto& [name, e] : st.roles)
+    if (name != role && !keep.count(name) && st.colocated.count(name) && (e.model || e.optimizer))
+      steps.push_back(residency_step(self, name, false, {}, timeout_ms));
+  auto& t = st.roles.at(role);
+  std::vector<std::string> tags;
+  if (need_model && !t.model)
+    tags.push_back(t.engine ? "weights" : "model");
+  if (need_optimizer && !t.optimizer)
+    tags.push_back(t.engine ? "kv_cache" : "optimizer");
+  if (!tags.empty())
+    steps.push_back(residency_step(self, role, true, tags, timeout_ms));
+  return steps;
+}
+
+// -- training roles ----------------------------------------------------------------------------
+
+/// Checks the arguments of a batch op before anything moves.
+caf::error check_batch_args(const std::string& role, const std::string& op,
+                            const caf::message& args) {
   bool ok = op == "forward" ? args.match_elements<batch_payload>()
                             : args.match_elements<batch_payload, loss_request>();
   if (!ok)
@@ -78,6 +245,13 @@ caf::result<op_result> batch_call(self_ptr self, const role_entry& entry, const 
     return make_error(errc::invalid_argument,
                       prefix(role, op) + ": empty batch (" + std::to_string(*rows)
                         + " rows, " + std::to_string(payload.pad_size) + " of them padding)");
+  return caf::error{};
+}
+
+void batch_call(self_ptr self, const role_entry& entry, const std::string& role,
+                const std::string& op, const caf::message& args, int64_t timeout_ms,
+                reply_fn k) {
+  const auto& payload = args.get_as<batch_payload>(0);
   std::vector<caf::message> chunks;
   int64_t added = 0;
   if (entry.world_size == 1) {
@@ -85,13 +259,13 @@ caf::result<op_result> batch_call(self_ptr self, const role_entry& entry, const 
   } else {
     auto padded = pad_payload(payload, entry.world_size);
     if (!padded)
-      return make_error(errc::invalid_argument,
-                        prefix(role, op) + ": " + error_message(padded.error()));
+      return k(make_error(errc::invalid_argument,
+                          prefix(role, op) + ": " + error_message(padded.error())));
     added = padded->pad_size - payload.pad_size;
     auto shards = shard_payload(*padded, entry.world_size);
     if (!shards)
-      return make_error(errc::invalid_argument,
-                        prefix(role, op) + ": " + error_message(shards.error()));
+      return k(make_error(errc::invalid_argument,
+                          prefix(role, op) + ": " + error_message(shards.error())));
     for (auto& s : *shards) {
       if (op == "forward")
         chunks.push_back(caf::make_message(std::move(s)));
@@ -99,101 +273,620 @@ caf::result<op_result> batch_call(self_ptr self, const role_entry& entry, const 
         chunks.push_back(caf::make_message(std::move(s), args.get_as<loss_request>(1)));
     }
   }
-  auto promise = self->make_response_promise<op_result>();
   self
     ->request(entry.group, std::chrono::milliseconds{timeout_ms + 1000}, mesh_atom::value, op,
               std::move(chunks), timeout_ms)
     .then(
-      [=](std::vector<caf::message>& results) mutable {
+      [=](std::vector<caf::message>& results) {
         std::vector<batch_result> parts;
         parts.reserve(results.size());
         for (size_t r = 0; r < results.size(); ++r) {
-          if (!results[r].match_elements<batch_result>()) {
-            promise.deliver(make_error(errc::internal, prefix(role, op) + ": rank "
-                                                         + std::to_string(r)
-                                                         + " answered "
-                                                         + caf::to_string(results[r])));
-            return;
-          }
+          if (!results[r].match_elements<batch_result>())
+            return k(make_error(errc::internal, prefix(role, op) + ": rank " + std::to_string(r)
+                                                  + " answered " + caf::to_string(results[r])));
           parts.push_back(std::move(results[r].get_mutable_as<batch_result>(0)));
         }
-        if (parts.size() == 1 && added == 0) {
-          promise.deliver(op_result{caf::make_message(std::move(parts[0]))});
-          return;
-        }
+        if (parts.size() == 1 && added == 0)
+          return k(op_result{caf::make_message(std::move(parts[0]))});
         auto merged = merge_results(parts, added);
         if (!merged)
-          promise.deliver(make_error(errc::internal,
-                                     prefix(role, op) + ": " + error_message(merged.error())));
-        else
-          promise.deliver(op_result{caf::make_message(std::move(*merged))});
+          return k(make_error(errc::internal,
+                              prefix(role, op) + ": " + error_message(merged.error())));
+        k(op_result{caf::make_message(std::move(*merged))});
       },
-      [=](caf::error& err) mutable { promise.deliver(wrap(self, role, op, err)); });
+      [=](caf::error& err) { k(wrap(self, role, op, err)); });
+}
+
+void all_call(self_ptr self, const role_entry& entry, const std::string& role,
+              const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
+  auto worker_op = op == "save_hf_model" ? std::string{"export_hf"} : op;
+  group_all(self, entry.group, worker_op, args, timeout_ms,
+            [=](caf::expected<std::vector<caf::message>> r) {
+              if (!r)
+                return k(wrap(self, role, op, r.error()));
+              if (auto* e = find_role(self, role)) {
+                // Keep the residency record true to what the workers were told.
+                if (op == "init_model")
+                  e->model = e->optimizer = true;
+                if (op == "offload" || op == "onload" || op == "sleep" || op == "wake_up") {
+                  bool on = op == "onload" || op == "wake_up";
+                  const auto& tags = args.match_elements<std::vector<std::string>>()
+                                       ? args.get_as<std::vector<std::string>>(0)
+                                       : std::vector<std::string>{};
+                  auto has = [&](const char* t) {
+                    return tags.empty() || std::find(tags.begin(), tags.end(), t) != tags.end();
+                  };
+                  if (has(e->engine ? "weights" : "model"))
+                    e->model = on;
+                  if (has(e->engine ? "kv_cache" : "optimizer"))
+                    e->optimizer = on;
+                }
+              }
+              k(op_result{r->empty() ? caf::message{} : std::move((*r)[0])});
+            });
+}
+
+// -- engines -----------------------------------------------------------------------------------
+
+caf::error check_generate_args(const std::string& role, const caf::message& args) {
+  const char* op = "generate";
+  if (!args.match_elements<std::vector<sample_request>>())
+    return make_error(errc::invalid_argument, prefix(role, op)
+                                                + ": expects (std::vector<sample_request>), got "
+                                                + caf::to_string(args));
+  const auto& requests = args.get_as<std::vector<sample_request>>(0);
+  if (requests.empty())
+    return make_error(errc::invalid_argument, prefix(role, op) + ": no requests");
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    auto where = prefix(role, op) + ": request " + std::to_string(i) + ": ";
+    if (r.prompt.empty())
+      return make_error(errc::invalid_argument, where + "empty prompt");
+    if (r.max_tokens <= 0)
+      return make_error(errc::invalid_argument,
+                        where + "max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
+    if (r.num_samples < 1)
+      return make_error(errc::invalid_argument,
+                        where + "num_samples must be >= 1, got " + std::to_string(r.num_samples));
+  }
+  return caf::error{};
+}
+
+std::string index_list(const std::vector<size_t>& xs) {
+  std::string out;
+  for (size_t i = 0; i < xs.size() && i < 8; ++i)
+    out += (i ? ", " : "") + std::to_string(xs[i]);
+  if (xs.size() > 8)
+    out += ", ...";
+  return out;
+}
+
+void generate_call(self_ptr self, const std::string& role, const caf::message& args,
+                   int64_t timeout_ms, reply_fn k) {
+  const char* op = "generate";
+  auto* e = find_role(self, role);
+  if (!e)
+    return k(role_gone(role, op));
+  const auto& requests = args.get_as<std::vector<sample_request>>(0);
+  const size_t n = e->ranks.size();
+  if (n == 0)
+    return k(make_error(errc::internal, prefix(role, op) + ": the engine group has no ranks"));
+  if (e->load.size() != n)
+    e->load.assign(n, 0);
+  std::vector<int64_t> extra(n, 0);
+  auto owner = spread_requests(requests, extra, e->load);
+  std::vector<std::vector<size_t>> assigned(n);
+  std::vector<size_t> offset(requests.size());
+  std::vector<size_t> rows(n, 0);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    assigned[owner[i]].push_back(i);
+    offset[i] = rows[owner[i]];
+    rows[owner[i]] += static_cast<size_t>(requests[i].num_samples);
+  }
+  for (size_t j = 0; j < n; ++j)
+    e->load[j] += extra[j];
+  struct gather {
+    std::vector<std::vector<sample_output>> parts;
+    size_t pending = 0;
+    caf::error error;
+  };
+  auto g = std::make_shared<gather>();
+  g->parts.resize(n);
+  for (size_t j = 0; j < n; ++j)
+    if (!assigned[j].empty())
+      ++g->pending;
+  auto finish = [=] {
+    if (auto* e2 = find_role(self, role); e2 && e2->load.size() == n)
+      for (size_t j = 0; j < n; ++j)
+        e2->load[j] -= extra[j];
+    if (g->error)
+      return k(std::move(g->error));
+    std::vector<sample_output> out;
+    for (size_t i = 0; i < requests.size(); ++i)
+      for (int64_t s = 0; s < requests[i].num_samples; ++s)
+        out.push_back(std::move(g->parts[owner[i]][offset[i] + static_cast<size_t>(s)]));
+    k(op_result{caf::make_message(std::move(out))});
+  };
+  for (size_t j = 0; j < n; ++j) {
+    if (assigned[j].empty())
+      continue;
+    std::vector<sample_request> share;
+    for (auto i : assigned[j])
+      share.push_back(requests[i]);
+    auto context = prefix(role, op) + ": engine rank " + std::to_string(j) + " (requests "
+                   + index_list(assigned[j]) + " of the call)";
+    rank_call(self, e->ranks[j], op, caf::make_message(std::move(share)), timeout_ms,
+              [=](caf::expected<caf::message> r) {
+                if (!r) {
+                  if (!g->error)
+                    g->error = with_context(self, context, r.error(), timeout_ms);
+                } else if (!r->match_elements<std::vector<sample_output>>()
+                           || r->get_as<std::vector<sample_output>>(0).size() != rows[j]) {
+                  if (!g->error)
+                    g->error = make_error(errc::internal, context + ": answered "
+                                                            + caf::to_string(*r) + ", expected "
+                                                            + std::to_string(rows[j]) + " rows");
+                } else {
+                  g->parts[j] = std::move(r->get_mutable_as<std::vector<sample_output>>(0));
+                }
+                if (--g->pending == 0)
+                  finish();
+              });
+  }
+}
+
+// -- weight sync -------------------------------------------------------------------------------
+
+std::vector<std::string> engine_roles(self_ptr self) {
+  std::vector<std::string> out;
+  for (auto& [name, e] : self->state.roles)
+    if (e.engine)
+      out.push_back(name);
+  return out;
+}
+
+/// Transfers `source`'s weights to every rank of every engine role as `version`.
+step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int64_t> version,
+                   int64_t timeout_ms) {
+  return [=](done_fn done) {
+    const char* op = "save_weights_for_sampler";
+    auto& st = self->state;
+    auto* src = find_role(self, source);
+    if (!src)
+      return done(role_gone(source, op));
+    auto from = src->where.empty() ? this_process() : src->where[0];
+    struct receiver {
+      caf::actor rank;
+      std::string role;
+      size_t index;
+      weight_sync_spec spec;
+    };
+    std::vector<receiver> receivers;
+    std::vector<size_t> gloo;
+    auto base = "rlforge-sync-" + std::to_string(this_process().pid) + "-"
+                + std::to_string(++st.sync_counter);
+    for (auto& name : engine_roles(self)) {
+      auto& e = st.roles.at(name);
+      for (size_t r = 0; r < e.ranks.size(); ++r) {
+        weight_sync_spec spec;
+        spec.transport = st.transport != "auto" ? st.transport
+                         : r < e.where.size() ? choose_transport(from, e.where[r])
+                                              : std::string{"in_process"};
+        spec.channel = base + "-" + std::to_string(receivers.size());
+        spec.version = *version;
+        spec.timeout_ms = timeout_ms;
+        if (spec.transport == "gloo")
+          gloo.push_back(receivers.size());
+        receivers.push_back({e.ranks[r], name, r, std::move(spec)});
+      }
+    }
+    if (receivers.empty())
+      return done(make_error(errc::not_found, prefix(source, op) + ": the engine groups have no ranks"));
+    auto launch = [=](std::vector<receiver> rs) {
+      std::vector<weight_sync_spec> sends;
+      bool gloo_sent = false;
+      for (auto& r : rs) {
+        if (r.spec.transport != "gloo") {
+          sends.push_back(r.spec);
+        } else if (!gloo_sent) {
+          auto s = r.spec;
+          s.rank = 0;
+          sends.push_back(s);
+          gloo_sent = true;
+        }
+      }
+      struct gather {
+        size_t pending = 0;
+        caf::error sender_error;
+        caf::error receiver_error;
+      };
+      auto g = std::make_shared<gather>();
+      g->pending = rs.size() + 1;
+      auto finish = [=] {
+        if (--g->pending > 0)
+          return;
+        // A receiver's refusal names the reason; the sender's error then only echoes it.
+        if (g->receiver_error)
+          return done(g->receiver_error);
+        done(g->sender_error);
+      };
+      auto* s = find_role(self, source);
+      if (!s)
+        return done(role_gone(source, op));
+      group_all(self, s->group, "send_weights", caf::make_message(std::move(sends)),
+                timeout_ms, [=](caf::expected<std::vector<caf::message>> r) {
+                  if (!r)
+                    g->sender_error = wrap(self, source, op, r.error());
+                  finish();
+                });
+      for (auto& r : rs) {
+        auto context = prefix(source, op) + ": engine role '" + r.role + "' rank "
+                       + std::to_string(r.index) + " (" + r.spec.transport + ")";
+        rank_call(self, r.rank, "receive_weights", caf::make_message(r.spec), timeout_ms + 1000,
+                  [=](caf::expected<caf::message> x) {
+                    if (!x && !g->receiver_error)
+                      g->receiver_error = with_context(self, context, x.error(), timeout_ms);
+                    finish();
+                  });
+      }
+    };
+    if (gloo.empty())
+      return launch(std::move(receivers));
+    // Gloo: the sender hosts the group's store; the receivers join it as ranks 1..n.
+    auto world = static_cast<int32_t>(gloo.size() + 1);
+    auto channel = receivers[gloo[0]].spec.channel;
+    group_all(self, src->group, "open_sync_store",
+              caf::make_message(channel, std::string{"127.0.0.1"}, world, timeout_ms), timeout_ms,
+              [=](caf::expected<std::vector<caf::message>> r) mutable {
+                if (!r)
+                  return done(wrap(self, source, op, r.error()));
+                if (r->empty() || !(*r)[0].match_elements<int32_t>())
+                  return done(make_error(errc::internal, prefix(source, op)
+                                                           + ": open_sync_store answered "
+                                                           + (r->empty() ? std::string{"nothing"}
+                                                                         : caf::to_string((*r)[0]))));
+                auto port = (*r)[0].get_as<int32_t>(0);
+                int32_t rank = 1;
+                for (auto i : gloo) {
+                  auto& spec = receivers[i].spec;
+                  spec.channel = channel;
+                  spec.store_host = "127.0.0.1";
+                  spec.store_port = port;
+                  spec.world_size = world;
+                  spec.rank = rank++;
+                }
+                launch(std::move(receivers));
+              });
+  };
+}
+
+/// The highest weight version any engine holds, plus one, into `version`.
+step next_version_step(self_ptr self, std::shared_ptr<int64_t> version, int64_t timeout_ms) {
+  return [=](done_fn done) {
+    auto roles = engine_roles(self);
+    auto pending = std::make_shared<size_t>(roles.size());
+    auto failed = std::make_shared<caf::error>();
+    *version = self->state.weight_version + 1;
+    for (auto& name : roles) {
+      group_all(self, self->state.roles.at(name).group, "weight_version", caf::message{},
+                timeout_ms, [=](caf::expected<std::vector<caf::message>> r) {
+                  if (!r && !*failed)
+                    *failed = wrap(self, name, "weight_version", r.error());
+                  if (r)
+                    for (auto& m : *r)
+                      if (m.match_elements<int64_t>())
+                        *version = std::max(*version, m.get_as<int64_t>(0) + 1);
+                  if (--*pending == 0)
+                    done(*failed);
+                });
+    }
+  };
+}
+
+step all_engines_step(self_ptr self, const std::string& op, int64_t timeout_ms) {
+  return [=](done_fn done) {
+    auto roles = engine_roles(self);
+    auto pending = std::make_shared<size_t>(roles.size());
+    auto failed = std::make_shared<caf::error>();
+    for (auto& name : roles)
+      group_all(self, self->state.roles.at(name).group, op, caf::message{}, timeout_ms,
+                [=](caf::expected<std::vector<caf::message>> r) {
+                  if (!r && !*failed)
+                    *failed = wrap(self, name, op, r.error());
+                  if (--*pending == 0)
+                    done(*failed);
+                });
+  };
+}
+
+void sync_call(self_ptr self, const std::string& role, int64_t timeout_ms, reply_fn k) {
+  auto& st = self->state;
+  auto engines = engine_roles(self);
+  auto version = std::make_shared<int64_t>(0);
+  auto steps = std::make_shared<std::vector<step>>();
+  steps->push_back(next_version_step(self, version, timeout_ms));
+  bool colocated = st.colocated.count(role) > 0;
+  if (colocated) {
+    // Wake engine weights → transfer → offload the policy → wake the engines' KV cache.
+    std::set<std::string> keep(engines.begin(), engines.end());
+    for (auto& s : prepare_steps(self, role, true, false, timeout_ms, keep))
+      steps->push_back(std::move(s));
+    for (auto& name : engines)
+      if (st.colocated.count(name))
+        steps->push_back(residency_step(self, name, true, {"weights"}, timeout_ms));
+    steps->push_back(transfer_step(self, role, version, timeout_ms));
+    steps->push_back(residency_step(self, role, false, {}, timeout_ms));
+    for (auto& name : engines)
+      if (st.colocated.count(name))
+        steps->push_back(residency_step(self, name, true, {"kv_cache"}, timeout_ms));
+    run_steps(steps, 0, [=](caf::error err) {
+      if (err)
+        return k(std::move(err));
+      self->state.weight_version = *version;
+      k(op_result{caf::make_message(*version)});
+    });
+    return;
+  }
+  // Pause → transfer → resume (resume also after a failed transfer).
+  steps->push_back(all_engines_step(self, "pause", timeout_ms));
+  run_steps(steps, 0, [=](caf::error err) {
+    if (err)
+      return k(std::move(err));
+    transfer_step(self, role, version, timeout_ms)([=](caf::error transfer_err) {
+      all_engines_step(self, "resume", timeout_ms)([=](caf::error resume_err) {
+        if (transfer_err)
+          return k(std::move(transfer_err));
+        if (resume_err)
+          return k(std::move(resume_err));
+        self->state.weight_version = *version;
+        k(op_result{caf::make_message(*version)});
+      });
+    });
+  });
+}
+
+// -- routing -----------------------------------------------------------------------------------
+
+struct needs {
+  bool model = false;
+  bool optimizer = false;
+};
+
+needs needs_of(const role_entry& e, const std::string& op) {
+  if (e.engine)
+    return op == "generate" ? needs{true, true} : needs{};
+  if (op == "forward" || op == "save_hf_model")
+    return {true, false};
+  if (op == "forward_backward" || op == "save_checkpoint" || op == "load_checkpoint")
+    return {true, true};
+  return {};
+}
+
+caf::result<op_result> route(self_ptr self, const std::string& role, const std::string& op,
+                             const caf::message& args, int64_t timeout_ms) {
+  auto& st = self->state;
+  auto& entry = st.roles.at(role);
+  caf::error bad;
+  if (entry.engine && op == "generate")
+    bad = check_generate_args(role, args);
+  else if (!entry.engine && is_batch_op(op))
+    bad = check_batch_args(role, op, args);
+  else if (op == "save_weights_for_sampler") {
+    if (entry.engine)
+      bad = make_error(errc::invalid_argument,
+                       prefix(role, op) + ": weights are synced from a training role to the "
+                                          "engines, not from an engine role");
+    else if (engine_roles(self).empty())
+      bad = make_error(errc::not_found, prefix(role, op) + ": no engine role is registered");
+    else if (!args.empty())
+      bad = make_error(errc::invalid_argument,
+                       prefix(role, op) + ": takes no arguments, got " + caf::to_string(args));
+  }
+  if (bad)
+    return bad;
+  auto promise = self->make_response_promise<op_result>();
+  auto job = [=](std::function<void()> finished) mutable {
+    reply_fn k = [=](caf::expected<op_result> r) mutable {
+      if (r)
+        promise.deliver(std::move(*r));
+      else
+        promise.deliver(std::move(r.error()));
+      finished();
+    };
+    auto* e = find_role(self, role);
+    if (!e)
+      return k(role_gone(role, op));
+    if (op == "save_weights_for_sampler")
+      return sync_call(self, role, timeout_ms, k);
+    auto need = needs_of(*e, op);
+    auto steps = std::make_shared<std::vector<step>>(
+      prepare_steps(self, role, need.model, need.optimizer, timeout_ms));
+    run_steps(steps, 0, [=](caf::error err) {
+      if (err)
+        return k(std::move(err));
+      auto* e2 = find_role(self, role);
+      if (!e2)
+        return k(role_gone(role, op));
+      if (e2->engine && op == "generate")
+        generate_call(self, role, args, timeout_ms, k);
+      else if (!e2->engine && is_batch_op(op))
+        batch_call(self, *e2, role, op, args, timeout_ms, k);
+      else
+        all_call(self, *e2, role, op, args, timeout_ms, k);
+    });
+  };
+  bool serial = st.colocated.count(role) > 0;
+  if (op == "save_weights_for_sampler")
+    for (auto& name : engine_roles(self))
+      serial = serial || st.colocated.count(name) > 0;
+  if (serial)
+    serialize(self, std::move(job));
+  else
+    job([] {});
   return promise;
 }
 
-caf::result<op_result> all_call(self_ptr self, const role_entry& entry, const std::string& role,
-                                const std::string& op, const caf::message& args,
-                                int64_t timeout_ms) {
-  auto worker_op = op == "save_hf_model" ? std::string{"export_hf"} : op;
-  auto promise = self->make_response_promise<op_result>();
-  self
-    ->request(entry.group, std::chrono::milliseconds{timeout_ms + 1000}, all_atom::value,
-              worker_op, args, timeout_ms)
+// -- status ------------------------------------------------------------------------------------
+
+std::string device_of(const rank_info& info) {
+  if (info.device_ids.empty())
+    return info.node_id + "/cpu";
+  std::string out = info.node_id + "/gpu";
+  for (size_t i = 0; i < info.device_ids.size(); ++i)
+    out += (i ? "," : "") + std::to_string(info.device_ids[i]);
+  return out;
+}
+
+caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
+  auto& st = self->state;
+  auto doc = std::make_shared<nlohmann::json>();
+  (*doc)["weight_version"] = st.weight_version;
+  (*doc)["transport"] = st.transport;
+  (*doc)["roles"] = nlohmann::json::object();
+  (*doc)["devices"] = nlohmann::json::object();
+  for (auto& [name, e] : st.roles) {
+    nlohmann::json r{{"kind", e.engine ? "engine" : "worker"},
+                     {"ranks", e.world_size},
+                     {"colocated", st.colocated.count(name) > 0}};
+    r[e.engine ? "weights_awake" : "model_on_device"] = e.model;
+    r[e.engine ? "kv_cache_awake" : "optimizer_on_device"] = e.optimizer;
+    (*doc)["roles"][name] = std::move(r);
+  }
+  auto promise = self->make_response_promise<std::string>();
+  auto pending = std::make_shared<size_t>(st.roles.size());
+  if (*pending == 0)
+    return doc->dump();
+  for (auto& [name, e] : st.roles) {
+    auto infos = e.infos;
+    group_all(self, e.group, "memory", caf::message{}, timeout_ms,
+              [=](caf::expected<std::vector<caf::message>> r) mutable {
+                auto& d = *doc;
+                if (!r) {
+                  d["roles"][name]["memory_error"] = error_message(r.error()).empty()
+                                                       ? self->system().render(r.error())
+                                                       : error_message(r.error());
+                } else {
+                  int64_t resident = 0;
+                  for (size_t i = 0; i < r->size(); ++i) {
+                    if (!(*r)[i].match_elements<int64_t, int64_t>())
+                      continue;
+                    auto bytes = (*r)[i].get_as<int64_t>(0);
+                    resident += bytes;
+                    auto dev = i < infos.size() ? device_of(infos[i]) : std::string{"unknown"};
+                    auto& slot = d["devices"][dev][name];
+                    slot = (slot.is_number() ? slot.get<int64_t>() : 0) + bytes;
+                  }
+                  d["roles"][name]["resident_bytes"] = resident;
+                }
+                if (--*pending == 0)
+                  promise.deliver(d.dump());
+              });
+  }
+  return promise;
+}
+
+// -- behavior ----------------------------------------------------------------------------------
+
+caf::result<int32_t> register_role(self_ptr self, const std::string& role, const caf::actor& group,
+                                   const std::string& kind) {
+  if (role.empty())
+    return make_error(errc::invalid_argument, "dispatcher: a role name must not be empty");
+  if (!group)
+    return make_error(errc::invalid_argument,
+                      "dispatcher: role '" + role + "' registered with an invalid group");
+  if (kind != "worker" && kind != "engine")
+    return make_error(errc::invalid_argument, "dispatcher: role '" + role + "': unknown kind '"
+                                                + kind + "' (kinds: worker, engine)");
+  auto promise = self->make_response_promise<int32_t>();
+  auto fail = [=](caf::error err) mutable { promise.deliver(wrap(self, role, "register", err)); };
+  self->request(group, std::chrono::seconds(30), ranks_atom::value)
     .then(
-      [=](std::vector<caf::message>& results) mutable {
-        promise.deliver(op_result{results.empty() ? caf::message{} : std::move(results[0])});
+      [=](std::vector<rank_info>& ranks) mutable {
+        if (ranks.empty()) {
+          promise.deliver(
+            make_error(errc::invalid_argument, "dispatcher: role '" + role + "' has no ranks"));
+          return;
+        }
+        self->request(group, std::chrono::seconds(30), handles_atom::value)
+          .then(
+            [=](std::vector<caf::actor>& handles) mutable {
+              group_all(self, group, "location", caf::message{}, 30000,
+                        [=](caf::expected<std::vector<caf::message>> where) mutable {
+                          if (!where)
+                            return fail(where.error());
+                          role_entry e;
+                          e.group = group;
+                          e.world_size = static_cast<int32_t>(ranks.size());
+                          e.engine = kind == "engine";
+                          e.ranks = handles;
+                          e.infos = ranks;
+                          for (auto& m : *where)
+                            if (m.match_elements<std::string, int64_t>())
+                              e.where.push_back({m.get_as<std::string>(0), m.get_as<int64_t>(1)});
+                          e.load.assign(handles.size(), 0);
+                          self->state.roles[role] = std::move(e);
+                          runtime::logger("actors.dispatch")
+                            ->info("register role={} kind={} ranks={}", role, kind, ranks.size());
+                          promise.deliver(static_cast<int32_t>(ranks.size()));
+                        });
+            },
+            [=](caf::error& err) mutable { fail(err); });
       },
-      [=](caf::error& err) mutable { promise.deliver(wrap(self, role, op, err)); });
+      [=](caf::error& err) mutable { fail(err); });
   return promise;
 }
 
 caf::behavior dispatcher(self_ptr self) {
   return {
-    [=](dispatcher_register_atom, const std::string& role,
-        const caf::actor& group) -> caf::result<int32_t> {
-      if (role.empty())
-        return make_error(errc::invalid_argument, "dispatcher: a role name must not be empty");
-      if (!group)
-        return make_error(errc::invalid_argument,
-                          "dispatcher: role '" + role + "' registered with an invalid group");
-      auto promise = self->make_response_promise<int32_t>();
-      self->request(group, std::chrono::seconds(30), ranks_atom::value)
-        .then(
-          [=](std::vector<rank_info>& ranks) mutable {
-            if (ranks.empty()) {
-              promise.deliver(make_error(errc::invalid_argument,
-                                         "dispatcher: role '" + role + "' has no ranks"));
-              return;
-            }
-            auto world = static_cast<int32_t>(ranks.size());
-            self->state.roles[role] = role_entry{group, world};
-            runtime::logger("actors.dispatch")->info("register role={} ranks={}", role, world);
-            promise.deliver(world);
-          },
-          [=](caf::error& err) mutable {
-            promise.deliver(wrap(self, role, "register", err));
-          });
-      return promise;
+    [=](dispatcher_register_atom, const std::string& role, const caf::actor& group) {
+      return register_role(self, role, group, "worker");
     },
+    [=](dispatcher_register_atom, const std::string& role, const caf::actor& group,
+        const std::string& kind) { return register_role(self, role, group, kind); },
     [=](dispatcher_call_atom, const std::string& role, const std::string& op,
         const caf::message& args, int64_t timeout_ms) -> caf::result<op_result> {
       auto& st = self->state;
-      auto i = st.roles.find(role);
-      if (i == st.roles.end())
+      if (!st.roles.count(role))
         return make_error(errc::not_found, prefix(role, op) + ": no group registered for role '"
                                              + role + "' (registered: " + role_list(st) + ")");
       if (timeout_ms <= 0)
         return make_error(errc::invalid_argument, prefix(role, op) + ": timeout must be > 0 ms, got "
                                                     + std::to_string(timeout_ms));
-      if (is_batch_op(op))
-        return batch_call(self, i->second, role, op, args, timeout_ms);
-      return all_call(self, i->second, role, op, args, timeout_ms);
+      return route(self, role, op, args, timeout_ms);
+    },
+    [=](dispatcher_colocate_atom, const std::vector<std::string>& roles) -> caf::result<void> {
+      std::set<std::string> set;
+      for (auto& r : roles) {
+        if (r.empty())
+          return make_error(errc::invalid_argument, "dispatcher: colocate: empty role name");
+        set.insert(r);
+      }
+      if (set.size() == 1)
+        return make_error(errc::invalid_argument,
+                          "dispatcher: colocate needs at least two roles, got only '"
+                            + *set.begin() + "'");
+      self->state.colocated = std::move(set);
+      return caf::unit;
+    },
+    [=](dispatcher_transport_atom, const std::string& transport) -> caf::result<void> {
+      if (transport != "auto" && transport != "in_process" && transport != "shm"
+          && transport != "gloo")
+        return make_error(errc::invalid_argument,
+                          "dispatcher: unknown weight transport '" + transport
+                            + "' (auto, in_process, shm, gloo)");
+      self->state.transport = transport;
+      return caf::unit;
+    },
+    [=](dispatcher_status_atom, int64_t timeout_ms) -> caf::result<std::string> {
+      if (timeout_ms <= 0)
+        return make_error(errc::invalid_argument, "dispatcher: status timeout must be > 0 ms");
+      return status(self, timeout_ms);
     },
     [=](dispatcher_lcm_atom) {
       int32_t out = 1;
       for (auto& [_, e] : self->state.roles)
-        out = std::lcm(out, e.world_size);
+        if (!e.engine)
+          out = std::lcm(out, e.world_size);
       return out;
     },
     [=](dispatcher_roles_atom) {
@@ -206,6 +899,27 @@ caf::behavior dispatcher(self_ptr self) {
 }
 
 } // namespace
+
+std::vector<size_t> spread_requests(const std::vector<sample_request>& requests,
+                                    std::vector<int64_t>& added,
+                                    const std::vector<int64_t>& in_flight) {
+  const size_t n = added.size();
+  std::vector<size_t> owner(requests.size(), 0);
+  if (n == 0)
+    return owner;
+  auto load = [&](size_t j) { return added[j] + (j < in_flight.size() ? in_flight[j] : 0); };
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    size_t best = 0;
+    for (size_t j = 1; j < n; ++j)
+      if (load(j) < load(best))
+        best = j;
+    owner[i] = best;
+    added[best] += std::max<int64_t>(1, r.num_samples)
+                   * (static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(0, r.max_tokens));
+  }
+  return owner;
+}
 
 caf::actor spawn_dispatcher(caf::actor_system& sys) {
   return sys.spawn(dispatcher);

@@ -4,6 +4,12 @@
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/messages.hpp"
+
 namespace rlforge::actors {
 
 /// (dispatcher_register_atom, std::string role, caf::actor group) → int32 DP size: adds (or
@@ -15,17 +21,39 @@ using dispatcher_register_atom = caf::atom_constant<caf::atom("dregister")>;
 ///  int64 timeout_ms) → op_result: runs `op` on the role's group (see `spawn_dispatcher`).
 using dispatcher_call_atom = caf::atom_constant<caf::atom("dcall")>;
 
-/// (dispatcher_lcm_atom) → int32: least common multiple of the registered groups' DP sizes
-/// (1 when none): a batch of a multiple of it shards evenly over every role.
+/// (dispatcher_register_atom, std::string role, caf::actor group, std::string kind) → int32:
+/// the same with the group's kind: "worker" (policy, critic, ref) or "engine" (inference
+/// engines, engine.hpp).
+
+/// (dispatcher_lcm_atom) → int32: least common multiple of the registered training groups' DP
+/// sizes (1 when none): a batch of a multiple of it shards evenly over every role.
 using dispatcher_lcm_atom = caf::atom_constant<caf::atom("dlcm")>;
 
 /// (dispatcher_roles_atom) → std::vector<std::string>: the registered roles, sorted.
 using dispatcher_roles_atom = caf::atom_constant<caf::atom("droles")>;
 
+/// (dispatcher_colocate_atom, std::vector<std::string> roles) → (): declares that `roles`
+/// share their devices (SkyRL's `colocate_all`: policy, ref, critic and engines in one
+/// placement group at 0.2 GPU each). Replaces an earlier declaration; roles may be registered
+/// before or after. An empty list turns colocation off.
+using dispatcher_colocate_atom = caf::atom_constant<caf::atom("dcoloc")>;
+
+/// (dispatcher_transport_atom, std::string transport) → (): the weight transport every sync
+/// uses: "auto" (default: the fastest that reaches each engine), "in_process", "shm" or "gloo".
+using dispatcher_transport_atom = caf::atom_constant<caf::atom("dtransp")>;
+
+/// (dispatcher_status_atom, int64 timeout_ms) → std::string: a JSON text with, per role, its
+/// kind, DP size, whether it is colocated, and what the dispatcher believes is on the device
+/// (`model_on_device`, `optimizer_on_device`; for engines `weights_awake`, `kv_cache_awake`);
+/// `weight_version` (the last version synced to the engines); and the per-device memory ledger
+/// `devices`: for each device ("<node>/gpu<id>", or "<node>/cpu" for a rank without GPU), the
+/// resident bytes each role's ranks report there (their `memory` op), measured now.
+using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
+
 /// Spawns the dispatcher: an event-based actor (it never blocks) that routes driver requests to
-/// the actor groups of the training roles.
+/// the actor groups of the training roles and to the inference engines.
 ///
-/// Ops of `dispatcher_call_atom`:
+/// Ops of `dispatcher_call_atom` on a training role:
 ///  - `forward` (batch_payload) and `forward_backward` (batch_payload, loss_request) →
 ///    op_result{batch_result}: the batch is padded to a multiple of the role's DP size (copies
 ///    of real rows with loss_mask 0), shard i goes to rank i (mesh call), and the per-row
@@ -34,12 +62,47 @@ using dispatcher_roles_atom = caf::atom_constant<caf::atom("droles")>;
 ///    `loss:sum` is the loss of the whole batch), `:max` / `:min` take the extreme, and `:mean`
 ///    is the mean weighted by each rank's loss-mask weight (real tokens), which equals the mean
 ///    over the whole batch for token-level means. An empty batch is refused.
+///  - `save_weights_for_sampler` () → op_result{int64 version}: copies the role's weights
+///    (LoRA merged) to every engine and returns the engines' new weight version (one more than
+///    the highest they held). Colocated with the engines: offload the other colocated roles,
+///    onload the policy's model (its optimizer state goes off the device), wake the engines'
+///    weights, transfer, offload the policy, wake the engines' KV cache. Not colocated: pause
+///    the engines (generate calls already running finish on the old weights, later ones wait),
+///    transfer, resume (also after a failed transfer). Each engine rank gets the transport
+///    `choose_transport` picks for it (weight_sync.hpp) unless `dispatcher_transport_atom` set
+///    one. A refused transfer leaves the engines' weights and versions as they were.
 ///  - every other op (`init_model`, `optim_step`, `set_lr`, `set_algorithm_config`,
-///    `save_checkpoint`, `load_checkpoint`, `save_hf_model` = the workers' `export_hf`) goes to
-///    all ranks with the same arguments; the answer is rank 0's.
+///    `save_checkpoint`, `load_checkpoint`, `save_hf_model` = the workers' `export_hf`,
+///    `offload`, `onload`, `memory`) goes to all ranks with the same arguments; the answer is
+///    rank 0's.
+/// Ops on an engine role:
+///  - `generate` (std::vector<sample_request>) → op_result{std::vector<sample_output>}: the
+///    requests are spread over the engine ranks, each to the rank with the least outstanding
+///    work (estimated as num_samples × (prompt + max_tokens) tokens, counting the calls in
+///    flight), each rank runs its share as one batch, and the outputs come back in request
+///    order (a request with num_samples n gives n consecutive rows). Refused before any work,
+///    naming the request: an empty list, an empty prompt, max_tokens <= 0, num_samples < 1 (the
+///    engines check the rest: context length, vocabulary, sampling parameters).
+///  - `sleep` / `wake_up` (tags) and every other engine op go to all ranks (answer: rank 0's).
+///
+/// Colocation: before a call to a colocated role the dispatcher offloads (workers) or puts to
+/// sleep (engines) every other colocated role that has anything on the device, then onloads only
+/// what the call needs: `forward` the model; `forward_backward`, checkpoints the model and the
+/// optimizer; `save_hf_model` the model; `generate` the engines' weights and KV cache.
+/// `optim_step` never onloads (it follows `forward_backward`; a worker whose state is off the
+/// device refuses it clearly). Calls to colocated roles run one at a time, in arrival order.
 ///
 /// Every call has a deadline (`timeout_ms` > 0 per rank). Errors name the role and op, and the
 /// group's error names the rank; an unknown role names the registered ones.
 caf::actor spawn_dispatcher(caf::actor_system& sys);
+
+/// The least-loaded spreading of a `generate` call over `added.size()` engines: request i goes
+/// to the engine whose load (`in_flight[j]`, the estimated tokens of calls still running, plus
+/// `added[j]`, what this call gave it so far) is smallest, ties to the lowest index; its cost
+/// num_samples × (prompt + max_tokens) is then added to `added[j]`. Returns each request's
+/// engine. Pure; `in_flight` may be shorter than `added` (missing entries count 0).
+std::vector<size_t> spread_requests(const std::vector<sample_request>& requests,
+                                    std::vector<int64_t>& added,
+                                    const std::vector<int64_t>& in_flight);
 
 } // namespace rlforge::actors

@@ -15,6 +15,7 @@
 #include "actors/actor_kind.hpp"
 #include "actors/backend_seam.hpp"
 #include "actors/batch_wire.hpp"
+#include "actors/weight_sync.hpp"
 #include "actors/worker.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
@@ -324,6 +325,26 @@ caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& a
   return caf::message{};
 }
 
+caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::message& args) {
+  expect_args<weight_sync_spec>(args, "receive_weights", "weight_sync_spec");
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "receive_weights");
+  if (st.asleep.count(tag_weights))
+    be::fail(error_code::invalid_argument,
+             "receive_weights: engine is asleep (weights); call wake_up first");
+  bool torn = false;
+  try {
+    st.version = receive_model_weights(model, st.version, args.get_as<weight_sync_spec>(0), torn);
+  } catch (...) {
+    // A refused transfer changed nothing. One that broke after the copy began left a mix of
+    // two versions: no coherent version is held until the next complete transfer.
+    if (torn)
+      st.version = 0;
+    throw;
+  }
+  return caf::make_message(st.version);
+}
+
 caf::expected<caf::message> get_weights(rank_context& ctx, const caf::message&) {
   auto& st = ctx.as<engine_state>();
   auto& model = model_of(st, "get_weights");
@@ -353,6 +374,7 @@ actor_kind make_kind() {
   k.ops["weight_version"] = weight_version;
   k.ops["set_weights"] = set_weights;
   k.ops["get_weights"] = get_weights;
+  k.ops["receive_weights"] = receive_weights;
   return k;
 }
 

@@ -10,6 +10,7 @@
 #include "actors/backend_seam.hpp"
 #include "actors/collective_ops.hpp"
 #include "actors/protocol.hpp"
+#include "actors/weight_sync.hpp"
 #include "backends/threads.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
@@ -41,6 +42,10 @@ caf::expected<caf::message> builtin_op(rank_context& ctx, const std::string& op,
     return caf::message{};
   if (op == "threads")
     return caf::make_message(static_cast<int32_t>(backends::intra_op_threads()));
+  if (op == "location") {
+    auto here = this_process();
+    return caf::make_message(here.host, here.pid);
+  }
   if (op == "init_collective" || op == "all_reduce" || op == "broadcast")
     return run_collective_op(ctx, op, args);
   handled = false;
@@ -98,7 +103,7 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, actor_kind kind,
         if (!handled) {
           auto i = st.kind.ops.find(op);
           if (i == st.kind.ops.end()) {
-            std::string known = "info, ping, threads, init_collective, all_reduce, broadcast";
+            std::string known = "info, ping, threads, location, init_collective, all_reduce, broadcast";
             for (auto& [name, _] : st.kind.ops)
               known += ", " + name;
             return make_error(errc::not_found, context + ": kind '" + st.kind.name

@@ -199,4 +199,58 @@ caf::expected<int32_t> trainer_client::lcm_dp_size() {
   return out;
 }
 
+caf::expected<int32_t> trainer_client::register_engines(const actor_group& engines,
+                                                        const std::string& role) {
+  caf::scoped_actor self{*sys_};
+  caf::expected<int32_t> out{caf::error{}};
+  self->request(dispatcher_, std::chrono::seconds(60), dispatcher_register_atom::value, role,
+                engines.handle(), std::string{"engine"})
+    .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
+caf::expected<void> trainer_client::colocate(const std::vector<std::string>& roles) {
+  caf::scoped_actor self{*sys_};
+  caf::expected<void> out{caf::unit};
+  self->request(dispatcher_, std::chrono::seconds(30), dispatcher_colocate_atom::value, roles)
+    .receive([&]() {}, [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
+caf::expected<void> trainer_client::set_weight_transport(const std::string& transport) {
+  caf::scoped_actor self{*sys_};
+  caf::expected<void> out{caf::unit};
+  self->request(dispatcher_, std::chrono::seconds(30), dispatcher_transport_atom::value, transport)
+    .receive([&]() {}, [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
+caf::expected<std::vector<sample_output>>
+trainer_client::generate(const std::vector<sample_request>& requests, const std::string& role) {
+  return unwrap<std::vector<sample_output>>(call(role, "generate", caf::make_message(requests)),
+                                            "generate");
+}
+
+caf::expected<int64_t> trainer_client::save_weights_for_sampler(const std::string& role) {
+  return unwrap<int64_t>(call(role, "save_weights_for_sampler", caf::message{}),
+                         "save_weights_for_sampler");
+}
+
+caf::expected<nlohmann::json> trainer_client::status() {
+  caf::scoped_actor self{*sys_};
+  caf::expected<nlohmann::json> out{caf::error{}};
+  self->request(dispatcher_, timeout_ + std::chrono::seconds(5), dispatcher_status_atom::value,
+                static_cast<int64_t>(timeout_.count()))
+    .receive(
+      [&](std::string& text) {
+        try {
+          out = nlohmann::json::parse(text);
+        } catch (const std::exception& e) {
+          out = make_error(errc::internal, std::string{"status: "} + e.what());
+        }
+      },
+      [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
 } // namespace rlforge::actors

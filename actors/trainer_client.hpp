@@ -90,6 +90,31 @@ public:
   /// Writes the role's model in Hugging Face layout (LoRA merged) to `dir`.
   caf::expected<void> save_hf_model(const std::string& role, const std::string& dir);
 
+  /// Registers `engines` (a group of the `engine` kind) as the inference engines of `role`
+  /// (default "engines"); returns the number of engines.
+  caf::expected<int32_t> register_engines(const actor_group& engines,
+                                          const std::string& role = "engines");
+
+  /// Declares the roles that share devices (e.g. {"policy", "ref", "engines"}): the dispatcher
+  /// then keeps only the role being called on the device. An empty list turns colocation off.
+  caf::expected<void> colocate(const std::vector<std::string>& roles);
+
+  /// Forces the weight transport of every sync ("auto", "in_process", "shm", "gloo").
+  caf::expected<void> set_weight_transport(const std::string& transport);
+
+  /// Generates from the engines of `role`: requests spread over the engines (least loaded
+  /// first), outputs in request order (`num_samples` consecutive rows per request).
+  caf::expected<std::vector<sample_output>> generate(const std::vector<sample_request>& requests,
+                                                     const std::string& role = "engines");
+
+  /// Copies `role`'s weights (LoRA merged) to every engine; returns the engines' new weight
+  /// version.
+  caf::expected<int64_t> save_weights_for_sampler(const std::string& role = "policy");
+
+  /// The dispatcher's view as JSON: roles, residency and the per-device memory ledger (see
+  /// `dispatcher_status_atom`).
+  caf::expected<nlohmann::json> status();
+
   /// LCM of the registered groups' DP sizes.
   caf::expected<int32_t> lcm_dp_size();
 

@@ -14,6 +14,7 @@
 
 #include "actors/actor_kind.hpp"
 #include "actors/batch_wire.hpp"
+#include "actors/weight_sync.hpp"
 #include "backends/algo/kl.hpp"
 #include "backends/algo/losses.hpp"
 #include "backends/collective_group.hpp"
@@ -736,6 +737,8 @@ actor_kind make_kind(const std::string& role) {
   k.ops["offload"] = offload;
   k.ops["onload"] = onload;
   k.ops["memory"] = memory;
+  k.ops["send_weights"] = send_weights_op;       // weight_sync.hpp
+  k.ops["open_sync_store"] = open_sync_store_op; // weight_sync.hpp
   if (role != "ref") {
     k.ops["forward_backward"] = forward_backward;
     k.ops["optim_step"] = optim_step;

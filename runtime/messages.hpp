@@ -388,4 +388,35 @@ inline bool operator==(const sample_output& a, const sample_output& b) {
          && a.prompt_logprobs == b.prompt_logprobs;
 }
 
+/// One weight transfer from a trainer's rank 0 to one inference engine (or, for `gloo`, to every
+/// engine at once), as the dispatcher plans it (actors/weight_sync.hpp).
+struct weight_sync_spec {
+  /// "in_process" (same process), "shm" (same host), "gloo" (any host), "message" (the
+  /// weights travel as a `tensor_map` in CAF messages through the dispatcher).
+  std::string transport;
+  /// Names the meeting point both ends use: the in-process channel, the socket of the shm link
+  /// or the Gloo group; unique per transfer.
+  std::string channel;
+  int64_t version = 0;      ///< the version the engines hold afterwards (>= 1)
+  int64_t bucket_bytes = 0; ///< bucket size; 0 = the transports' default (256 MiB)
+  int64_t timeout_ms = 0;   ///< bound on every wait for the peer (> 0)
+  std::string store_host;   ///< gloo: where the sender's TCP store listens
+  int32_t store_port = 0;   ///< gloo: its port
+  int32_t world_size = 2;   ///< gloo: 1 sender + the receivers
+  int32_t rank = 0;         ///< gloo: this end's rank (0 = the sender)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, weight_sync_spec& x) {
+  return f(caf::meta::type_name("weight_sync_spec"), x.transport, x.channel, x.version,
+           x.bucket_bytes, x.timeout_ms, x.store_host, x.store_port, x.world_size, x.rank);
+}
+
+inline bool operator==(const weight_sync_spec& a, const weight_sync_spec& b) {
+  return a.transport == b.transport && a.channel == b.channel && a.version == b.version
+         && a.bucket_bytes == b.bucket_bytes && a.timeout_ms == b.timeout_ms
+         && a.store_host == b.store_host && a.store_port == b.store_port
+         && a.world_size == b.world_size && a.rank == b.rank;
+}
+
 } // namespace rlforge

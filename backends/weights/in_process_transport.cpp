@@ -2,6 +2,7 @@
 #include "backends/exception_text.hpp"
 
 #include <condition_variable>
+#include <map>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -158,5 +159,23 @@ void copy_transfer(const in_process_channel::transfer& t, const named_tensors& t
 }
 
 } // namespace detail
+
+std::shared_ptr<in_process_channel> named_in_process_channel(const std::string& name,
+                                                             transport_options opts) {
+  if (name.empty())
+    fail(error_code::invalid_argument, "in-process channel: the name must not be empty");
+  validate(opts, "in-process channel");
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<in_process_channel>> channels;
+  std::lock_guard<std::mutex> guard{mutex};
+  for (auto i = channels.begin(); i != channels.end();)
+    i = i->second.expired() ? channels.erase(i) : std::next(i);
+  auto& slot = channels[name];
+  if (auto live = slot.lock())
+    return live;
+  auto fresh = std::make_shared<in_process_channel>(opts);
+  slot = fresh;
+  return fresh;
+}
 
 } // namespace rlforge::backends

@@ -60,6 +60,14 @@ private:
   std::unique_ptr<impl> impl_;
 };
 
+/// The channel registered under `name` in this process, created with `opts` when no live channel
+/// has that name. Channels are held by their users: the registry keeps only weak references, so
+/// a channel disappears when the last sender and receiver holding it are gone. This is how a
+/// trainer actor and an engine actor of one process, told the same name by the dispatcher,
+/// meet. Thread-safe. Throws `error{invalid_argument}` for an empty name or bad options.
+std::shared_ptr<in_process_channel> named_in_process_channel(const std::string& name,
+                                                             transport_options opts = {});
+
 /// Sends through an `in_process_channel`. See `weight_sender`.
 class in_process_sender final : public weight_sender {
 public:

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,8 +16,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <random>
+#include <thread>
 
 namespace rlforge::backends {
 
@@ -280,6 +283,83 @@ std::pair<std::shared_ptr<shm_link>, std::shared_ptr<shm_link>> make_socket_link
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
     fail(error_code::io_error, "shm link: socketpair failed: " + errno_text(errno));
   return {std::make_shared<socket_link>(fds[0]), std::make_shared<socket_link>(fds[1])};
+}
+
+namespace {
+
+sockaddr_un abstract_address(const std::string& name, socklen_t& length, const char* who) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (name.empty() || name.size() > 100 || name.find('\0') != std::string::npos)
+    fail(error_code::invalid_argument,
+         std::string{who} + ": the link name must be 1-100 bytes without NUL, got "
+           + std::to_string(name.size()) + " bytes");
+  // A leading NUL selects Linux's abstract namespace: no file is created.
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return addr;
+}
+
+int unix_socket(const char* who) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    fail(error_code::io_error, std::string{who} + ": socket failed: " + errno_text(errno));
+  return fd;
+}
+
+} // namespace
+
+std::shared_ptr<shm_link> listen_socket_link(const std::string& name,
+                                             std::chrono::milliseconds timeout) {
+  const char* who = "shm link listen";
+  socklen_t length = 0;
+  auto addr = abstract_address(name, length, who);
+  int fd = unix_socket(who);
+  auto close_fd = [&] { ::close(fd); };
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), length) != 0 || ::listen(fd, 1) != 0) {
+    auto err = errno;
+    close_fd();
+    fail(error_code::io_error, std::string{who} + ": cannot listen on '" + name
+                                 + "': " + errno_text(err));
+  }
+  pollfd p{fd, POLLIN, 0};
+  int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(timeout.count(), 0)));
+  if (ready <= 0) {
+    auto err = errno;
+    close_fd();
+    if (ready == 0)
+      fail(error_code::timeout, std::string{who} + ": no receiver connected to '" + name
+                                  + "' within " + std::to_string(timeout.count()) + " ms");
+    fail(error_code::io_error, std::string{who} + ": poll failed: " + errno_text(err));
+  }
+  int conn = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+  auto err = errno;
+  close_fd();
+  if (conn < 0)
+    fail(error_code::io_error, std::string{who} + ": accept failed: " + errno_text(err));
+  return std::make_shared<socket_link>(conn);
+}
+
+std::shared_ptr<shm_link> connect_socket_link(const std::string& name,
+                                              std::chrono::milliseconds timeout) {
+  const char* who = "shm link connect";
+  socklen_t length = 0;
+  auto addr = abstract_address(name, length, who);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int fd = unix_socket(who);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), length) == 0)
+      return std::make_shared<socket_link>(fd);
+    auto err = errno;
+    ::close(fd);
+    if (err != ECONNREFUSED && err != ENOENT && err != EAGAIN)
+      fail(error_code::io_error, std::string{who} + ": cannot connect to '" + name
+                                   + "': " + errno_text(err));
+    if (std::chrono::steady_clock::now() >= deadline)
+      fail(error_code::timeout, std::string{who} + ": nobody listened on '" + name
+                                  + "' within " + std::to_string(timeout.count()) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 // -- sender ------------------------------------------------------------------------------------

@@ -68,6 +68,21 @@ public:
 /// the other). Throws `error{io_error}` when the socket pair cannot be made.
 std::pair<std::shared_ptr<shm_link>, std::shared_ptr<shm_link>> make_socket_link_pair();
 
+/// The sending end of a link between two processes of one host, over a UNIX-domain socket named
+/// `name` in the abstract namespace (nothing is left on disk; `name` is at most 100 bytes and
+/// unique per transfer, e.g. chosen by the dispatcher). Listens, then waits up to `timeout` for
+/// the receiver (`connect_socket_link`) to connect. Throws `error{invalid_argument}` for a bad
+/// name, `error{io_error}` when the socket cannot be bound (e.g. the name is taken) and
+/// `error{timeout}` when nobody connects in time.
+std::shared_ptr<shm_link> listen_socket_link(const std::string& name,
+                                             std::chrono::milliseconds timeout);
+
+/// The receiving end: connects to the socket `listen_socket_link` opened under `name`,
+/// retrying until `timeout` (the sender may not be listening yet). Throws as
+/// `listen_socket_link`.
+std::shared_ptr<shm_link> connect_socket_link(const std::string& name,
+                                              std::chrono::milliseconds timeout);
+
 /// Sends weights to an engine process on the same node through POSIX shared memory.
 ///
 /// In both modes the receiver validates the whole manifest before it copies a byte, so a

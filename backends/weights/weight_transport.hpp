@@ -146,8 +146,13 @@ public:
   /// in place); returns the version now held. Throws `error` as described for `weight_sender`.
   virtual std::uint64_t receive(const named_tensors& targets) = 0;
 
-  /// The version of the last committed transfer; 0 before the first.
+  /// The version of the last committed transfer; 0 before the first (or after a transfer that
+  /// broke half-way, when the transport can leave the targets partly written).
   std::uint64_t version() const noexcept { return version_; }
+
+  /// Declares the version the targets already hold, for a receiver made fresh for weights that
+  /// were filled before (e.g. by an earlier receiver): incoming versions must exceed it.
+  void assume_version(std::uint64_t v) noexcept { version_ = v; }
 
   /// The transport's name, e.g. "in_process".
   virtual const char* kind() const noexcept = 0;

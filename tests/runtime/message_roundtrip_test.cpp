@@ -111,6 +111,9 @@ sample_request sample(sample_request*) {
 sample_output sample(sample_output*) {
   return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}};
 }
+weight_sync_spec sample(weight_sync_spec*) {
+  return {"gloo", "sync-7", 3, 1 << 20, 5000, "127.0.0.1", 41234, 3, 1};
+}
 
 bool equal(const std::vector<caf::message>& a, const std::vector<caf::message>& b) {
   if (a.size() != b.size())

@@ -1,0 +1,271 @@
+#include "actors/weight_sync.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+
+#include "actors/actor_kind.hpp"
+#include "actors/worker.hpp"
+
+#include "backends/collective_group.hpp"
+#include "backends/error.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "backends/weights/gloo_transport.hpp"
+#include "backends/weights/in_process_transport.hpp"
+#include "backends/weights/shm_transport.hpp"
+
+namespace rlforge::actors {
+
+namespace {
+
+namespace be = rlforge::backends;
+using be::error_code;
+
+std::string read_first_line(const char* path) {
+  std::ifstream in{path};
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+be::transport_options options_of(const weight_sync_spec& spec, const char* who) {
+  if (spec.timeout_ms <= 0)
+    be::fail(error_code::invalid_argument,
+             std::string{who} + ": timeout_ms must be > 0, got " + std::to_string(spec.timeout_ms));
+  if (spec.bucket_bytes < 0)
+    be::fail(error_code::invalid_argument, std::string{who} + ": bucket_bytes must be >= 0, got "
+                                             + std::to_string(spec.bucket_bytes));
+  if (spec.version < 1)
+    be::fail(error_code::invalid_argument,
+             std::string{who} + ": version must be >= 1, got " + std::to_string(spec.version));
+  if (spec.channel.empty())
+    be::fail(error_code::invalid_argument, std::string{who} + ": the channel name is empty");
+  be::transport_options o;
+  if (spec.bucket_bytes > 0)
+    o.bucket_bytes = static_cast<std::uint64_t>(spec.bucket_bytes);
+  o.timeout = std::chrono::milliseconds{spec.timeout_ms};
+  return o;
+}
+
+/// Stores opened by `open_sync_store`, by channel (kept alive until the send ends).
+struct store_registry {
+  std::mutex mutex;
+  std::map<std::string, be::store_handle> stores;
+
+  static store_registry& get() {
+    static store_registry r;
+    return r;
+  }
+};
+
+be::store_handle take_store(const std::string& channel) {
+  auto& r = store_registry::get();
+  std::lock_guard<std::mutex> guard{r.mutex};
+  auto i = r.stores.find(channel);
+  if (i == r.stores.end())
+    be::fail(error_code::invalid_argument,
+             "weight sync: no store was opened for gloo transfer '" + channel
+               + "' (open_sync_store first)");
+  return i->second;
+}
+
+std::unique_ptr<be::collective_group> join_group(const be::store_handle& store,
+                                                 const weight_sync_spec& spec) {
+  be::collective_options co;
+  co.timeout = std::chrono::milliseconds{spec.timeout_ms};
+  co.group_name = "weights-" + spec.channel;
+  co.gloo_threads = 1;
+  return be::collective_group::create(store, spec.rank, spec.world_size, co);
+}
+
+std::uint64_t bytes_of(const be::named_tensors& weights) {
+  std::uint64_t n = 0;
+  for (auto& [name, t] : weights)
+    n += static_cast<std::uint64_t>(t.numel()) * t.element_size();
+  return n;
+}
+
+} // namespace
+
+process_location this_process() {
+  static const process_location here = [] {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    process_location p;
+    p.host = std::string{name} + "/" + read_first_line("/proc/sys/kernel/random/boot_id");
+    p.pid = static_cast<int64_t>(::getpid());
+    return p;
+  }();
+  return here;
+}
+
+std::string choose_transport(const process_location& sender, const process_location& receiver) {
+  if (sender.host == receiver.host)
+    return sender.pid == receiver.pid ? "in_process" : "shm";
+  return "gloo";
+}
+
+std::vector<std::pair<std::string, at::Tensor>> weights_for_sync(const be::causal_lm& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (model.has_lora()) {
+    for (auto& [name, t] : model.state_dict())
+      if (name != "value_head.weight")
+        out.emplace_back(name, t);
+    return out;
+  }
+  for (auto& [name, t] : model.named_parameters())
+    if (name != "value_head.weight")
+      out.emplace_back(name, t.detach());
+  return out;
+}
+
+int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& spec) {
+  const char* who = "send_weights";
+  auto opts = options_of(spec, who);
+  auto weights = weights_for_sync(model);
+  auto version = static_cast<std::uint64_t>(spec.version);
+  if (spec.transport == "in_process") {
+    auto channel = be::named_in_process_channel(spec.channel, opts);
+    be::in_process_sender{channel}.send(weights, version);
+  } else if (spec.transport == "shm") {
+    auto link = be::listen_socket_link(spec.channel, opts.timeout);
+    be::shm_sender{link, opts}.send(weights, version);
+  } else if (spec.transport == "gloo") {
+    if (spec.rank != 0)
+      be::fail(error_code::invalid_argument,
+               std::string{who} + ": the sender is gloo rank 0, got rank " + std::to_string(spec.rank));
+    auto store = take_store(spec.channel);
+    struct closer {
+      std::string channel;
+      ~closer() { close_sync_store(channel); }
+    } close{spec.channel};
+    auto group = join_group(store, spec);
+    be::gloo_sender{*group, opts}.send(weights, version);
+  } else {
+    be::fail(error_code::invalid_argument,
+             std::string{who} + ": unknown transport '" + spec.transport
+               + "' (transports: in_process, shm, gloo)");
+  }
+  return static_cast<int64_t>(bytes_of(weights));
+}
+
+int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
+                              const weight_sync_spec& spec, bool& torn) {
+  const char* who = "receive_weights";
+  torn = false;
+  auto opts = options_of(spec, who);
+  if (current_version < 0)
+    be::fail(error_code::invalid_argument, std::string{who} + ": current version must be >= 0");
+  be::named_tensors targets;
+  for (auto& [name, t] : model.named_parameters())
+    if (name != "value_head.weight")
+      targets.emplace_back(name, t.detach());
+  at::NoGradGuard no_grad;
+  auto current = static_cast<std::uint64_t>(current_version);
+  // Each transport checks `spec.version` against `current` and reports a refusal to the sender.
+  auto run = [&](be::weight_receiver& r) {
+    r.assume_version(current);
+    try {
+      return r.receive(targets);
+    } catch (...) {
+      torn = r.version() != current;
+      throw;
+    }
+  };
+  std::uint64_t got = 0;
+  if (spec.transport == "in_process") {
+    be::in_process_receiver r{be::named_in_process_channel(spec.channel, opts)};
+    got = run(r);
+  } else if (spec.transport == "shm") {
+    be::shm_receiver r{be::connect_socket_link(spec.channel, opts.timeout), opts};
+    got = run(r);
+  } else if (spec.transport == "gloo") {
+    if (spec.rank < 1 || spec.rank >= spec.world_size)
+      be::fail(error_code::invalid_argument,
+               std::string{who} + ": a receiver's gloo rank must be in [1, "
+                 + std::to_string(spec.world_size) + "), got " + std::to_string(spec.rank));
+    auto store = be::make_tcp_store(spec.store_host, static_cast<std::uint16_t>(spec.store_port),
+                                    false, spec.world_size, opts.timeout);
+    auto group = join_group(store, spec);
+    be::gloo_receiver r{*group, opts};
+    got = run(r);
+  } else {
+    be::fail(error_code::invalid_argument,
+             std::string{who} + ": unknown transport '" + spec.transport
+               + "' (transports: in_process, shm, gloo)");
+  }
+  if (got != static_cast<std::uint64_t>(spec.version))
+    be::fail(error_code::internal, std::string{who} + ": committed version "
+                                     + std::to_string(got) + ", expected "
+                                     + std::to_string(spec.version));
+  return spec.version;
+}
+
+int32_t open_sync_store(const std::string& channel, const std::string& host, int32_t world_size,
+                        int64_t timeout_ms) {
+  if (channel.empty())
+    be::fail(error_code::invalid_argument, "open_sync_store: the channel name is empty");
+  if (world_size < 2)
+    be::fail(error_code::invalid_argument,
+             "open_sync_store: world_size must be >= 2, got " + std::to_string(world_size));
+  if (timeout_ms <= 0)
+    be::fail(error_code::invalid_argument,
+             "open_sync_store: timeout_ms must be > 0, got " + std::to_string(timeout_ms));
+  auto store = be::make_tcp_store(host, 0, true, world_size, std::chrono::milliseconds{timeout_ms});
+  auto& r = store_registry::get();
+  std::lock_guard<std::mutex> guard{r.mutex};
+  r.stores.insert_or_assign(channel, store);
+  return static_cast<int32_t>(store.port());
+}
+
+void close_sync_store(const std::string& channel) {
+  auto& r = store_registry::get();
+  std::lock_guard<std::mutex> guard{r.mutex};
+  r.stores.erase(channel);
+}
+
+caf::expected<caf::message> send_weights_op(rank_context& ctx, const caf::message& args) {
+  if (!args.match_elements<std::vector<weight_sync_spec>>())
+    be::fail(error_code::invalid_argument,
+             "send_weights expects (std::vector<weight_sync_spec>), got " + caf::to_string(args));
+  const auto& model = worker_model(ctx, "send_weights");
+  if (ctx.info.rank != 0)
+    return caf::make_message(int64_t{0});
+  // Every receiver gets its transfer even when an earlier one refused it (each then answers
+  // for itself instead of waiting out its timeout); the first failure is reported.
+  int64_t bytes = 0;
+  std::exception_ptr first;
+  for (auto& spec : args.get_as<std::vector<weight_sync_spec>>(0)) {
+    try {
+      bytes += send_model_weights(model, spec);
+    } catch (...) {
+      if (!first)
+        first = std::current_exception();
+    }
+  }
+  if (first)
+    std::rethrow_exception(first);
+  return caf::make_message(bytes);
+}
+
+caf::expected<caf::message> open_sync_store_op(rank_context& ctx, const caf::message& args) {
+  if (!args.match_elements<std::string, std::string, int32_t, int64_t>())
+    be::fail(error_code::invalid_argument,
+             "open_sync_store expects (std::string channel, std::string host, int32 world_size, "
+             "int64 timeout_ms), got " + caf::to_string(args));
+  worker_model(ctx, "open_sync_store");
+  if (ctx.info.rank != 0)
+    return caf::make_message(int32_t{0});
+  return caf::make_message(open_sync_store(args.get_as<std::string>(0), args.get_as<std::string>(1),
+                                           args.get_as<int32_t>(2), args.get_as<int64_t>(3)));
+}
+
+} // namespace rlforge::actors

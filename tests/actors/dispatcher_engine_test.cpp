@@ -1,0 +1,399 @@
+// The dispatcher with inference engines: least-loaded spreading and request order, weight sync
+// over every transport (engine log-probs equal the trainer's forward), LoRA merged before sync,
+// colocation (one model resident per device, values intact after offload/onload), syncs while
+// generate calls are in flight, refused transfers, and bad input.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+
+#include "actors/dispatcher.hpp"
+#include "actors/engine.hpp"
+#include "actors/protocol.hpp"
+#include "backends/train/training_batch.hpp"
+#include "runtime/errc.hpp"
+#include "test_support.hpp"
+
+namespace rlforge::actors::test {
+namespace {
+
+namespace be = rlforge::backends;
+
+model_spec spec_of(const std::string& preset, uint64_t seed, int64_t lora_rank = 0) {
+  model_spec s;
+  s.preset = preset;
+  s.seed = seed;
+  s.lora_rank = lora_rank;
+  return s;
+}
+
+sample_request request(std::vector<int64_t> prompt, int64_t max_tokens, uint64_t seed,
+                       int64_t num_samples = 1) {
+  sample_request r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.temperature = 1.0;
+  r.has_seed = true;
+  r.seed = seed;
+  r.num_samples = num_samples;
+  return r;
+}
+
+std::vector<sample_request> some_requests() {
+  std::vector<sample_request> rs;
+  for (int i = 0; i < 6; ++i)
+    rs.push_back(request({1 + i, 7, 3 + 2 * i}, 4 + i % 3, 100 + static_cast<uint64_t>(i),
+                         1 + i % 2));
+  return rs;
+}
+
+void expect_error(const caf::expected<caf::message>& x, errc code, const std::string& part) {
+  ASSERT_FALSE(x) << "expected an error containing '" << part << "'";
+  EXPECT_TRUE(is(x.error(), code)) << error_message(x.error());
+  EXPECT_NE(error_message(x.error()).find(part), std::string::npos) << error_message(x.error());
+}
+
+class EngineDispatch : public actor_fixture {
+protected:
+  void register_kinds() override {
+    register_worker_kinds();
+    register_engine_kind();
+  }
+
+  /// Spawns and registers a policy group and an engine group of `engines` ranks.
+  void setup(const std::string& policy_preset, const std::string& engine_preset, int engines,
+             int64_t lora_rank = 0, bool one_device = false) {
+    policy_ = ok(spawn_group("policy", "policy", 1));
+    ok(client_->register_group("policy", policy_));
+    ok(client_->init_model("policy", spec_of(policy_preset, 11, lora_rank)));
+    engines_ = ok(spawn_engines("engines", engines, one_device));
+    ok(client_->register_engines(engines_));
+    ok(client_->init_model("engines", spec_of(engine_preset, 22)));
+  }
+
+  /// `ranks` engines, one per virtual GPU, or all on GPU 0 at 0.2 GPU each (`one_device`).
+  caf::expected<actor_group> spawn_engines(const std::string& name, int ranks,
+                                           bool one_device = false) {
+    group_spec s;
+    s.name = name;
+    s.kind = "engine";
+    s.placement = virtual_pg(one_device ? 1 : ranks);
+    if (one_device) {
+      s.num_ranks = ranks;
+      s.gpu_per_rank = 0.2;
+    }
+    s.threads_per_rank = 1;
+    s.collectives = false;
+    s.init_timeout = std::chrono::seconds(20);
+    auto g = actor_group::spawn(*sys_, s);
+    if (g)
+      groups_.push_back(*g);
+    return g;
+  }
+
+  /// One training step so the policy's weights differ from its initial ones.
+  void train_step() {
+    auto batch = be::from_sequences({{1, 2, 3}, {4, 5}}, {{6, 7}, {8, 9, 10}});
+    ok(client_->forward_backward("policy", batch, "cross_entropy"));
+    be::adam_params p;
+    p.learning_rate = 1e-2;
+    ok(client_->optim_step("policy", p));
+  }
+
+  /// The policy's forward log-probs of each output row's tokens after its prompt.
+  std::vector<std::vector<double>> trainer_logprobs(const std::vector<sample_request>& requests,
+                                                    const std::vector<sample_output>& outputs) {
+    std::vector<std::vector<int64_t>> prompts, responses;
+    size_t row = 0;
+    for (auto& r : requests)
+      for (int64_t s = 0; s < r.num_samples; ++s) {
+        prompts.push_back(r.prompt);
+        responses.push_back(outputs[row++].tokens);
+      }
+    auto batch = be::from_sequences(prompts, responses);
+    auto out = ok(client_->forward("policy", batch));
+    auto lp = out.outputs.at("logprobs").to(at::kDouble);
+    std::vector<std::vector<double>> rows;
+    auto width = lp.size(1);
+    for (size_t i = 0; i < responses.size(); ++i) {
+      auto n = static_cast<int64_t>(responses[i].size());
+      auto row_lp = lp[static_cast<int64_t>(i)].narrow(0, width - n, n).contiguous();
+      rows.emplace_back(row_lp.data_ptr<double>(), row_lp.data_ptr<double>() + n);
+    }
+    return rows;
+  }
+
+  void expect_engines_match_trainer() {
+    auto requests = some_requests();
+    auto outputs = ok(client_->generate(requests));
+    auto expected = trainer_logprobs(requests, outputs);
+    ASSERT_EQ(expected.size(), outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      ASSERT_EQ(outputs[i].logprobs.size(), expected[i].size()) << "row " << i;
+      for (size_t t = 0; t < expected[i].size(); ++t)
+        EXPECT_NEAR(outputs[i].logprobs[t], expected[i][t], 1e-5) << "row " << i << " token " << t;
+    }
+  }
+
+  int64_t engine_version(size_t rank) {
+    auto handles = ok(engines_.rank_handles());
+    caf::scoped_actor self{*sys_};
+    int64_t v = -1;
+    self->request(handles.at(rank), std::chrono::seconds(30), call_atom::value,
+                  std::string{"weight_version"}, caf::message{})
+      .receive([&](op_result& r) { v = r.value.get_as<int64_t>(0); },
+               [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
+    return v;
+  }
+
+  void done(caf::expected<void> x) {
+    ASSERT_TRUE(x) << sys_->render(x.error());
+  }
+
+  actor_group policy_;
+  actor_group engines_;
+};
+
+// -- spreading ---------------------------------------------------------------------------------
+
+TEST(SpreadRequests, LeastLoadedFirstWithTiesToTheLowestEngine) {
+  std::vector<sample_request> rs{request({1, 2}, 8, 0), request({1, 2}, 8, 0),
+                                 request({1, 2, 3, 4}, 16, 0, 2), request({1}, 1, 0)};
+  std::vector<int64_t> added(2, 0);
+  auto owner = spread_requests(rs, added, {});
+  // costs: 10, 10, 40, 2 → engine 0, 1, 0 (tie 10/10), 1 (10 < 50)
+  EXPECT_EQ(owner, (std::vector<size_t>{0, 1, 0, 1}));
+  EXPECT_EQ(added, (std::vector<int64_t>{50, 12}));
+}
+
+TEST(SpreadRequests, WorkInFlightCounts) {
+  std::vector<sample_request> rs{request({1, 2}, 8, 0), request({1, 2}, 8, 0)};
+  std::vector<int64_t> added(3, 0);
+  auto owner = spread_requests(rs, added, {100, 0, 5});
+  EXPECT_EQ(owner, (std::vector<size_t>{1, 2}));
+}
+
+TEST_F(EngineDispatch, GenerateSpreadsOverEnginesAndKeepsRequestOrder) {
+  setup("tiny", "tiny", 3);
+  auto requests = some_requests();
+  auto spread = ok(client_->generate(requests));
+  // The same requests one at a time (each on one engine) give the same rows in the same order.
+  std::vector<sample_output> single;
+  for (auto& r : requests)
+    for (auto& o : ok(client_->generate({r})))
+      single.push_back(o);
+  ASSERT_EQ(spread.size(), single.size());
+  for (size_t i = 0; i < spread.size(); ++i) {
+    EXPECT_EQ(spread[i].tokens, single[i].tokens) << "row " << i;
+    ASSERT_EQ(spread[i].logprobs.size(), single[i].logprobs.size()) << "row " << i;
+    for (size_t t = 0; t < single[i].logprobs.size(); ++t) // batch composition moves last bits
+      EXPECT_NEAR(spread[i].logprobs[t], single[i].logprobs[t], 1e-5) << "row " << i;
+  }
+}
+
+// -- weight sync -------------------------------------------------------------------------------
+
+class SyncTransports : public EngineDispatch,
+                       public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(SyncTransports, EngineLogprobsEqualTheTrainersForwardAfterASync) {
+  setup("tiny", "tiny", 2);
+  done(client_->set_weight_transport(GetParam()));
+  train_step();
+  EXPECT_EQ(ok(client_->save_weights_for_sampler()), 1);
+  EXPECT_EQ(engine_version(0), 1);
+  EXPECT_EQ(engine_version(1), 1);
+  expect_engines_match_trainer();
+  train_step();
+  EXPECT_EQ(ok(client_->save_weights_for_sampler()), 2);
+  expect_engines_match_trainer();
+}
+
+INSTANTIATE_TEST_SUITE_P(EngineDispatch, SyncTransports,
+                         ::testing::Values("auto", "in_process", "shm", "gloo"));
+
+TEST_F(EngineDispatch, LoraAdaptersAreMergedBeforeTheSync) {
+  setup("tiny", "tiny", 1, 4);
+  train_step(); // B moves away from zero: the adapters now change the outputs
+  train_step();
+  ok(client_->save_weights_for_sampler());
+  expect_engines_match_trainer();
+}
+
+TEST_F(EngineDispatch, ARefusedTransferKeepsTheEnginesWeightsAndVersion) {
+  setup("tiny", "tiny-qwen2", 2); // another architecture: names and shapes differ
+  auto requests = some_requests();
+  auto before = ok(client_->generate(requests));
+  auto r = client_->save_weights_for_sampler();
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(is(r.error(), errc::invalid_argument)) << error_message(r.error());
+  EXPECT_NE(error_message(r.error()).find("engine role 'engines' rank"), std::string::npos)
+    << error_message(r.error());
+  EXPECT_EQ(engine_version(0), 0);
+  EXPECT_EQ(engine_version(1), 0);
+  auto after = ok(client_->generate(requests));
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i)
+    EXPECT_EQ(before[i].logprobs, after[i].logprobs) << "row " << i;
+}
+
+TEST_F(EngineDispatch, ASyncWhileGenerateCallsAreInFlightWaitsForThem) {
+  setup("tiny", "tiny", 2);
+  train_step();
+  std::vector<sample_request> long_requests;
+  for (int i = 0; i < 8; ++i)
+    long_requests.push_back(request({1, 2, 3}, 48, 7 + static_cast<uint64_t>(i)));
+  // Two generate calls in flight, then a sync, from other threads at the same time.
+  trainer_client other(*sys_, dispatcher_, std::chrono::seconds(60));
+  trainer_client third(*sys_, dispatcher_, std::chrono::seconds(60));
+  auto gen = std::async(std::launch::async, [&] { return other.generate(long_requests); });
+  auto gen2 = std::async(std::launch::async, [&] { return third.generate(long_requests); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto version = client_->save_weights_for_sampler();
+  ASSERT_TRUE(version) << error_message(version.error());
+  auto a = gen.get();
+  auto b = gen2.get();
+  ASSERT_TRUE(a) << error_message(a.error());
+  ASSERT_TRUE(b) << error_message(b.error());
+  EXPECT_EQ(a->size(), long_requests.size());
+  EXPECT_EQ(*version, 1);
+  expect_engines_match_trainer();
+}
+
+// -- colocation --------------------------------------------------------------------------------
+
+class Colocated : public EngineDispatch {
+protected:
+  /// Policy, ref and two engines on one virtual GPU, colocated.
+  void setup_colocated() {
+    setup("tiny", "tiny", 2, 0, true);
+    ref_ = ok(spawn_group("ref", "ref", 1));
+    ok(client_->register_group("ref", ref_));
+    ok(client_->init_model("ref", spec_of("tiny", 11)));
+    done(client_->colocate({"policy", "ref", "engines"}));
+  }
+
+  /// The roles with resident bytes on each device, per the dispatcher's ledger.
+  std::map<std::string, std::vector<std::string>> resident() {
+    auto s = ok(client_->status());
+    std::map<std::string, std::vector<std::string>> out;
+    for (auto& [device, roles] : s.at("devices").items())
+      for (auto& [role, bytes] : roles.items())
+        if (bytes.get<int64_t>() > 0)
+          out[device].push_back(role);
+    return out;
+  }
+
+  void expect_only(const std::string& role) {
+    auto r = resident();
+    ASSERT_EQ(r.size(), 1u) << ok(client_->status()).dump();
+    EXPECT_EQ(r.begin()->second, std::vector<std::string>{role}) << ok(client_->status()).dump();
+  }
+
+  actor_group ref_;
+};
+
+TEST_F(Colocated, OnlyTheCalledRoleIsResidentAndValuesSurviveTheRoundTrips) {
+  setup_colocated();
+  auto batch = be::from_sequences({{1, 2, 3}, {4, 5}}, {{6, 7}, {8, 9, 10}});
+  auto first = ok(client_->forward("policy", batch)).outputs.at("logprobs");
+  expect_only("policy");
+  ok(client_->generate(some_requests()));
+  expect_only("engines");
+  ok(client_->forward("ref", batch));
+  expect_only("ref");
+  // The policy comes back bit-identical after being offloaded twice.
+  auto again = ok(client_->forward("policy", batch)).outputs.at("logprobs");
+  EXPECT_TRUE(at::equal(first, again));
+  ok(client_->forward_backward("policy", batch, "cross_entropy"));
+  expect_only("policy");
+  ok(client_->forward("ref", batch)); // gradients and optimizer state leave with the model
+  expect_only("ref");
+  // optim_step never onloads: after another role ran, the worker refuses it clearly.
+  be::adam_params p;
+  p.learning_rate = 1e-2;
+  auto refused = client_->optim_step("policy", p);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(error_message(refused.error()).find("offload"), std::string::npos)
+    << error_message(refused.error());
+  ok(client_->forward_backward("policy", batch, "cross_entropy"));
+  ok(client_->optim_step("policy", p));
+  expect_only("policy");
+  EXPECT_EQ(ok(client_->save_weights_for_sampler()), 1);
+  expect_only("engines");
+  auto s = ok(client_->status());
+  EXPECT_FALSE(s["roles"]["policy"]["model_on_device"].get<bool>());
+  EXPECT_TRUE(s["roles"]["engines"]["weights_awake"].get<bool>());
+  EXPECT_TRUE(s["roles"]["engines"]["kv_cache_awake"].get<bool>());
+  expect_engines_match_trainer();
+}
+
+// -- bad input ---------------------------------------------------------------------------------
+
+TEST_F(EngineDispatch, BadGenerateRequestsAreRefusedNamingTheRequest) {
+  setup("tiny", "tiny", 2);
+  auto call = [&](std::vector<sample_request> rs) {
+    return client_->call("engines", "generate", caf::make_message(std::move(rs)));
+  };
+  expect_error(call({}), errc::invalid_argument, "no requests");
+  auto rs = some_requests();
+  rs[3].prompt.clear();
+  expect_error(call(rs), errc::invalid_argument, "request 3: empty prompt");
+  rs = some_requests();
+  rs[2].max_tokens = 0;
+  expect_error(call(rs), errc::invalid_argument, "request 2: max_tokens must be >= 1");
+  rs = some_requests();
+  rs[1].num_samples = 0;
+  expect_error(call(rs), errc::invalid_argument, "request 1: num_samples must be >= 1");
+  rs = some_requests();
+  rs[4].prompt.assign(100000, 1);
+  expect_error(call(rs), errc::invalid_argument, "context");
+  rs = some_requests();
+  rs[0].prompt[0] = 1 << 30;
+  expect_error(call(rs), errc::out_of_range, "vocabulary");
+  expect_error(client_->call("engines", "generate", caf::make_message(std::string{"x"})),
+               errc::invalid_argument, "expects");
+  // Still serving.
+  EXPECT_EQ(ok(client_->generate(some_requests())).size(), 9u);
+}
+
+TEST_F(EngineDispatch, GenerateOnASleepingEngineSaysToWakeIt) {
+  setup("tiny", "tiny", 1);
+  ok(client_->call("engines", "sleep", caf::make_message(std::vector<std::string>{})));
+  expect_error(client_->call("engines", "generate", caf::make_message(some_requests())),
+               errc::invalid_argument, "asleep");
+  ok(client_->call("engines", "wake_up", caf::make_message(std::vector<std::string>{})));
+  ok(client_->generate(some_requests()));
+}
+
+TEST_F(EngineDispatch, BadSyncsAndSettingsAreRefused) {
+  policy_ = ok(spawn_group("policy", "policy", 1));
+  ok(client_->register_group("policy", policy_));
+  ok(client_->init_model("policy", spec_of("tiny", 11)));
+  auto none = client_->save_weights_for_sampler();
+  ASSERT_FALSE(none);
+  EXPECT_NE(error_message(none.error()).find("no engine role"), std::string::npos);
+  engines_ = ok(spawn_engines("engines", 1));
+  ok(client_->register_engines(engines_));
+  ok(client_->init_model("engines", spec_of("tiny", 22)));
+  expect_error(client_->call("engines", "save_weights_for_sampler", caf::message{}),
+               errc::invalid_argument, "not from an engine role");
+  expect_error(client_->call("policy", "save_weights_for_sampler", caf::make_message(1)),
+               errc::invalid_argument, "takes no arguments");
+  auto t = client_->set_weight_transport("carrier-pigeon");
+  ASSERT_FALSE(t);
+  EXPECT_NE(error_message(t.error()).find("unknown weight transport"), std::string::npos);
+  auto c = client_->colocate({"policy"});
+  ASSERT_FALSE(c);
+  EXPECT_NE(error_message(c.error()).find("at least two roles"), std::string::npos);
+  EXPECT_EQ(ok(client_->save_weights_for_sampler()), 1);
+}
+
+} // namespace
+} // namespace rlforge::actors::test
