@@ -133,8 +133,9 @@ std::vector<std::string> parse_tags(const worker_state& st, const std::vector<st
                std::string{op} + ": a " + st.role
                  + " worker has no optimizer; its only tag is 'model'");
     if (t != tag_model && t != tag_optimizer)
-      be::fail(error_code::invalid_argument, std::string{op} + ": unknown tag '" + t
-                                               + "' (tags: model, optimizer)");
+      be::fail(error_code::invalid_argument,
+               std::string{op} + ": unknown tag '" + t + "' (tags: "
+                 + (is_trainable(st) ? "model, optimizer" : "model") + ")");
   }
   return tags;
 }

@@ -389,6 +389,8 @@ TEST_F(WorkerOffload, BadTagsAndArgumentsAreRefusedAndNothingMoves) {
                  {"ref", "offload", "has no optimizer", "'model'"});
   expect_refused(run(ref, "onload", caf::make_message(tags{"optimizer"})),
                  {"onload", "has no optimizer"});
+  expect_refused(run(ref, "offload", caf::make_message(tags{"weights"})),
+                 {"unknown tag 'weights' (tags: model)"});
   EXPECT_EQ(memory(ref).at(0).resident, p);
   ok(batch_call(ref, "forward", make_batch(2, 8)));
 
