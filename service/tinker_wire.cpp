@@ -473,7 +473,13 @@ tinker::tensor_data tensor_from_json(const fields& f, const wire_limits& limits)
       if (!data[i].is_number())
         user_error(where + ": data[" + std::to_string(i) + "] must be a number, got " +
                    data[i].dump());
-      t.floats.push_back(data[i].get<double>());
+      // Held at the dtype's precision, as the SDK's numpy arrays and the protobuf form hold it.
+      const double v = data[i].get<double>();
+      const float f = static_cast<float>(v);
+      if (!std::isfinite(f))
+        user_error(where + ": data[" + std::to_string(i) + "] = " + number_text(v) +
+                   " is outside the float32 range");
+      t.floats.push_back(t.type == dtype::bfloat16 ? bf16_to_float(float_to_bf16(f)) : f);
     } else {
       int64_t v = 0;
       if (!fields::as_int(data[i], v))
@@ -756,7 +762,9 @@ void normalize_loss_inputs(tinker::datum& d) {
   for (auto& [name, t] : d.loss_fn_inputs) {
     if (name == "target_tokens" || tinker::is_floating(t.type))
       continue;
-    t.floats.assign(t.ints.begin(), t.ints.end());
+    t.floats.clear();
+    for (auto v : t.ints)
+      t.floats.push_back(static_cast<float>(v));
     t.ints.clear();
     t.type = dtype::float32;
   }
@@ -1143,7 +1151,10 @@ std::vector<std::string> loss_config_keys(const std::string& loss_fn) {
 void validate_loss_config(const std::string& loss_fn, const std::map<std::string, double>& config) {
   const auto keys = loss_config_keys(loss_fn);
   const std::string what = "loss '" + loss_fn + "': loss_fn_config key '";
-  for (const auto& [key, v] : config) {
+  for (const auto& entry : config) {
+    // Named copies, not structured bindings: lambdas may not capture those before C++20.
+    const std::string& key = entry.first;
+    const double v = entry.second;
     if (std::find(keys.begin(), keys.end(), key) == keys.end())
       user_error("loss '" + loss_fn + "': unknown loss_fn_config key '" + key +
                  "'; allowed keys: " + join(keys));

@@ -72,7 +72,9 @@ tinker::forward_backward_request decode_forward_backward_proto(std::string_view 
 /// forward_backward_input: {data: [{model_input: {chunks: [{type: "encoded_text", tokens}]},
 /// loss_fn_inputs: {name: {data, dtype, shape, sparse_crow_indices?, sparse_col_indices?}}}],
 /// loss_fn, loss_fn_config?}}`. A `forward_only` boolean at the top level is honoured too. Same
-/// checks as the protobuf decoder, plus JSON types (an int64 tensor's data must be integers).
+/// checks as the protobuf decoder, plus JSON types (an int64 tensor's data must be integers) and
+/// float ranges: float values are rounded to their dtype's precision (float32 / bfloat16), and a
+/// value outside the float32 range is refused.
 tinker::forward_backward_request decode_forward_backward_json(std::string_view body,
                                                               const wire_limits& limits = {});
 
@@ -96,7 +98,8 @@ tinker::tensor_data decode_tensor_proto(std::string_view tensor_message, const s
 const std::vector<std::string>& loss_input_names();
 
 /// Converts integer-typed float inputs (e.g. `weights` sent as int64) to float32 in place, so
-/// that `validate_forward_backward` sees the dtypes the backend expects.
+/// (rounded to float32 precision) so that `validate_forward_backward` sees the dtypes the backend
+/// expects.
 void normalize_loss_inputs(tinker::datum& d);
 
 /// Checks a decoded request; throws `request_error` ("user") naming the first problem:

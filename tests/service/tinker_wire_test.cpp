@@ -555,6 +555,22 @@ TEST(TinkerWireForwardBackwardJson, DecodesTheOlderSdkBody) {
   EXPECT_EQ(r.data[0].loss_fn_inputs.at("weights").floats, (std::vector<double>{0, 0, 1, 1, 1}));
 }
 
+TEST(TinkerWireForwardBackwardJson, FloatsAreHeldAtTheirDtypePrecision) {
+  auto j = json::parse(sft_json);
+  auto& in = j["forward_backward_input"]["data"][0]["loss_fn_inputs"];
+  in["weights"]["data"] = {0.1, 1, 1, 1, 1};
+  in["logprobs"] = {{"data", {-0.1, 0, 0, 0, 1.00390625}}, {"dtype", "bfloat16"}};
+  in["advantages"] = {{"data", {16777217, 0, 0, 0, 0}}, {"dtype", "int64"}};
+  const auto r = decode_forward_backward_json(j.dump());
+  const auto& d = r.data[0].loss_fn_inputs;
+  EXPECT_EQ(d.at("weights").floats[0], static_cast<double>(0.1f));
+  EXPECT_EQ(d.at("logprobs").floats[0], -0.10009765625); // nearest bf16 of -0.1
+  EXPECT_EQ(d.at("logprobs").floats[4], 1.0);            // a tie, rounded to even
+  EXPECT_EQ(d.at("logprobs").shape, (std::vector<int64_t>{5}));
+  EXPECT_EQ(d.at("advantages").type, dtype::float32); // integer input converted
+  EXPECT_EQ(d.at("advantages").floats[0], 16777216.0);
+}
+
 TEST(TinkerWireForwardBackwardJson, ForwardInputSetsForwardOnly) {
   auto j = json::parse(sft_json);
   j["forward_input"] = j["forward_backward_input"];
@@ -639,6 +655,10 @@ TEST(TinkerWireForwardBackwardJson, RefusesMalformedBodies) {
          j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["shape"] = {6};
        },
        {"loss_fn_inputs.weights'", "shape [6] disagrees with its 5 elements"}},
+      {[](json& j) {
+         j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"]["data"][3] = 1e300;
+       },
+       {"loss_fn_inputs.weights'", "data[3] = 1e+300 is outside the float32 range"}},
       {[](json& j) { j["forward_backward_input"]["data"][0]["loss_fn_inputs"]["weights"] = 1; },
        {"loss_fn_inputs.weights' must be an object (TensorData)"}},
       {[](json& j) {
