@@ -1,0 +1,405 @@
+// The main job (scripts/main): GRPO on multi-digit addition ("37+48=" -> "85<eos>") with a
+// colocated policy, reference model and two inference engines on one node with virtual GPUs.
+//
+// One placement group of two 1-GPU bundles holds everything, SkyRL's `colocate_all` layout: the
+// policy (2 data-parallel ranks), the reference model (2 ranks) and the engines (2 ranks) take
+// 0.2 GPU each on both bundles, and the dispatcher keeps only the role being called on the
+// device (offload / onload, engine sleep / wake). The job:
+//  1. warm-starts the policy with a short supervised run (cross-entropy on the answers) that
+//     stops once greedy accuracy on a validation sample of TRAINING problems reaches
+//     --sft-target (or after --sft-steps), so GRPO starts from a partly competent model;
+//  2. syncs the weights to the engines and measures greedy accuracy on the held-out problems
+//     (never seen in training);
+//  3. runs GRPO: per step the engines sample --group answers for each of --prompts training
+//     problems, the reward is 1 for the exact answer followed by <eos> (else 0), advantages are
+//     GRPO's group-normalised scores (token-mean reduction), the policy's log-probs before the
+//     update are the PPO "old" ones, the reference's feed the k3 KL loss, the policy takes one
+//     PPO-clip step and its weights are synced to the engines;
+//  4. measures held-out accuracy again, writes the metrics JSONL and the reward-curve PNG
+//     (gnuplot), and checks the gain (full run: at least 20 points; --quick: that the outputs
+//     are valid).
+//
+//   grpo [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick] ...
+//   (grpo --help lists every flag)
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "actors/actor_group.hpp"
+#include "actors/dispatcher.hpp"
+#include "actors/engine.hpp"
+#include "actors/node.hpp"
+#include "actors/placement_manager.hpp"
+#include "actors/trainer_client.hpp"
+#include "actors/worker.hpp"
+#include "backends/algo/advantages.hpp"
+#include "backends/algo/reductions.hpp"
+#include "backends/train/training_batch.hpp"
+#include "runtime/system_config.hpp"
+
+#include "../common/driver.hpp"
+#include "examples/grpo/arith_task.hpp"
+#include "examples/grpo/options.hpp"
+#include "examples/grpo/report.hpp"
+
+using namespace rlforge;
+using namespace rlforge::actors;
+using namespace std::chrono_literals;
+namespace be = rlforge::backends;
+namespace algo = rlforge::backends::algo;
+namespace arith = rlforge::examples::arith;
+namespace report = rlforge::examples::report;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* prog = "grpo";
+constexpr int validation_problems = 100; ///< training problems the warm start is checked on
+constexpr int sft_check_every = 10;      ///< warm-start steps between validation checks
+constexpr double required_gain = 0.20;   ///< the full run's goal: +20 accuracy points
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// Spawns `ranks` ranks of `kind` as group `role` into the shared placement group at 0.2 GPU
+/// per rank (reserved through the manager, so the roles' shares add up exactly).
+actor_group spawn_colocated(const examples::fatal_errors& or_die, const caf::actor& manager,
+                            const placement_group_info& pg, const std::string& role,
+                            const std::string& kind, bool collectives) {
+  group_spec spec;
+  spec.name = role;
+  spec.kind = kind;
+  spec.placement = pg;
+  spec.gpu_per_rank = 0.2;
+  spec.threads_per_rank = 1;
+  spec.collectives = collectives;
+  spec.placement_manager = manager;
+  return or_die(actor_group::spawn(or_die.sys, spec), "spawn group");
+}
+
+/// Greedy answers of the engines to `problems`, as the share answered exactly.
+double greedy_accuracy(const examples::fatal_errors& or_die, trainer_client& client,
+                       const std::vector<arith::problem>& problems, int64_t max_tokens) {
+  std::vector<sample_request> requests;
+  for (const auto& p : problems) {
+    sample_request r;
+    r.prompt = arith::prompt_tokens(p);
+    r.max_tokens = max_tokens;
+    r.temperature = 0;
+    r.stop_token_ids = {arith::tokenizer::eos_id};
+    requests.push_back(std::move(r));
+  }
+  auto out = or_die(client.generate(requests), "generate (greedy evaluation)");
+  std::vector<std::vector<int64_t>> responses;
+  for (auto& o : out)
+    responses.push_back(std::move(o.tokens));
+  return arith::accuracy(problems, responses);
+}
+
+/// Supervised warm start; returns the number of steps taken.
+int warm_start(const examples::fatal_errors& or_die, trainer_client& client,
+               const examples::grpo::options& opt, const arith::task& task,
+               const std::vector<arith::problem>& validation, std::mt19937_64& rng) {
+  be::adam_params adam;
+  adam.learning_rate = opt.sft_lr;
+  adam.grad_clip_norm = 1.0;
+  for (int s = 1; s <= opt.sft_steps; ++s) {
+    std::vector<std::vector<int64_t>> prompts, targets;
+    for (int i = 0; i < opt.sft_batch; ++i) {
+      auto p = task.sample_train(rng);
+      prompts.push_back(arith::prompt_tokens(p));
+      targets.push_back(arith::target_tokens(p));
+    }
+    auto batch = be::from_sequences(prompts, targets);
+    // Losses are masked sums: weighting each answer token by 1/tokens makes it a token mean.
+    auto& mask = batch.tensors["loss_mask"];
+    mask = mask / mask.sum();
+    auto out = or_die(client.forward_backward("policy", batch, "cross_entropy"),
+                      "warm start forward_backward");
+    or_die(client.optim_step("policy", adam), "warm start optim_step");
+    bool check = opt.sft_target > 0 && (s % sft_check_every == 0 || s == opt.sft_steps);
+    double val = -1;
+    if (check) {
+      or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
+      val = greedy_accuracy(or_die, client, validation, task.max_answer_tokens());
+    }
+    if (!opt.quiet && (check || s % 10 == 0 || s == opt.sft_steps)) {
+      std::printf("\rwarm start %4d/%d  loss %.4f", s, opt.sft_steps, out.metric("loss:sum"));
+      if (val >= 0)
+        std::printf("  validation accuracy %5.1f%%", 100 * val);
+      std::fflush(stdout);
+    }
+    if (check && val >= opt.sft_target) {
+      if (!opt.quiet)
+        std::printf("\n");
+      return s;
+    }
+  }
+  if (!opt.quiet)
+    std::printf("\n");
+  return opt.sft_steps;
+}
+
+/// The job; returns the exit status (fatal runtime errors exit from inside `fatal_errors`).
+int run(int argc, char** argv) {
+  auto parsed = examples::grpo::parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  if (parsed.help) {
+    std::printf("%s", examples::grpo::usage(prog).c_str());
+    return 0;
+  }
+  if (!parsed.error.empty()) {
+    std::fprintf(stderr, "%s: %s\n%s", prog, parsed.error.c_str(),
+                 examples::grpo::usage(prog).c_str());
+    return 2;
+  }
+  const auto opt = parsed.opts;
+  arith::task_config tcfg;
+  tcfg.digits = opt.digits;
+  tcfg.held_out = opt.held_out;
+  tcfg.seed = opt.seed;
+  std::unique_ptr<arith::task> task_ptr;
+  try {
+    task_ptr = std::make_unique<arith::task>(tcfg);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "%s: %s\n", prog, e.what());
+    return 2;
+  }
+  const auto& task = *task_ptr;
+  std::ofstream metrics(opt.metrics, std::ios::trunc);
+  if (!metrics) {
+    std::fprintf(stderr, "%s: cannot open metrics file '%s'\n", prog, opt.metrics.c_str());
+    return 2;
+  }
+  const auto job_start = clock_type::now();
+
+  runtime::system_config cfg;
+  if (!examples::configure(cfg, 2, prog)) // two virtual GPUs
+    return 2;
+  register_worker_kinds();
+  register_engine_kind();
+  caf::actor_system sys{cfg};
+  examples::fatal_errors or_die{prog, sys};
+  auto manager = spawn_placement_manager(sys, {local_node(cfg)}, 30s);
+  placement_client pgs{sys, manager};
+  trainer_client client{sys, spawn_dispatcher(sys), 300s};
+
+  // One placement group, every role on both bundles at 0.2 GPU per rank.
+  std::vector<resource_amounts> bundles(2, resource_amounts{{"GPU", 1.0}, {"CPU", 1.0}});
+  auto pg = or_die(pgs.create({"colocated", bundles, "pack", 30}), "placement group");
+  auto policy = spawn_colocated(or_die, manager, pg, "policy", "policy", true);
+  auto ref = spawn_colocated(or_die, manager, pg, "ref", "ref", true);
+  auto engines = spawn_colocated(or_die, manager, pg, "engines", "engine", false);
+  or_die(client.register_group("policy", policy), "register policy");
+  or_die(client.register_group("ref", ref), "register ref");
+  or_die(client.register_engines(engines), "register engines");
+
+  // Every role gets a model before colocation starts moving them (the reference model is
+  // replaced by the warm-started weights later; the engines get them by weight sync).
+  model_spec model;
+  model.config_json = examples::llama_config(arith::tokenizer::vocab_size()).dump();
+  model.seed = opt.seed;
+  auto params = or_die(client.init_model("policy", model), "init_model policy");
+  or_die(client.init_model("ref", model), "init_model ref");
+  or_die(client.init_model("engines", model), "init_model engines");
+  or_die(client.colocate({"policy", "ref", "engines"}), "colocate");
+  const auto max_tokens = task.max_answer_tokens();
+  std::printf("grpo: %lld-parameter Llama; policy (2 DP ranks), ref (2) and engines (2) "
+              "colocated on 2 virtual GPUs at 0.2 each; task: %d-digit addition, %d held-out "
+              "problems\n",
+              static_cast<long long>(params), opt.digits, opt.held_out);
+
+  // 1. Warm start.
+  std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
+  std::vector<arith::problem> validation;
+  {
+    std::mt19937_64 vrng(opt.seed + 1000003);
+    for (int i = 0; i < validation_problems; ++i)
+      validation.push_back(task.sample_train(vrng));
+  }
+  auto t_sft = clock_type::now();
+  int sft_steps = warm_start(or_die, client, opt, task, validation, rng);
+  double sft_seconds = seconds_since(t_sft);
+
+  // 2. Engines get the warm-started weights; the reference model is a copy of them.
+  or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
+  double acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+  std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
+              sft_steps, sft_seconds, 100 * acc_before);
+  auto export_dir = fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
+  or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
+  model_spec ref_model;
+  ref_model.hf_dir = export_dir.string();
+  or_die(client.init_model("ref", ref_model), "init_model ref");
+  std::error_code ec;
+  fs::remove_all(export_dir, ec);
+  algorithm_config pcfg;
+  pcfg.use_kl_loss = opt.kl_coef > 0;
+  pcfg.kl_loss_coef = opt.kl_coef;
+  or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+
+  // 3. GRPO.
+  be::adam_params adam;
+  adam.learning_rate = opt.lr;
+  adam.grad_clip_norm = 1.0;
+  std::vector<double> rewards;
+  for (int step = 1; step <= opt.steps; ++step) {
+    report::step_stats st;
+    st.step = step;
+    st.total_steps = opt.steps;
+    std::vector<arith::problem> problems;
+    std::vector<sample_request> requests;
+    for (int i = 0; i < opt.prompts; ++i) {
+      problems.push_back(task.sample_train(rng));
+      sample_request r;
+      r.prompt = arith::prompt_tokens(problems.back());
+      r.max_tokens = max_tokens;
+      r.temperature = opt.temperature;
+      r.has_seed = true;
+      r.seed = rng();
+      r.stop_token_ids = {arith::tokenizer::eos_id};
+      r.num_samples = opt.group;
+      requests.push_back(std::move(r));
+    }
+    auto t0 = clock_type::now();
+    auto samples = or_die(client.generate(requests), "generate");
+    st.generate_seconds = seconds_since(t0);
+
+    // Rewards sit on the last response token; one group per prompt.
+    std::vector<std::vector<int64_t>> prompts, responses;
+    std::vector<int64_t> group_ids;
+    be::per_token_values per_token;
+    double correct = 0;
+    for (size_t row = 0; row < samples.size(); ++row) {
+      size_t i = row / static_cast<size_t>(opt.group);
+      double r = arith::reward(problems[i], samples[row].tokens);
+      st.reward += r / static_cast<double>(samples.size());
+      correct += r == 1.0 ? 1.0 : 0.0;
+      st.tokens += static_cast<int64_t>(samples[row].tokens.size());
+      std::vector<float> rr(samples[row].tokens.size(), 0.0f);
+      rr.back() = static_cast<float>(r);
+      per_token["rewards"].push_back(std::move(rr));
+      prompts.push_back(requests[i].prompt);
+      responses.push_back(std::move(samples[row].tokens));
+      group_ids.push_back(static_cast<int64_t>(i));
+    }
+    st.accuracy = correct / static_cast<double>(samples.size());
+    rewards.push_back(st.reward);
+
+    auto t1 = clock_type::now();
+    auto batch = be::from_sequences(prompts, responses, per_token);
+    algo::advantage_inputs ain;
+    ain.rewards = batch.get("rewards");
+    ain.response_mask = batch.get("response_mask").to(at::kFloat);
+    ain.group_ids = group_ids;
+    auto adv = algo::compute_advantages("grpo", ain);
+    batch.tensors["advantages"] =
+        algo::scale_advantages(adv.advantages * ain.response_mask, batch.get("loss_mask"));
+    auto old = or_die(client.forward("policy", batch), "policy forward");
+    batch.tensors["action_log_probs"] = old.outputs.at("logprobs");
+    if (pcfg.use_kl_loss) {
+      auto base = or_die(client.forward("ref", batch), "ref forward");
+      batch.tensors["base_action_log_probs"] = base.outputs.at("logprobs");
+    }
+    auto out = or_die(client.forward_backward("policy", batch, "regular"),
+                      "policy forward_backward");
+    auto step_out = or_die(client.optim_step("policy", adam), "policy optim_step");
+    st.train_seconds = seconds_since(t1);
+    st.loss = out.metric("loss:sum");
+    st.kl = pcfg.use_kl_loss ? out.metric("kl:mean") : 0.0;
+    st.entropy = out.metric("entropy:mean");
+    st.grad_norm = step_out.grad_norm;
+
+    auto t2 = clock_type::now();
+    st.weight_version = or_die(client.save_weights_for_sampler("policy"),
+                               "save_weights_for_sampler");
+    st.sync_seconds = seconds_since(t2);
+    metrics << report::to_json(st).dump() << "\n" << std::flush;
+    if (!opt.quiet) {
+      std::printf("\r%s ", report::progress_line(st).c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (!opt.quiet)
+    std::printf("\n");
+  metrics.close();
+
+  // 4. Held-out accuracy after GRPO, the plot, the verdict.
+  double acc_after = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+  for (auto* g : {&policy, &ref, &engines})
+    g->stop();
+  examples::shutdown(client, manager);
+
+  report::plot_spec plot;
+  plot.rewards = rewards;
+  plot.title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
+               std::to_string(static_cast<int>(std::lround(100 * acc_before))) + "% -> " +
+               std::to_string(static_cast<int>(std::lround(100 * acc_after))) + "%";
+  plot.png_path = opt.plot;
+  plot.smoothing = std::max(1, std::min(10, opt.steps / 5));
+  auto drawn = report::plot_reward_curve(plot);
+  if (drawn.written)
+    std::printf("grpo: reward curve written to %s\n", opt.plot.c_str());
+  else
+    std::printf("grpo: no plot: %s\n", drawn.message.c_str());
+  std::printf("grpo: metrics written to %s (%d records)\n", opt.metrics.c_str(), opt.steps);
+  auto [first, last] = examples::first_last_means(rewards, 5);
+  std::printf("grpo: mean reward %.3f -> %.3f; held-out accuracy %.1f%% (after SFT) -> %.1f%% "
+              "(after GRPO), %+.1f points; %.0f s in all\n",
+              first, last, 100 * acc_before, 100 * acc_after, 100 * (acc_after - acc_before),
+              seconds_since(job_start));
+
+  // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
+  try {
+    auto records = report::read_metrics(opt.metrics);
+    if (static_cast<int>(records.size()) != opt.steps) {
+      std::printf("grpo: FAILED: %zu metrics records, expected %d\n", records.size(), opt.steps);
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::printf("grpo: FAILED: %s\n", e.what());
+    return 1;
+  }
+  if (drawn.written && !report::is_png(opt.plot)) {
+    std::printf("grpo: FAILED: %s is not a PNG\n", opt.plot.c_str());
+    return 1;
+  }
+  if (opt.quick) {
+    std::printf("grpo: ok: quick run finished, metrics%s valid\n",
+                drawn.written ? " and plot" : "");
+    return 0;
+  }
+  if (acc_after - acc_before < required_gain) {
+    std::printf("grpo: FAILED: held-out accuracy rose by %.1f points, the goal is %.0f\n",
+                100 * (acc_after - acc_before), 100 * required_gain);
+    return 1;
+  }
+  std::printf("grpo: ok: held-out accuracy up %.1f points (goal %.0f)\n",
+              100 * (acc_after - acc_before), 100 * required_gain);
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Backends report bad data by throwing; the job says what went wrong instead of aborting.
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\n%s: %s\n", prog, e.what());
+    return 1;
+  }
+}
