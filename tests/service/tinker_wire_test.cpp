@@ -245,6 +245,28 @@ TEST(TinkerWireForwardBackwardProto, DecodesTheSdkRequest) {
   EXPECT_EQ(w.floats, (std::vector<double>{1.0, 0.5}));
 }
 
+// Field numbers and encodings pinned independently of service/tinker.proto: these bytes were
+// assembled by hand from the SDK 0.25 descriptor (model_id=1, seq_id=2, data=3, loss_fn=4; Datum
+// model_input=1, loss_fn_inputs=2; Chunk encoded_text=1; Tensor dense=1, dtype=3, shape=4).
+TEST(TinkerWireForwardBackwardProto, DecodesHandAssembledSdkBytes) {
+  const std::string body(
+      "\x0a\x01\x6d\x10\x01\x1a\x38\x0a\x0c\x0a\x0a\x0a\x08\x05\x00\x00\x00\x06\x00\x00\x00\x12\x28"
+      "\x0a\x0d\x74\x61\x72\x67\x65\x74\x5f\x74\x6f\x6b\x65\x6e\x73\x12\x17\x0a\x10\x06\x00\x00\x00"
+      "\x00\x00\x00\x00\x07\x00\x00\x00\x00\x00\x00\x00\x18\x02\x22\x01\x02\x22\x0d\x63\x72\x6f\x73"
+      "\x73\x5f\x65\x6e\x74\x72\x6f\x70\x79",
+      78);
+  const auto r = decode_forward_backward_proto(body);
+  EXPECT_EQ(r.model_id, "m");
+  EXPECT_EQ(r.seq_id, 1);
+  EXPECT_EQ(r.loss_fn, "cross_entropy");
+  ASSERT_EQ(r.data.size(), 1u);
+  EXPECT_EQ(r.data[0].tokens, (std::vector<int64_t>{5, 6}));
+  const auto& t = r.data[0].loss_fn_inputs.at("target_tokens");
+  EXPECT_EQ(t.type, dtype::int64);
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(t.ints, (std::vector<int64_t>{6, 7}));
+}
+
 TEST(TinkerWireForwardBackwardProto, KeepsForwardOnlyAndLossConfig) {
   auto m = rl_request();
   m.set_loss_fn("ppo");
@@ -1036,6 +1058,15 @@ TEST(TinkerWireSample, EncodesTheProtoResponse) {
   plain.has_prompt_logprobs = false;
   ASSERT_TRUE(msg.ParseFromString(encode_sample_response_proto(plain)));
   EXPECT_FALSE(msg.has_prompt_logprobs());
+}
+
+// SampleResponse sequences=1; SampledSequence stop_reason=1 (LENGTH=1), tokens=2 (int32),
+// logprobs=3 (float32), assembled by hand from the SDK descriptor.
+TEST(TinkerWireSample, EncodesHandCheckedBytes) {
+  tinker::sample_response r;
+  r.sequences.push_back({"length", {5}, {-0.5}});
+  EXPECT_EQ(encode_sample_response_proto(r),
+            std::string("\x0a\x0e\x08\x01\x12\x04\x05\x00\x00\x00\x1a\x04\x00\x00\x00\xbf", 16));
 }
 
 TEST(TinkerWireSample, ProtoResponseRoundTrips) {
