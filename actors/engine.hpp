@@ -40,6 +40,13 @@ namespace rlforge::actors {
 ///    model's parameter names with the same shapes and dtypes, and the version must be >= 0; a
 ///    refused transfer (naming the bad name, shape, dtype or version) changes neither the
 ///    weights nor the version. Refused while the weights sleep.
+///  - `receive_weights` (weight_sync_spec) → int64 version: the receiving end of a sync the
+///    dispatcher planned (actors/weight_sync.hpp): waits for the trainer's transfer over the
+///    spec's transport and commits it into the live parameters. A refused transfer (a version
+///    not above the current one, other names, shapes or dtypes) changes neither the weights nor
+///    the version and is reported to the sender too. Refused while the weights sleep. After a
+///    transfer that broke half-way (the shared-memory ring when the sender stops mid-stream)
+///    the version is 0 until the next complete transfer.
 ///  - `get_weights` → tensor_map: copies of the model's parameters under their names (the
 ///    payload `set_weights` takes). Refused while the weights sleep.
 ///

@@ -16,6 +16,7 @@
 #include "actors/dispatcher.hpp"
 #include "actors/engine.hpp"
 #include "actors/protocol.hpp"
+#include "actors/weight_sync.hpp"
 #include "backends/train/training_batch.hpp"
 #include "runtime/errc.hpp"
 #include "test_support.hpp"
@@ -177,6 +178,17 @@ TEST(SpreadRequests, WorkInFlightCounts) {
   std::vector<int64_t> added(3, 0);
   auto owner = spread_requests(rs, added, {100, 0, 5});
   EXPECT_EQ(owner, (std::vector<size_t>{1, 2}));
+}
+
+TEST(WeightSyncTransport, TheFastestTransportThatReachesTheEngine) {
+  process_location a{"host-a/boot-1", 100}, same{"host-a/boot-1", 100};
+  process_location sibling{"host-a/boot-1", 200}, far{"host-b/boot-9", 100};
+  EXPECT_EQ(choose_transport(a, same), "in_process");
+  EXPECT_EQ(choose_transport(a, sibling), "shm");
+  EXPECT_EQ(choose_transport(a, far), "gloo");
+  auto here = this_process();
+  EXPECT_FALSE(here.host.empty());
+  EXPECT_GT(here.pid, 0);
 }
 
 TEST_F(EngineDispatch, GenerateSpreadsOverEnginesAndKeepsRequestOrder) {

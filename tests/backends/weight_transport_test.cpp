@@ -684,6 +684,28 @@ TEST(InProcessTransport, NullChannelIsRejected) {
   EXPECT_EQ(e2.code(), error_code::invalid_argument);
 }
 
+TEST(InProcessTransport, NamedChannelsMeetByNameAndVanishWithTheirLastUser) {
+  auto a = named_in_process_channel("sync-a", opts_with());
+  auto same = named_in_process_channel("sync-a", opts_with());
+  auto other = named_in_process_channel("sync-b", opts_with());
+  EXPECT_EQ(a.get(), same.get());
+  EXPECT_NE(a.get(), other.get());
+  a.reset();
+  same.reset();
+  // Nobody holds "sync-a" any more: the name gives a fresh channel, which works end to end.
+  auto fresh = named_in_process_channel("sync-a", opts_with());
+  auto w = model_weights(1.0);
+  auto targets = like(w);
+  std::thread t([&] { in_process_receiver{named_in_process_channel("sync-a")}.receive(targets); });
+  in_process_sender{fresh}.send(w, 1);
+  t.join();
+  EXPECT_TRUE(same_weights(targets, w));
+  auto e = expect_error([] { named_in_process_channel(""); });
+  EXPECT_EQ(e.code(), error_code::invalid_argument);
+  auto e2 = expect_error([] { named_in_process_channel("x", opts_with(0)); });
+  EXPECT_EQ(e2.code(), error_code::invalid_argument);
+}
+
 // -- fake ------------------------------------------------------------------------------------------
 
 TEST(FakeTransport, RecordsHistoryAndInjectsFailuresOnEitherEnd) {
@@ -834,6 +856,31 @@ TEST(ShmTransport, LinkTimesOutAndReportsAPeerThatWentAway) {
   EXPECT_TRUE(contains(e2.what(), "closed the link")) << e2.what();
   auto e3 = expect_error([&] { b->post_outcome(shm_outcome{}); });
   EXPECT_EQ(e3.code(), error_code::io_error);
+}
+
+TEST(ShmTransport, NamedSocketLinksConnectEitherWayRoundAndTimeOut) {
+  auto w = model_weights(1.0);
+  auto targets = like(w);
+  std::string name = "rlforge-test-link-" + std::to_string(::getpid());
+  // The receiver may come first: connect retries until the sender listens.
+  std::thread receiver([&] {
+    shm_receiver r(connect_socket_link(name, 5000ms), opts_with());
+    r.receive(targets);
+  });
+  std::this_thread::sleep_for(20ms);
+  shm_sender s(listen_socket_link(name, 5000ms), opts_with());
+  s.send(w, 1);
+  receiver.join();
+  EXPECT_TRUE(same_weights(targets, w));
+  auto e1 = expect_error([&] { listen_socket_link(name + "-nobody", 100ms); });
+  EXPECT_EQ(e1.code(), error_code::timeout);
+  EXPECT_TRUE(contains(e1.what(), "no receiver connected")) << e1.what();
+  auto e2 = expect_error([&] { connect_socket_link(name + "-nobody", 100ms); });
+  EXPECT_EQ(e2.code(), error_code::timeout);
+  auto e3 = expect_error([] { listen_socket_link("", 100ms); });
+  EXPECT_EQ(e3.code(), error_code::invalid_argument);
+  auto e4 = expect_error([] { connect_socket_link(std::string(101, 'x'), 100ms); });
+  EXPECT_EQ(e4.code(), error_code::invalid_argument);
 }
 
 // Child-process steps of the cross-process test; the exit code names the first failed step.
