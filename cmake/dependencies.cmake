@@ -52,3 +52,11 @@ if(NOT RLFORGE_FUZZ_ONLY)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS /usr/local/cuda/include REQUIRED)
   endif()
 endif()
+
+# The service's HTTP server and test client (libcpp-httplib-dev): Debian ships a compiled library
+# built with OpenSSL, zlib and Brotli support, and its header must see the same switches (class
+# layouts depend on them); its pkg-config file carries them. Target PkgConfig::CPPHTTPLIB.
+if(NOT RLFORGE_FUZZ_ONLY)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(CPPHTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+endif()

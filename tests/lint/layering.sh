@@ -4,6 +4,8 @@
 #   runtime/    CAF: no torch, no placement/backends/actors
 #   backends/   torch: no CAF, no placement/runtime/actors
 #   actors/     all three below, nothing above (cli, examples, bench, service)
+#   service/    runtime/, placement/ and the torch-free actors/ headers listed in
+#               service_actor_headers; no torch, no backends/, nothing above (cli, examples, bench)
 # Usage: layering.sh [ROOT]        check the tree at ROOT (default: this repository)
 #        layering.sh --self-test   prove the check catches a violation
 set -euo pipefail
@@ -15,8 +17,11 @@ check_tree() {
     [runtime]='#include ["<](placement|backends|actors|cli|examples|bench|service)/|#include <(torch|ATen|c10)/'
     [backends]='#include ["<](placement|runtime|actors|cli|examples|bench|service)/|#include <caf/'
     [actors]='#include ["<](cli|examples|bench|service)/'
+    [service]='#include ["<](backends|cli|examples|bench)/|#include <(torch|ATen|c10)/'
   )
-  for dir in placement runtime backends actors; do
+  # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
+  local service_actor_headers='actors/tinker_backend\.hpp'
+  for dir in placement runtime backends actors service; do
     [ -d "$root/$dir" ] || continue
     local hits
     hits=$(grep -rnE "${forbidden[$dir]}" "$root/$dir" --include='*.hpp' --include='*.cpp' \
@@ -27,6 +32,16 @@ check_tree() {
       status=1
     fi
   done
+  if [ -d "$root/service" ]; then
+    local hits
+    hits=$(grep -rnE '#include ["<]actors/' "$root/service" --include='*.hpp' --include='*.cpp' \
+             --include='*.h' | grep -vE "#include [\"<](${service_actor_headers})[\">]" || true)
+    if [ -n "$hits" ]; then
+      echo "layering violation in service/ (only these actors/ headers: ${service_actor_headers//\\/}):"
+      echo "$hits" | sed "s|^$root/|  |"
+      status=1
+    fi
+  fi
   return $status
 }
 
@@ -41,6 +56,18 @@ if [ "${1:-}" = "--self-test" ]; then
     echo "self-test: backends/ including CAF was not caught"
     exit 1
   fi
+  rm "$tmp/backends/bad.cpp"
+  mkdir -p "$tmp/service"
+  echo '#include "actors/tinker_backend.hpp"' > "$tmp/service/ok.cpp"
+  check_tree "$tmp" > /dev/null || { echo "self-test: service/ with tinker_backend was rejected"; exit 1; }
+  for bad in '#include "actors/worker.hpp"' '#include <torch/torch.h>' '#include "backends/model.hpp"' \
+             '#include "cli/command.hpp"'; do
+    echo "$bad" > "$tmp/service/bad.hpp"
+    if check_tree "$tmp" > /dev/null; then
+      echo "self-test: service/ with '$bad' was not caught"
+      exit 1
+    fi
+  done
   echo "self-test: ok"
   exit 0
 fi

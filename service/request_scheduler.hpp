@@ -1,0 +1,177 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/tinker_types.hpp"
+
+namespace rlforge::service {
+
+/// Why a scheduled operation did not produce a result: `category` is "user", "not_found" or
+/// "server" (as `tinker::request_error`), `message` names what was wrong.
+struct failure {
+  std::string category;
+  std::string message;
+};
+
+/// Runs the heavy operations of the Tinker service on a pool of worker threads.
+///
+/// Ordering contract (per model):
+/// - Training operations of one model carry a `seq_id` and execute in strictly increasing
+///   `seq_id` order, one at a time, whatever order they were submitted in. Gaps are buffered.
+/// - Consecutive `forward_backward` requests (same `forward_only`) that are all ready when the
+///   model becomes idle go to the batch function together, at most `max_batch` of them. Every
+///   other ordered operation (optim_step, load_weights, save_*) is a barrier: it runs alone, after
+///   everything before it and before everything after it.
+/// - Gap rule: when the next expected `seq_id` of a model has not arrived `gap_timeout` after
+///   the oldest buffered later request arrived, every buffered request of that model fails
+///   (category "user") with a message naming the missing `seq_id`, and the model's expected
+///   `seq_id` moves past the failed ones, so the model keeps serving later requests. A late
+///   arrival of a skipped `seq_id` is rejected as stale.
+/// - Unordered operations of a model (create, unload) run when no other operation of that model
+///   runs, in submission order among themselves.
+/// - Sampling requests are not ordered; the ones ready for the same model go to the sample
+///   function together (at most `max_batch`). They never run concurrently with a training
+///   operation of the same model. At most `max_pending_samples` wait at once: beyond that
+///   `try_submit_sample` refuses (the server answers 429).
+///
+/// Completion callbacks run on a worker thread, exactly once per accepted submission, and must
+/// not call back into the scheduler. All public functions are thread-safe.
+class request_scheduler {
+public:
+  struct options {
+    size_t workers = 2;                              ///< worker threads (>= 1)
+    std::chrono::milliseconds gap_timeout{120000};  ///< wait for a missing seq_id (> 0)
+    size_t max_batch = 64;                           ///< requests per backend call (>= 1)
+    size_t max_pending_samples = 256;                ///< queued sample requests (>= 1)
+  };
+
+  /// One output per request, in order (see `actors::tinker_backend::forward_backward`).
+  using forward_backward_fn = std::function<std::vector<tinker::forward_backward_output>(
+    const std::vector<tinker::forward_backward_request>&)>;
+  /// One response per request, in order (see `actors::tinker_backend::sample`).
+  using sample_fn = std::function<std::vector<tinker::sample_response>(
+    const std::string& model_id, const std::vector<tinker::sample_request>&)>;
+
+  template <class T>
+  struct completion {
+    std::function<void(T)> done;
+    std::function<void(const failure&)> failed;
+  };
+
+  /// Starts the worker threads. Throws `std::invalid_argument` naming a bad option.
+  request_scheduler(options opts, forward_backward_fn fb, sample_fn sample);
+
+  /// Fails everything still queued (category "server", "server shutting down"), waits for running
+  /// operations to finish and joins the workers.
+  ~request_scheduler();
+
+  request_scheduler(const request_scheduler&) = delete;
+  request_scheduler& operator=(const request_scheduler&) = delete;
+
+  /// Declares the first `seq_id` expected for `model_id` (1 for a new model, the last executed
+  /// + 1 after a restart). Ignored when the model already has state.
+  void open_model(const std::string& model_id, int64_t next_seq_id);
+
+  /// Queues a `forward_backward` (or `forward` when `r.forward_only`) in `r.seq_id` order.
+  /// Throws `tinker::request_error` ("user") when that `seq_id` is already queued or was already
+  /// passed; nothing is queued then.
+  void submit_forward_backward(tinker::forward_backward_request r,
+                               completion<tinker::forward_backward_output> c);
+
+  /// Queues a barrier operation of `model_id` at `seq_id`; `run` executes it (it may throw
+  /// `tinker::request_error`; other exceptions are reported as category "server"), `c.done`
+  /// receives its result. Same rejection rules as `submit_forward_backward`.
+  void submit_ordered(const std::string& model_id, int64_t seq_id, std::function<std::string()> run,
+                      completion<std::string> c);
+
+  /// Consumes `seq_id` of `model_id` without running anything: for a request refused at
+  /// submission (bad input) whose seq_id the client has nevertheless used up, so later requests
+  /// do not wait for it. Ignored when that seq_id is already queued or passed, or the model has
+  /// no state here.
+  void skip(const std::string& model_id, int64_t seq_id);
+
+  /// Queues an operation of `model_id` without a seq_id (create, unload); see the class comment.
+  void submit_unordered(const std::string& model_id, std::function<std::string()> run,
+                        completion<std::string> c);
+
+  /// Queues a sample request for `model_id` (empty = base model). Returns false, queueing
+  /// nothing, when `max_pending_samples` requests already wait.
+  bool try_submit_sample(const std::string& model_id, tinker::sample_request r,
+                         completion<tinker::sample_response> c);
+
+  /// Fails every queued operation of `model_id` (category "not_found", naming the model) and
+  /// forgets its seq_id state. An operation running now finishes normally; an operation of the
+  /// model itself may call this (unload does).
+  void close_model(const std::string& model_id);
+
+  /// The seq_id `model_id` expects next, or -1 when the model has no state here.
+  int64_t next_seq_id(const std::string& model_id) const;
+
+  /// Number of sample requests waiting (not yet running).
+  size_t pending_samples() const;
+
+private:
+  struct ordered_op {
+    bool is_fb = false;
+    tinker::forward_backward_request fb;
+    completion<tinker::forward_backward_output> fb_done;
+    std::function<std::string()> run;
+    completion<std::string> done;
+    std::chrono::steady_clock::time_point arrived;
+  };
+  struct unordered_op {
+    std::function<std::string()> run;
+    completion<std::string> done;
+  };
+  struct sample_op {
+    tinker::sample_request request;
+    completion<tinker::sample_response> done;
+  };
+  struct model_state {
+    int64_t next_seq = 1;
+    bool busy = false;
+    bool closed = false; ///< closed while busy: erased when the running job ends
+    std::map<int64_t, ordered_op> ordered;
+    std::deque<unordered_op> unordered;
+    std::deque<sample_op> samples;
+  };
+  /// A unit of work taken by a worker under the lock and run outside it.
+  struct job {
+    std::string model_id;
+    std::vector<ordered_op> ordered;
+    std::vector<unordered_op> unordered;
+    std::vector<sample_op> samples;
+  };
+
+  void enqueue_ordered(const std::string& model_id, int64_t seq_id, ordered_op op);
+  bool take_job(job& out);
+  void run_job(job& j);
+  void expire_gaps(std::chrono::steady_clock::time_point now);
+  void worker_loop();
+  void monitor_loop();
+
+  options opts_;
+  forward_backward_fn fb_;
+  sample_fn sample_;
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::condition_variable monitor_cv_;
+  std::map<std::string, model_state> models_;
+  std::string last_served_;
+  size_t pending_samples_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+  std::thread monitor_;
+};
+
+} // namespace rlforge::service

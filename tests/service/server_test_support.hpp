@@ -1,0 +1,250 @@
+#pragma once
+
+// Shared by the tests/service/server_*_test.cpp suites: a recording tinker_backend, a temporary
+// directory and a fixture running an http_server on an ephemeral loopback port.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "actors/tinker_backend.hpp"
+#include "service/future_store.hpp"
+#include "service/http_server.hpp"
+#include "service/tinker_client.hpp"
+
+namespace rlforge::service::test {
+
+namespace tinker = rlforge::tinker;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+/// A backend that computes nothing real: it records every call ("create:<id>", "fb:<id>:1,2,3",
+/// "fwd:<id>:4", "optim:<id>", "save:<id>", "load:<id>", "sampler:<id>", "sample:<id>:<n>",
+/// "delete:<id>") in order, answers deterministic results, can hold calls on a gate, and can be
+/// told to fail the next call.
+class test_backend : public actors::tinker_backend {
+public:
+  static constexpr int64_t vocab = 100;
+  static constexpr int64_t context = 64;
+
+  void create_model(const std::string& id, const tinker::lora_config& lora,
+                    const std::string& role) override {
+    enter("create:" + id);
+    std::lock_guard<std::mutex> guard(mutex_);
+    models_.push_back(id);
+  }
+  bool has_model(const std::string& id) override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return std::find(models_.begin(), models_.end(), id) != models_.end();
+  }
+  void delete_model(const std::string& id) override {
+    enter("delete:" + id);
+    std::lock_guard<std::mutex> guard(mutex_);
+    models_.erase(std::remove(models_.begin(), models_.end(), id), models_.end());
+  }
+  std::vector<tinker::forward_backward_output>
+  forward_backward(const std::vector<tinker::forward_backward_request>& batch) override {
+    std::string call = (batch.front().forward_only ? "fwd:" : "fb:") + batch.front().model_id + ":";
+    for (size_t i = 0; i < batch.size(); ++i)
+      call += (i ? "," : "") + std::to_string(batch[i].seq_id);
+    enter(call);
+    std::vector<tinker::forward_backward_output> out;
+    for (auto& r : batch) {
+      tinker::forward_backward_output o;
+      for (auto& d : r.data) {
+        tinker::tensor_data t;
+        t.shape.push_back(static_cast<int64_t>(d.tokens.size()));
+        t.floats.assign(d.tokens.size(), -static_cast<double>(r.seq_id));
+        o.loss_fn_outputs.push_back({{"logprobs", t}});
+      }
+      o.metrics["loss:sum"] = static_cast<double>(r.seq_id);
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
+  std::map<std::string, double> optim_step(const std::string& id,
+                                           const tinker::adam_params& p) override {
+    enter("optim:" + id);
+    return {{"grad_norm:mean", 0.5}, {"learning_rate:mean", p.learning_rate}};
+  }
+  std::vector<tinker::sample_response>
+  sample(const std::string& id, const std::vector<tinker::sample_request>& rs) override {
+    enter("sample:" + id + ":" + std::to_string(rs.size()));
+    std::vector<tinker::sample_response> out;
+    for (auto& r : rs) {
+      tinker::sample_response s;
+      for (int64_t i = 0; i < r.num_samples; ++i)
+        s.sequences.push_back({"length", std::vector<int64_t>(r.params.max_tokens, r.prompt[0]),
+                               std::vector<double>(r.params.max_tokens, -0.5)});
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  void save_checkpoint(const std::string& id, const std::string& dir, bool) override {
+    enter("save:" + id);
+    std::ofstream(dir + "/state.bin") << "weights of " << id;
+  }
+  void load_checkpoint(const std::string& id, const std::string& dir, bool) override {
+    enter("load:" + id);
+    if (!std::filesystem::exists(dir + "/state.bin"))
+      throw tinker::request_error("not_found", "no state.bin in " + dir);
+  }
+  void save_sampler_checkpoint(const std::string& id, const std::string& dir,
+                               bool persist) override {
+    enter("sampler:" + id);
+    std::ofstream(dir + (persist ? "/model.safetensors" : "/synced")) << id;
+  }
+  std::string base_model_name() const override { return "test-base"; }
+  int64_t max_context_length() const override { return context; }
+  int64_t vocab_size() const override { return vocab; }
+
+  /// Calls so far, in order.
+  std::vector<std::string> calls() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return calls_;
+  }
+  /// Holds every call on entry until `release()`.
+  void hold() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    held_ = true;
+  }
+  void release() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    held_ = false;
+    cv_.notify_all();
+  }
+  /// Waits until `n` calls have been entered (held ones included).
+  bool wait_entered(size_t n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, 10s, [&] { return calls_.size() >= n; });
+  }
+  /// The next call throws `request_error(category, message)`.
+  void fail_next(std::string category, std::string message) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    fail_category_ = std::move(category);
+    fail_message_ = std::move(message);
+  }
+
+private:
+  void enter(const std::string& call) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    calls_.push_back(call);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !held_; });
+    if (!fail_category_.empty()) {
+      auto c = std::move(fail_category_);
+      auto m = std::move(fail_message_);
+      fail_category_.clear();
+      throw tinker::request_error(c, m);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::string> calls_;
+  std::vector<std::string> models_;
+  bool held_ = false;
+  std::string fail_category_, fail_message_;
+};
+
+/// A fresh directory under the system temp dir, removed at destruction.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    auto base = std::filesystem::temp_directory_path();
+    std::string tmpl = (base / "rlforge-server-XXXXXX").string();
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data()) == nullptr)
+      throw std::runtime_error("mkdtemp failed");
+    path = buf.data();
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+constexpr const char* test_key = "test-key-123";
+
+/// Runs an http_server over a test_backend and a store file in a temp dir.
+class server_test : public ::testing::Test {
+protected:
+  temp_dir dir;
+  test_backend backend;
+  std::unique_ptr<future_store> store;
+  std::unique_ptr<http_server> server;
+  std::unique_ptr<tinker_client> client;
+  server_options opts;
+
+  server_test() {
+    opts.api_key = test_key;
+    opts.long_poll_hold = 2000ms;
+    opts.http_threads = 16;
+    opts.scheduler.workers = 2;
+    opts.scheduler.gap_timeout = 10s;
+  }
+  ~server_test() override {
+    backend.release();
+    server.reset();
+  }
+
+  std::string db_path() const { return (dir.path / "futures.db").string(); }
+
+  void start() {
+    opts.checkpoint_dir = (dir.path / "checkpoints").string();
+    if (!store)
+      store = future_store::open(db_path());
+    server = std::make_unique<http_server>(opts, backend, *store);
+    int port = server->start();
+    client = std::make_unique<tinker_client>("127.0.0.1", port, test_key);
+  }
+
+  /// A session and a model ("<session>:train:0") created through the API.
+  std::string make_model() {
+    auto session = client->create_session();
+    tinker::lora_config lora;
+    lora.rank = 4;
+    return client->create_model(session, 0, "test-base", lora);
+  }
+
+  static tinker::forward_backward_request fb(const std::string& model, int64_t seq,
+                                             std::vector<int64_t> tokens = {1, 2, 3}) {
+    tinker::forward_backward_request r;
+    r.model_id = model;
+    r.seq_id = seq;
+    r.loss_fn = "cross_entropy";
+    tinker::datum d;
+    d.tokens = tokens;
+    tinker::tensor_data targets;
+    targets.type = tinker::dtype::int64;
+    targets.shape.push_back(static_cast<int64_t>(tokens.size()));
+    targets.ints = tokens;
+    tinker::tensor_data weights;
+    weights.shape.push_back(static_cast<int64_t>(tokens.size()));
+    weights.floats.assign(tokens.size(), 1.0);
+    d.loss_fn_inputs["target_tokens"] = targets;
+    d.loss_fn_inputs["weights"] = weights;
+    r.data.push_back(d);
+    return r;
+  }
+
+  static json parse(const client_response& r) { return json::parse(r.body); }
+
+  /// Error text of an error answer.
+  static std::string error_of(const client_response& r) {
+    auto j = json::parse(r.body);
+    return j.at("error").get<std::string>();
+  }
+};
+
+} // namespace rlforge::service::test
