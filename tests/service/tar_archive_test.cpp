@@ -574,6 +574,24 @@ TEST(TarArchiveRefuses, SourceErrorsPropagate) {
   EXPECT_TRUE(fs::is_empty(box.dest));
 }
 
+TEST(TarArchiveRefuses, SourceReturningMoreThanAskedFor) {
+  sandbox box;
+  auto archive = raw_archive({{"a.txt", '0', "a"}});
+  tar_source liar = [&](char* buf, size_t size) -> size_t {
+    std::memcpy(buf, archive.data(), std::min(size, archive.size()));
+    return size + 1;
+  };
+  try {
+    extract_tar(liar, box.dest);
+    ADD_FAILURE() << "no error";
+  } catch (const tar_error& e) {
+    EXPECT_NE(std::string(e.what()).find("returned 513 bytes for a buffer of 512"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(box.dest));
+}
+
 // ---- the system tar ---------------------------------------------------------------------------
 
 TEST(TarArchiveSystemTar, ListsAndExtractsOurArchive) {
