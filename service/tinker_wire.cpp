@@ -704,6 +704,12 @@ std::string zstd_decompress(std::string_view compressed, size_t max_output_bytes
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> ctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (!ctx)
     server_error("zstd: cannot allocate a decompression context");
+  // Encoders shrink a frame's window to its content size, so a window beyond twice the largest
+  // allowed output only makes the decoder reserve memory for nothing: refuse such frames.
+  int window_log = 10;
+  while (window_log < 27 && (size_t{1} << window_log) / 2 < max_output_bytes)
+    ++window_log;
+  ZSTD_DCtx_setParameter(ctx.get(), ZSTD_d_windowLogMax, window_log);
   std::string out;
   std::string buffer(ZSTD_DStreamOutSize(), '\0');
   ZSTD_inBuffer in{compressed.data(), compressed.size(), 0};

@@ -41,7 +41,8 @@ struct wire_limits {
 
 /// Decompresses one or more concatenated zstd frames. Throws `request_error` ("user") for data
 /// that is not zstd, a truncated or corrupt frame, or output larger than `max_output_bytes`
-/// (stopping as soon as the limit is passed, so a decompression bomb costs at most that much).
+/// (stopping as soon as the limit is passed, so a decompression bomb costs at most that much), or
+/// a frame whose window exceeds twice `max_output_bytes` (capped at 2^27, zstd's default).
 std::string zstd_decompress(std::string_view compressed, size_t max_output_bytes);
 
 /// Compresses `data` into one zstd frame at `level` (1..19). Throws `request_error` ("server")

@@ -5,11 +5,13 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <zstd.h>
 
 #include "runtime/tinker_types.hpp"
 #include "service/tinker.pb.h"
@@ -207,6 +209,22 @@ TEST(TinkerWireZstd, StopsAtTheOutputLimit) {
   expect_user_error([&] { zstd_decompress(bomb, 1 << 20); }, {"exceeds the limit of 1048576"});
   EXPECT_EQ(zstd_decompress(bomb, zeros.size()).size(), zeros.size());
   expect_user_error([&] { zstd_decompress(bomb, zeros.size() - 1); }, {"exceeds the limit"});
+}
+
+TEST(TinkerWireZstd, RefusesWindowsFarBeyondTheOutputLimit) {
+  // A streamed frame without a content size keeps its 16 MiB window even for 3 bytes of content.
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> c(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  ZSTD_CCtx_setParameter(c.get(), ZSTD_c_windowLog, 24);
+  ZSTD_CCtx_setParameter(c.get(), ZSTD_c_contentSizeFlag, 0);
+  std::string frame(256, '\0');
+  ZSTD_outBuffer out{frame.data(), frame.size(), 0};
+  ZSTD_inBuffer in{"abc", 3, 0};
+  ASSERT_FALSE(ZSTD_isError(ZSTD_compressStream2(c.get(), &out, &in, ZSTD_e_continue)));
+  ZSTD_inBuffer none{nullptr, 0, 0};
+  ASSERT_EQ(ZSTD_compressStream2(c.get(), &out, &none, ZSTD_e_end), 0u);
+  frame.resize(out.pos);
+  EXPECT_EQ(zstd_decompress(frame, 8 << 20), "abc"); // 16 MiB <= 2 x 8 MiB
+  expect_user_error([&] { zstd_decompress(frame, 1 << 20); }, {"zstd: corrupt or unsupported"});
 }
 
 TEST(TinkerWireZstd, CompressRefusesLevelsOutOfRange) {
