@@ -1,0 +1,151 @@
+// `rlforge serve`: the Tinker-compatible training service (service/http_server.hpp) over the
+// models of one base model. The API key comes from the environment (RLFORGE_API_KEY), never from
+// the command line, where `ps` would show it.
+#include "cli/command.hpp"
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <pthread.h>
+#include <string>
+#include <thread>
+
+#include "actors/tinker_backend.hpp"
+#include "runtime/tinker_types.hpp"
+#include "service/future_store.hpp"
+#include "service/http_server.hpp"
+
+namespace rlforge::cli {
+namespace {
+
+constexpr const char* usage_line =
+  "usage: rlforge serve --base-model DIR [--host 127.0.0.1] [--port 8000] [--db FILE] "
+  "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-body-mb N] "
+  "[--long-poll-s S] [--gap-timeout-s S] [--insecure-no-auth]   (API key: env RLFORGE_API_KEY)";
+
+struct usage_error {
+  std::string message;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || v < lo || v > hi)
+    throw usage_error{flag + " expects an integer in " + std::to_string(lo) + ".."
+                      + std::to_string(hi) + ", got '" + text + "'"};
+  return static_cast<int64_t>(v);
+}
+
+/// What `rlforge serve` was asked for.
+struct serve_config {
+  std::string base_model_dir;
+  std::string db = "rlforge-serve.db";
+  service::server_options server;
+};
+
+/// Builds the backend `rlforge serve` computes with: the one call that names the implementation.
+/// The dispatcher backend over the actor runtime (actors/dispatcher_backend.hpp, in progress)
+/// plugs in here; until it is part of the build the command stops with this error.
+std::unique_ptr<actors::tinker_backend> make_backend(const serve_config& c) {
+  throw tinker::request_error("server", "no training backend is built into this rlforge yet "
+                                        "(actors/dispatcher_backend is pending); cannot serve '"
+                                          + c.base_model_dir + "'");
+}
+
+/// Blocks SIGINT/SIGTERM in every thread started from now on and returns the set, so the main
+/// thread can wait for them with sigwait and stop the server cleanly.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+int run_serve(const args& a) {
+  for (auto& x : a)
+    if (x == "--api-key" || x.rfind("--api-key=", 0) == 0) {
+      std::cerr << "rlforge serve: the API key is read from the environment variable "
+                   "RLFORGE_API_KEY, never from the command line\n";
+      return 2;
+    }
+  flag_parser flags({"--base-model", "--host", "--port", "--db", "--checkpoint-dir", "--workers",
+                     "--max-pending-samples", "--max-body-mb", "--long-poll-s",
+                     "--gap-timeout-s"},
+                    {"--insecure-no-auth"});
+  if (!flags.parse(a)) {
+    std::cerr << "rlforge serve: " << flags.error() << " (" << usage_line << ")\n";
+    return 2;
+  }
+  serve_config c;
+  try {
+    if (!flags.has("--base-model"))
+      throw usage_error{"--base-model DIR is required"};
+    c.base_model_dir = *flags.get("--base-model");
+    if (!std::filesystem::is_directory(c.base_model_dir))
+      throw usage_error{"--base-model '" + c.base_model_dir + "' is not a directory"};
+    auto& o = c.server;
+    o.host = flags.get("--host").value_or("127.0.0.1");
+    o.port = static_cast<int>(parse_int("--port", flags.get("--port").value_or("8000"), 0, 65535));
+    c.db = flags.get("--db").value_or(c.db);
+    o.checkpoint_dir = flags.get("--checkpoint-dir").value_or("rlforge-checkpoints");
+    if (auto v = flags.get("--workers"))
+      o.scheduler.workers = static_cast<size_t>(parse_int("--workers", *v, 1, 256));
+    if (auto v = flags.get("--max-pending-samples"))
+      o.scheduler.max_pending_samples =
+        static_cast<size_t>(parse_int("--max-pending-samples", *v, 1, 1 << 20));
+    if (auto v = flags.get("--max-body-mb"))
+      o.max_body_bytes = static_cast<size_t>(parse_int("--max-body-mb", *v, 1, 4096)) << 20;
+    if (auto v = flags.get("--long-poll-s"))
+      o.long_poll_hold = std::chrono::seconds(parse_int("--long-poll-s", *v, 1, 40));
+    if (auto v = flags.get("--gap-timeout-s"))
+      o.scheduler.gap_timeout = std::chrono::seconds(parse_int("--gap-timeout-s", *v, 1, 86400));
+    o.insecure_no_auth = flags.has("--insecure-no-auth");
+    const char* key = std::getenv("RLFORGE_API_KEY");
+    o.api_key = key ? key : "";
+    if (o.api_key.empty() && !o.insecure_no_auth)
+      throw usage_error{"RLFORGE_API_KEY is not set: set it to the key clients send (the SDK's "
+                        "TINKER_API_KEY), or pass --insecure-no-auth to serve without "
+                        "authentication"};
+    if (!o.api_key.empty() && o.insecure_no_auth)
+      throw usage_error{"--insecure-no-auth and RLFORGE_API_KEY contradict each other; unset one"};
+  } catch (const usage_error& e) {
+    std::cerr << "rlforge serve: " << e.message << " (" << usage_line << ")\n";
+    return 2;
+  }
+
+  auto stop_signals = block_stop_signals();
+  try {
+    auto store = service::future_store::open(c.db);
+    if (store->failed_at_open() > 0)
+      std::cerr << "rlforge serve: " << store->failed_at_open()
+                << " request(s) pending at the last stop are now reported failed\n";
+    auto backend = make_backend(c);
+    service::http_server server(c.server, *backend, *store);
+    int port = server.start();
+    std::cerr << "rlforge serve: " << backend->base_model_name() << " on http://"
+              << c.server.host << ":" << port << "/api/v1/ (db " << c.db << ", checkpoints "
+              << c.server.checkpoint_dir << ")"
+              << (c.server.insecure_no_auth ? " WITHOUT AUTHENTICATION" : "") << "\n";
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::cerr << "rlforge serve: signal " << sig << ", stopping\n";
+    server.stop();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "rlforge serve: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+const command_registrar reg{"serve", "Tinker-compatible training service over HTTP",
+                            run_serve};
+
+} // namespace
+} // namespace rlforge::cli
