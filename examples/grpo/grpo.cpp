@@ -13,8 +13,8 @@
 //  3. runs GRPO: per step the engines sample --group answers for each of --prompts training
 //     problems, the reward is 1 for the exact answer followed by <eos> (else 0), advantages are
 //     GRPO's group-normalised scores (token-mean reduction), the policy's log-probs before the
-//     update are the PPO "old" ones, the reference's feed the k3 KL loss, the policy takes one
-//     PPO-clip step and its weights are synced to the engines;
+//     update are the PPO "old" ones, the reference's feed the k3 KL loss, the policy takes
+//     --epochs PPO-clip steps on the samples and its weights are synced to the engines;
 //  4. measures held-out accuracy again, writes the metrics JSONL and the reward-curve PNG
 //     (gnuplot), and checks the gain (full run: at least 20 points; --quick: that the outputs
 //     are valid).
@@ -314,14 +314,18 @@ int run(int argc, char** argv) {
       auto base = or_die(client.forward("ref", batch), "ref forward");
       batch.tensors["base_action_log_probs"] = base.outputs.at("logprobs");
     }
-    auto out = or_die(client.forward_backward("policy", batch, "regular"),
-                      "policy forward_backward");
-    auto step_out = or_die(client.optim_step("policy", adam), "policy optim_step");
+    // --epochs PPO-clip updates on the same samples; the old log-probs stay those of the
+    // policy that sampled, so from the second update on the clip bounds the step.
+    for (int e = 0; e < opt.epochs; ++e) {
+      auto out = or_die(client.forward_backward("policy", batch, "regular"),
+                        "policy forward_backward");
+      auto step_out = or_die(client.optim_step("policy", adam), "policy optim_step");
+      st.loss += out.metric("loss:sum") / opt.epochs;
+      st.kl += (pcfg.use_kl_loss ? out.metric("kl:mean") : 0.0) / opt.epochs;
+      st.entropy += out.metric("entropy:mean") / opt.epochs;
+      st.grad_norm = std::max(st.grad_norm, step_out.grad_norm);
+    }
     st.train_seconds = seconds_since(t1);
-    st.loss = out.metric("loss:sum");
-    st.kl = pcfg.use_kl_loss ? out.metric("kl:mean") : 0.0;
-    st.entropy = out.metric("entropy:mean");
-    st.grad_norm = step_out.grad_norm;
 
     auto t2 = clock_type::now();
     st.weight_version = or_die(client.save_weights_for_sampler("policy"),

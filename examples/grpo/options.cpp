@@ -64,7 +64,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--steps", {&o.steps, 1, big}},         {"--digits", {&o.digits, 1, 4}},
     {"--held-out", {&o.held_out, 1, big}},   {"--sft-steps", {&o.sft_steps, 0, big}},
     {"--sft-batch", {&o.sft_batch, 1, big}}, {"--prompts", {&o.prompts, 1, big}},
-    {"--group", {&o.group, 2, big}},
+    {"--group", {&o.group, 2, big}},         {"--epochs", {&o.epochs, 1, 100}},
   };
   // Real flags: target and whether 0 is allowed (all must be finite and not negative).
   std::map<std::string, std::pair<double*, bool>> reals{
@@ -141,7 +141,7 @@ std::string usage(const std::string& prog) {
          " [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick]\n"
          "       [--digits D] [--held-out N] [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
          "       [--sft-target A]"
-         "       [--prompts P] [--group G] [--lr X] [--temperature T] [--kl-coef C]\n"
+         "       [--prompts P] [--group G] [--lr X] [--epochs E] [--temperature T] [--kl-coef C]\n"
          "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
          "inference engines on virtual GPUs; prints held-out accuracy before and after.\n"
          "--quick runs a small job (a few steps) to check everything end to end.\n";

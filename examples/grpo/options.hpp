@@ -30,6 +30,7 @@ struct options {
   int prompts = 64;               ///< prompts per step (--prompts)
   int group = 8;                  ///< samples per prompt (--group), >= 2
   double lr = 7e-4;               ///< policy learning rate (--lr)
+  int epochs = 2;                 ///< PPO-clip updates on each step's samples (--epochs)
   double temperature = 0.7;       ///< sampling temperature (--temperature), > 0
   double kl_coef = 0.001;         ///< KL-to-reference loss coefficient (--kl-coef; 0 = off)
 };
@@ -42,7 +43,7 @@ struct parse_result {
 };
 
 /// Parses `args` (without the program name). Unknown flags, missing values, values that are not
-/// numbers or are out of range (steps, sft-batch, prompts, held-out >= 1; sft-steps >= 0;
+/// numbers or are out of range (steps, sft-batch, prompts, held-out, epochs >= 1; sft-steps >= 0;
 /// group >= 2; digits 1..4; learning rates and temperature > 0 and finite; kl-coef >= 0;
 /// sft-target in [0, 1]) give an
 /// error naming the flag and the value; empty --metrics / --plot paths are refused too.

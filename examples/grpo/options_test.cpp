@@ -23,7 +23,7 @@ TEST(GrpoOptions, ParsesEveryFlag) {
                           "p.png", "--quiet", "--digits", "3", "--held-out", "99",
                           "--sft-steps", "0", "--sft-batch", "16", "--sft-lr", "0.01",
                           "--prompts", "5", "--group", "2", "--lr", "1e-4", "--temperature",
-                          "1.5", "--kl-coef", "0", "--sft-target", "0.5"});
+                          "1.5", "--kl-coef", "0", "--sft-target", "0.5", "--epochs", "3"});
   ASSERT_TRUE(r.error.empty()) << r.error;
   const auto& o = r.opts;
   EXPECT_EQ(o.steps, 7);
@@ -42,6 +42,7 @@ TEST(GrpoOptions, ParsesEveryFlag) {
   EXPECT_DOUBLE_EQ(o.temperature, 1.5);
   EXPECT_DOUBLE_EQ(o.kl_coef, 0.0);
   EXPECT_DOUBLE_EQ(o.sft_target, 0.5);
+  EXPECT_EQ(o.epochs, 3);
 }
 
 TEST(GrpoOptions, QuickShrinksTheRunAndLaterFlagsStillApply) {
@@ -75,6 +76,7 @@ TEST(GrpoOptions, RefusesBadArguments) {
   EXPECT_THAT(err({"--kl-coef", "inf"}), HasSubstr("got 'inf'"));
   EXPECT_THAT(err({"--seed", "-3"}), HasSubstr("--seed must be a non-negative integer"));
   EXPECT_THAT(err({"--metrics", ""}), HasSubstr("--metrics needs a non-empty path"));
+  EXPECT_THAT(err({"--epochs", "0"}), HasSubstr("--epochs must be an integer in [1, 100]"));
   EXPECT_THAT(err({"--sft-target", "1.5"}), HasSubstr("--sft-target must be in [0, 1]"));
   EXPECT_THAT(err({"--sft-target", "-0.5"}), HasSubstr("--sft-target"));
 }

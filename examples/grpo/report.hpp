@@ -17,10 +17,10 @@ struct step_stats {
   int total_steps = 0;           ///< >= step
   double reward = 0;             ///< mean reward of the step's samples
   double accuracy = 0;           ///< share of the step's samples with reward 1
-  double loss = 0;               ///< policy loss (masked sum, token-mean scaled)
-  double kl = 0;                 ///< mean KL to the reference policy
-  double entropy = 0;            ///< mean entropy of the sampled tokens
-  double grad_norm = 0;          ///< pre-clip gradient norm
+  double loss = 0;               ///< policy loss (masked sum, token-mean scaled; epoch mean)
+  double kl = 0;                 ///< mean KL to the reference policy (epoch mean)
+  double entropy = 0;            ///< mean entropy of the sampled tokens (epoch mean)
+  double grad_norm = 0;          ///< largest pre-clip gradient norm of the step's updates
   int64_t tokens = 0;            ///< response tokens generated
   double generate_seconds = 0;   ///< sampling on the engines
   double train_seconds = 0;      ///< ref forward, policy forward_backward and optim_step
