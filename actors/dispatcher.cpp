@@ -843,6 +843,15 @@ caf::behavior dispatcher(self_ptr self) {
     },
     [=](dispatcher_register_atom, const std::string& role, const caf::actor& group,
         const std::string& kind) { return register_role(self, role, group, kind); },
+    [=](dispatcher_unregister_atom, const std::string& role) -> caf::result<void> {
+      auto& st = self->state;
+      if (!st.roles.count(role))
+        return make_error(errc::not_found, "dispatcher: unregister: no group registered for role '"
+                                             + role + "' (registered: " + role_list(st) + ")");
+      st.roles.erase(role);
+      runtime::logger("actors.dispatch")->info("unregister role={}", role);
+      return caf::unit;
+    },
     [=](dispatcher_call_atom, const std::string& role, const std::string& op,
         const caf::message& args, int64_t timeout_ms) -> caf::result<op_result> {
       auto& st = self->state;

@@ -17,6 +17,13 @@ namespace rlforge::actors {
 /// added at any time, e.g. a critic after the policy has trained.
 using dispatcher_register_atom = caf::atom_constant<caf::atom("dregister")>;
 
+/// (dispatcher_unregister_atom, std::string role) → (): removes `role` (a worker or engine
+/// group) from the dispatcher; the group itself keeps running (its owner stops it). Calls to the
+/// role already under way fail naming the role; later calls are refused as for any unknown
+/// role. The colocation declaration is left as it was. An unknown role is an error (not_found)
+/// naming the registered ones.
+using dispatcher_unregister_atom = caf::atom_constant<caf::atom("dunreg")>;
+
 /// (dispatcher_call_atom, std::string role, std::string op, caf::message args,
 ///  int64 timeout_ms) → op_result: runs `op` on the role's group (see `spawn_dispatcher`).
 using dispatcher_call_atom = caf::atom_constant<caf::atom("dcall")>;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_kind.hpp"
+#include "actors/base_weights.hpp"
 #include "actors/batch_wire.hpp"
 #include "actors/weight_sync.hpp"
 #include "backends/algo/kl.hpp"
@@ -58,6 +59,9 @@ struct worker_state {
   bool optimizer_offloaded = false;
   be::adamw_state host_optimizer;
   at::Device optimizer_device{at::kCPU};
+  /// With LoRA on an HF base: the handle on the process-wide frozen base weights the model
+  /// shares (base_weights.hpp), dropped with the model.
+  std::shared_ptr<const void> shared_base;
 };
 
 bool is_trainable(const worker_state& st) {
@@ -318,7 +322,12 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
       tensors.push_back(p.detach());
     ctx.collective->broadcast(tensors, 0);
   }
+  // After the broadcast, which writes into the parameters: shared tensors are never written.
+  std::shared_ptr<const void> shared_base;
+  if (spec.lora_rank > 0 && !spec.hf_dir.empty())
+    shared_base = share_frozen_base(*model, spec.hf_dir);
   st.model = std::move(model);
+  st.shared_base = std::move(shared_base);
   st.optimizer.reset();
   st.schedule = std::move(schedule);
   st.model_offloaded = false;
@@ -523,15 +532,18 @@ caf::expected<caf::message> set_algorithm_config(rank_context& ctx, const caf::m
   return caf::message{};
 }
 
-/// Arguments of save/load_checkpoint: (root, step) or (root, step, role directory name).
+/// Arguments of save/load_checkpoint: (root, step) or (root, step, role directory name); load
+/// also takes (root, step, role, bool with_optimizer).
 be::checkpoint_location location_of(const rank_context& ctx, const worker_state& st,
                                     const caf::message& args, const char* op) {
+  bool load = std::string{op} == "load_checkpoint";
   if (!args.match_elements<std::string, int64_t>()
-      && !args.match_elements<std::string, int64_t, std::string>())
+      && !args.match_elements<std::string, int64_t, std::string>()
+      && !(load && args.match_elements<std::string, int64_t, std::string, bool>()))
     be::fail(error_code::invalid_argument,
-             std::string{op} + " expects (string root, int64 global_step[, string role]), got "
-               + caf::to_string(args));
-  auto role = args.size() == 3 ? args.get_as<std::string>(2) : st.role;
+             std::string{op} + " expects (string root, int64 global_step[, string role"
+               + (load ? "[, bool with_optimizer]" : "") + "]), got " + caf::to_string(args));
+  auto role = args.size() >= 3 ? args.get_as<std::string>(2) : st.role;
   return be::checkpoint_location{args.get_as<std::string>(0), args.get_as<int64_t>(1), role,
                                  ctx.info.rank, ctx.info.world_size};
 }
@@ -550,8 +562,10 @@ caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::messag
 caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args) {
   auto& st = ctx.as<worker_state>();
   auto where = location_of(ctx, st, args, "load_checkpoint");
+  const bool with_optimizer = args.size() < 4 || args.get_as<bool>(3);
   auto& model = resident_model(st, "load_checkpoint");
-  require_resident_optimizer(st, "load_checkpoint");
+  if (with_optimizer)
+    require_resident_optimizer(st, "load_checkpoint");
   if (where.global_step < 0) {
     auto latest = be::latest_step(where.root);
     if (!latest)
@@ -565,6 +579,18 @@ caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::messag
   auto schedule = *st.schedule;
   be::adamw optimizer;
   auto loaded = be::load_rank_state(where);
+  if (!with_optimizer) {
+    // Weights only: the optimizer starts fresh (its moments belonged to other weights); the
+    // schedule and the RNG stay as they are.
+    be::load_parameters(model.named_parameters(), loaded.model);
+    if (st.optimizer_offloaded) {
+      st.optimizer_offloaded = false;
+      st.host_optimizer = be::adamw_state{};
+    }
+    st.optimizer = be::adamw{};
+    be::zero_grad(model.named_parameters());
+    return caf::make_message(step);
+  }
   optimizer.load_state(loaded.optimizer);
   if (!loaded.scheduler)
     be::fail(error_code::decode_error,

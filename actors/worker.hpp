@@ -21,7 +21,9 @@ struct rank_context;
 ///  - `init_model` (model_spec) → int64 number of parameters. Builds the model (HF directory,
 ///    preset or config JSON, random weights from the seed), adds LoRA adapters when asked, a
 ///    value head for a critic, and the optimizer and LR schedule (not for `ref`). With more
-///    than one rank, rank 0's weights are broadcast so every replica starts identical.
+///    than one rank, rank 0's weights are broadcast so every replica starts identical. With
+///    LoRA on an HF directory the frozen base weights are shared with every other model of the
+///    process built from that directory (base_weights.hpp: one copy, freed with the last model).
 ///  - `forward` (batch_payload) → batch_result, no gradients: per row `[b, R]` outputs
 ///    `logprobs` and `entropy` (policy, ref) or `values` (critic), zero outside the response.
 ///  - `forward_backward` (batch_payload, loss_request) → batch_result (policy, critic): runs
@@ -39,9 +41,11 @@ struct rank_context;
 ///  - `save_checkpoint` (std::string root, int64 global_step[, std::string role]) → (): this
 ///    rank's state in `root/global_step_N/<role>/rank_<r>/` (backends/train/checkpoint.hpp);
 ///    `role` defaults to the kind's name (trainer_client passes the dispatcher role).
-///  - `load_checkpoint` (std::string root, int64 global_step[, std::string role]) → int64 step
-///    loaded; a negative step loads `latest_global_step.txt`. A checkpoint of another world
-///    size is refused; a refused checkpoint changes nothing.
+///  - `load_checkpoint` (std::string root, int64 global_step[, std::string role[, bool
+///    with_optimizer]]) → int64 step loaded; a negative step loads `latest_global_step.txt`.
+///    `with_optimizer` false (default true) loads only the weights: the optimizer starts fresh,
+///    schedule and RNG stay. A checkpoint of another world size is refused; a refused
+///    checkpoint changes nothing.
 ///  - `export_hf` (std::string dir) → (): rank 0 writes config.json + model.safetensors (LoRA
 ///    merged); the other ranks do nothing.
 ///  - `offload` (std::vector<std::string> tags) → (): moves state off the device into host
