@@ -15,6 +15,7 @@
 
 #include "actors/actor_group.hpp"
 #include "actors/dispatcher.hpp"
+#include "actors/protocol.hpp"
 #include "actors/trainer_client.hpp"
 #include "backends/algo/losses.hpp"
 #include "backends/error.hpp"
@@ -174,7 +175,10 @@ struct dispatcher_backend::impl {
     s.threads_per_rank = opts.threads_per_rank;
     s.collectives = false; // one rank: nothing to all-reduce
     s.placement_manager = opts.placement_manager;
-    return value_of(actor_group::spawn(*sys, s), what + ": spawning the " + kind + " group");
+    auto g = actor_group::spawn(*sys, s);
+    if (!g) // out of placement shares or a runtime failure: the server's, not the request's
+      fail("server", what + ": spawning the " + kind + " group: " + error_message(g.error()));
+    return *g;
   }
 
   /// The entry of `model_id` (locked by the caller), or not_found.
@@ -207,20 +211,22 @@ struct dispatcher_backend::impl {
       .receive([] {}, [](caf::error&) {});
   }
 
-  /// Stops `g` and waits (up to the timeout) until its ranks have terminated, so their models
-  /// are freed when this returns.
+  /// Stops `g` and waits (up to the timeout) until its ranks and its routing actor have
+  /// terminated, so their models are freed and their placement shares given back (the manager
+  /// has handled the release) when this returns.
   void stop_and_wait(actor_group& g) {
     if (!g.handle())
       return;
     auto ranks = g.rank_handles();
+    std::vector<caf::actor> actors{g.handle()};
+    if (ranks)
+      actors.insert(actors.end(), ranks->begin(), ranks->end());
     g.stop();
-    if (!ranks)
-      return;
     caf::scoped_actor self{*sys};
-    for (auto& r : *ranks)
+    for (auto& r : actors)
       self->monitor(r);
     auto deadline = std::chrono::steady_clock::now() + opts.timeout;
-    for (size_t n = 0; n < ranks->size();) {
+    for (size_t n = 0; n < actors.size();) {
       bool timed_out = false;
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -231,6 +237,11 @@ struct dispatcher_backend::impl {
         fail("server", "stopping group: its ranks did not terminate within "
                          + std::to_string(opts.timeout.count()) + " ms");
     }
+    // The group sent its releases before terminating: one round trip to the manager after
+    // that has them handled.
+    if (opts.placement_manager)
+      self->request(opts.placement_manager, opts.timeout, pg_table_atom::value)
+        .receive([](std::string&) {}, [](caf::error&) {});
   }
 
   /// Stops everything of `m` and waits for it (used by delete and by a failed create).
@@ -421,7 +432,10 @@ void dispatcher_backend::create_model(const std::string& model_id, const tk::lor
     value_of(c.init_model(model_id, p.spec_of(*m)), context + ": building the model");
     m->ready = true;
   } catch (...) {
-    p.tear_down(*m);
+    try {
+      p.tear_down(*m);
+    } catch (const tk::request_error&) { // the creation error is the one to report
+    }
     std::lock_guard<std::mutex> guard(p.models_mutex);
     p.models.erase(model_id);
     throw;

@@ -19,6 +19,7 @@
 #include "actors/dispatcher.hpp"
 #include "actors/dispatcher_backend.hpp"
 #include "actors/engine.hpp"
+#include "actors/placement_manager.hpp"
 #include "actors/protocol.hpp"
 #include "actors/worker.hpp"
 #include "backends/algo/losses.hpp"
@@ -528,6 +529,35 @@ TEST_F(DispatcherBackend, OptionsAreChecked) {
   o.base_model_name = "my-base";
   auto b = make_dispatcher_backend(*sys_, o);
   EXPECT_EQ(b->base_model_name(), "my-base");
+}
+
+TEST_F(DispatcherBackend, DeletingAModelGivesItsPlacementShareBack) {
+  node_resources n;
+  n.node_id = "node0";
+  n.gpus = 1;
+  n.cpus = 2;
+  auto mgr = spawn_placement_manager(*sys_, {n}, std::chrono::seconds(10));
+  placement_client pgs{*sys_, mgr};
+  auto pg = pgs.create({"tinker", {{{"GPU", 1}, {"CPU", 2}}}, "strict_pack", 0});
+  ASSERT_TRUE(pg) << sys_->render(pg.error());
+  dispatcher_backend_options o;
+  o.base_model_dir = base_;
+  o.placement = *pg;
+  o.placement_manager = mgr;
+  o.gpu_per_group = 0.5;
+  o.timeout = std::chrono::seconds(60);
+  {
+    dispatcher_backend b(*sys_, o);
+    b.create_model("a", lora(2), "policy");
+    b.create_model("b", lora(2), "policy");
+    // The GPU is taken by a and b: a third model does not fit, and nothing of it stays behind.
+    expect_refused([&] { b.create_model("c", lora(2), "policy"); }, "server", "GPU 0.5");
+    EXPECT_FALSE(b.has_model("c"));
+    b.delete_model("a");
+    b.create_model("c", lora(2), "policy"); // a's share is back
+    EXPECT_TRUE(b.has_model("c"));
+  }
+  caf::anon_send_exit(mgr, caf::exit_reason::user_shutdown);
 }
 
 // -- pieces the backend adds to the runtime ----------------------------------------------------
