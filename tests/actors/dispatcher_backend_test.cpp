@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -560,6 +561,29 @@ TEST_F(DispatcherBackend, DeletingAModelGivesItsPlacementShareBack) {
   caf::anon_send_exit(mgr, caf::exit_reason::user_shutdown);
 }
 
+TEST_F(DispatcherBackend, ModelsTrainConcurrentlyWithoutDisturbingEachOther) {
+  backend_->create_model("a", lora(4, 1), "policy");
+  backend_->create_model("b", lora(4, 2), "critic");
+  backend_->create_model("a_alone", lora(4, 1), "policy");
+  auto critic_data = sft_data();
+  for (auto& d : critic_data) {
+    d.loss_fn_inputs["values"] = floats(std::vector<double>(d.tokens.size(), 0.0));
+    d.loss_fn_inputs["returns"] = floats(std::vector<double>(d.tokens.size(), 1.0));
+  }
+  std::thread other([&] {
+    for (int i = 0; i < 3; ++i) {
+      backend_->forward_backward({request("b", critic_data, "ppo_critic")});
+      backend_->optim_step("b", tk::adam_params{});
+    }
+  });
+  for (int i = 0; i < 3; ++i)
+    sft_step("a");
+  other.join();
+  for (int i = 0; i < 3; ++i)
+    sft_step("a_alone");
+  EXPECT_EQ(logprobs("a", sft_data()), logprobs("a_alone", sft_data()));
+}
+
 // -- pieces the backend adds to the runtime ----------------------------------------------------
 
 TEST(SharedBaseWeights, LoraModelsFromOneDirectoryShareFrozenStorage) {
@@ -627,6 +651,35 @@ TEST_F(DispatcherUnregister, RemovesTheRoleAndRefusesUnknownOnes) {
   EXPECT_NE(error_message(err).find("registered: m2"), std::string::npos) << error_message(err);
   // The group is still alive and serves the remaining role.
   EXPECT_TRUE(client_->call("m2", "ping", caf::message{}));
+}
+
+class WorkerCheckpointArgs : public actor_fixture {};
+
+TEST_F(WorkerCheckpointArgs, OnlyLoadTakesTheWithOptimizerFlag) {
+  auto g = ok(spawn_group("w", "policy", 1));
+  ok(client_->register_group("policy", g));
+  model_spec spec;
+  spec.preset = "tiny";
+  ok(client_->init_model("policy", spec));
+  temp_dir dir("worker_ckpt_args");
+  auto root = dir.path().string();
+  auto save = client_->call("policy", "save_checkpoint",
+                            caf::make_message(root, int64_t{0}, std::string{"m"}, true));
+  ASSERT_FALSE(save);
+  EXPECT_NE(error_message(save.error())
+              .find("save_checkpoint expects (string root, int64 global_step[, string role])"),
+            std::string::npos)
+    << error_message(save.error());
+  ok(client_->call("policy", "save_checkpoint", caf::make_message(root, int64_t{0},
+                                                                  std::string{"m"})));
+  auto bad = client_->call("policy", "load_checkpoint",
+                           caf::make_message(root, int64_t{0}, std::string{"m"}, int64_t{1}));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(error_message(bad.error()).find("[, bool with_optimizer]"), std::string::npos)
+    << error_message(bad.error());
+  auto step = ok(client_->call("policy", "load_checkpoint",
+                               caf::make_message(root, int64_t{0}, std::string{"m"}, false)));
+  EXPECT_EQ(step.get_as<int64_t>(0), 0);
 }
 
 } // namespace
