@@ -372,6 +372,26 @@ struct http_server::impl {
     return future_store::now_ms() + ttl_seconds * 1000;
   }
 
+  /// Removes checkpoints whose ttl_seconds ran out (their directories, then their rows). Runs
+  /// lazily, before the calls that list, save or hand out checkpoints.
+  void purge_expired() {
+    for (auto& c : store.list_expired_checkpoints(future_store::now_ms())) {
+      std::error_code ec;
+      fs::remove_all(c.dir, ec);
+      if (ec) {
+        log->warn("event=expire_failed path={} dir={} error=\"{}\"", c.tinker_path, c.dir,
+                  ec.message());
+        continue;
+      }
+      try {
+        store.delete_checkpoint(c.tinker_path);
+        log->info("event=checkpoint_expired path={}", c.tinker_path);
+      } catch (const store_error&) {
+        // Deleted concurrently by another call: nothing left to do.
+      }
+    }
+  }
+
   json submitted(const std::string& id, const std::string& model_id = "") {
     json j{{"request_id", id}};
     if (!model_id.empty())
@@ -588,6 +608,7 @@ struct http_server::impl {
                                                       + " exists; save under another name or "
                                                         "pass overwrite");
               auto dir = checkpoint_path(r.model_id, "weights", r.path);
+              fs::remove_all(dir); // an overwrite must not mix old files with new ones
               fs::create_directories(dir);
               backend.save_checkpoint(r.model_id, dir, true);
               checkpoint_record c;
@@ -628,6 +649,7 @@ struct http_server::impl {
             if (!r.path.empty()) {
               auto tinker_path = "tinker://" + r.model_id + "/sampler_weights/" + r.path;
               auto dir = checkpoint_path(r.model_id, "sampler_weights", r.path);
+              fs::remove_all(dir);
               fs::create_directories(dir);
               backend.save_sampler_checkpoint(r.model_id, dir, true);
               checkpoint_record c;
@@ -664,6 +686,7 @@ struct http_server::impl {
   }
 
   checkpoint_record require_checkpoint(const std::string& tinker_path) {
+    purge_expired();
     parse_tinker_path(tinker_path);
     auto c = store.get_checkpoint(tinker_path);
     if (!c)
@@ -889,6 +912,7 @@ struct http_server::impl {
   }
 
   void list_checkpoints(const std::string& model_id, httplib::Response& res) {
+    purge_expired();
     require_run(model_id);
     json cps = json::array();
     for (auto& c : store.list_checkpoints(model_id))
@@ -897,6 +921,7 @@ struct http_server::impl {
   }
 
   void list_user_checkpoints(const httplib::Request& req, httplib::Response& res) {
+    purge_expired();
     auto limit = query_int(req, "limit", 100, 10000);
     auto offset = query_int(req, "offset", 0, std::numeric_limits<int32_t>::max());
     auto all = store.list_checkpoints();

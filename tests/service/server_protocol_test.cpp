@@ -4,6 +4,8 @@
 
 #include "service/tinker_wire.hpp"
 
+#include <thread>
+
 namespace rlforge::service::test {
 namespace {
 
@@ -350,6 +352,28 @@ TEST_F(ServerProtocol, SavesListsDownloadsAndDeletesCheckpoints) {
   EXPECT_EQ(parse(client->get("training_runs/" + model + "/checkpoints")).at("checkpoints").size(),
             0u);
   EXPECT_EQ(client->get_url(location).status, 404);
+}
+
+TEST_F(ServerProtocol, CheckpointsPastTheirTtlAreRemoved) {
+  start();
+  auto model = make_model();
+  auto r = client->post("save_weights", json{{"model_id", model},
+                                             {"seq_id", 1},
+                                             {"path", "short"},
+                                             {"ttl_seconds", 1}}
+                                          .dump());
+  auto path = parse(client->wait_future(tinker_client::request_id_of(r), false)).at("path");
+  auto keep = client->save_weights(model, 2, "kept");
+  auto dir = std::filesystem::path(opts.checkpoint_dir) / model / "weights";
+  ASSERT_TRUE(std::filesystem::exists(dir / "short" / "state.bin"));
+  std::this_thread::sleep_for(1100ms);
+  auto cps = parse(client->get("training_runs/" + model + "/checkpoints")).at("checkpoints");
+  ASSERT_EQ(cps.size(), 1u);
+  EXPECT_EQ(cps[0].at("tinker_path"), keep);
+  EXPECT_FALSE(std::filesystem::exists(dir / "short"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "kept" / "state.bin"));
+  r = client->post("weights_info", json{{"tinker_path", path}}.dump());
+  EXPECT_EQ(r.status, 404);
 }
 
 TEST_F(ServerProtocol, UnloadModelFreesItAndLaterCallsAre404) {
