@@ -14,7 +14,13 @@
 #include <string>
 #include <thread>
 
+#include <caf/actor_system.hpp>
+
+#include "actors/dispatcher_backend.hpp"
+#include "actors/engine.hpp"
 #include "actors/tinker_backend.hpp"
+#include "actors/worker.hpp"
+#include "runtime/system_config.hpp"
 #include "runtime/tinker_types.hpp"
 #include "service/future_store.hpp"
 #include "service/http_server.hpp"
@@ -25,7 +31,8 @@ namespace {
 constexpr const char* usage_line =
   "usage: rlforge serve --base-model DIR [--host 127.0.0.1] [--port 8000] [--db FILE] "
   "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-body-mb N] "
-  "[--long-poll-s S] [--gap-timeout-s S] [--insecure-no-auth]   (API key: env RLFORGE_API_KEY)";
+  "[--long-poll-s S] [--gap-timeout-s S] [--threads N] [--insecure-no-auth]   "
+  "(API key: env RLFORGE_API_KEY)";
 
 struct usage_error {
   std::string message;
@@ -45,16 +52,34 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo, 
 struct serve_config {
   std::string base_model_dir;
   std::string db = "rlforge-serve.db";
+  int32_t threads = 1; ///< torch threads of each model's rank
   service::server_options server;
 };
 
-/// Builds the backend `rlforge serve` computes with: the one call that names the implementation.
-/// The dispatcher backend over the actor runtime (actors/dispatcher_backend.hpp, in progress)
-/// plugs in here; until it is part of the build the command stops with this error.
-std::unique_ptr<actors::tinker_backend> make_backend(const serve_config& c) {
-  throw tinker::request_error("server", "no training backend is built into this rlforge yet "
-                                        "(actors/dispatcher_backend is pending); cannot serve '"
-                                          + c.base_model_dir + "'");
+/// The backend `rlforge serve` computes with and the actor system it runs on (destroyed in
+/// reverse order: the backend stops its actors before the system goes).
+struct serve_backend {
+  std::unique_ptr<runtime::system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<actors::tinker_backend> backend;
+};
+
+/// Builds the backend: the one call that names the implementation (the dispatcher backend over
+/// an in-process actor system: one actor group per model, engines for sampling). Throws
+/// `tinker::request_error` naming the base model directory when it cannot be loaded.
+serve_backend make_backend(const serve_config& c) {
+  actors::register_worker_kinds();
+  actors::register_engine_kind();
+  serve_backend b;
+  b.cfg = std::make_unique<runtime::system_config>();
+  if (auto err = b.cfg->parse_args({}))
+    throw tinker::request_error("server", "actor system configuration: " + caf::to_string(err));
+  b.sys = std::make_unique<caf::actor_system>(*b.cfg);
+  actors::dispatcher_backend_options o;
+  o.base_model_dir = c.base_model_dir;
+  o.threads_per_rank = c.threads;
+  b.backend = std::make_unique<actors::dispatcher_backend>(*b.sys, o);
+  return b;
 }
 
 /// Blocks SIGINT/SIGTERM in every thread started from now on and returns the set, so the main
@@ -77,7 +102,7 @@ int run_serve(const args& a) {
     }
   flag_parser flags({"--base-model", "--host", "--port", "--db", "--checkpoint-dir", "--workers",
                      "--max-pending-samples", "--max-body-mb", "--long-poll-s",
-                     "--gap-timeout-s"},
+                     "--gap-timeout-s", "--threads"},
                     {"--insecure-no-auth"});
   if (!flags.parse(a)) {
     std::cerr << "rlforge serve: " << flags.error() << " (" << usage_line << ")\n";
@@ -106,6 +131,8 @@ int run_serve(const args& a) {
       o.long_poll_hold = std::chrono::seconds(parse_int("--long-poll-s", *v, 1, 40));
     if (auto v = flags.get("--gap-timeout-s"))
       o.scheduler.gap_timeout = std::chrono::seconds(parse_int("--gap-timeout-s", *v, 1, 86400));
+    if (auto v = flags.get("--threads"))
+      c.threads = static_cast<int32_t>(parse_int("--threads", *v, 1, 256));
     o.insecure_no_auth = flags.has("--insecure-no-auth");
     const char* key = std::getenv("RLFORGE_API_KEY");
     o.api_key = key ? key : "";
@@ -126,7 +153,8 @@ int run_serve(const args& a) {
     if (store->failed_at_open() > 0)
       std::cerr << "rlforge serve: " << store->failed_at_open()
                 << " request(s) pending at the last stop are now reported failed\n";
-    auto backend = make_backend(c);
+    auto built = make_backend(c);
+    auto& backend = built.backend;
     service::http_server server(c.server, *backend, *store);
     int port = server.start();
     std::cerr << "rlforge serve: " << backend->base_model_name() << " on http://"
