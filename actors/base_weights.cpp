@@ -5,6 +5,10 @@
 #include <mutex>
 #include <unordered_set>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <ATen/ATen.h>
 
 #include "backends/model/causal_lm.hpp"
@@ -75,6 +79,11 @@ std::shared_ptr<const void> share_frozen_base(backends::causal_lm& model,
       continue; // not the same base tensor: keep the model's own copy
     p.set_data(it->second);
   }
+#if defined(__GLIBC__)
+  // The model's own copy was allocated on the loading thread's arena, which would keep it
+  // (resident) for later allocations of that thread only: give it back to the system.
+  malloc_trim(0);
+#endif
   return entry;
 }
 

@@ -16,7 +16,8 @@ namespace rlforge::actors {
 /// `share_frozen_base(model, hf_dir)` looks up the entry of `hf_dir` (its canonical path plus
 /// the weights' dtype). Without a live entry, the model's frozen parameters become the entry;
 /// otherwise each frozen parameter of the model is pointed at the entry's tensor of the same
-/// name (same shape and dtype; the model's own copy is freed), so their storages are equal.
+/// name (same shape, dtype and device; the model's own copy is freed and, with glibc, returned to
+/// the system), so their storages are equal.
 /// Trainable parameters (adapters, value head) are never shared. The entry lives as long as
 /// one of the returned handles does: the caller keeps the handle with the model and drops it
 /// with the model; the last drop frees the shared weights. Nobody may write the shared tensors

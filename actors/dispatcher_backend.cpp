@@ -9,6 +9,10 @@
 #include <sstream>
 #include <utility>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <ATen/ATen.h>
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
@@ -253,6 +257,9 @@ struct dispatcher_backend::impl {
     m.engine_has_weights = false;
     stop_and_wait(m.engine);
     stop_and_wait(m.group);
+#if defined(__GLIBC__)
+    malloc_trim(0); // the ranks' arenas would keep the freed model resident
+#endif
   }
 
   /// The model's engine and private dispatcher, spawned on first use.
