@@ -506,7 +506,7 @@ struct http_server::impl {
     auto lora = json::parse(m->lora_config_json);
     int64_t rank = lora.value("rank", int64_t{0});
     reply_json(res, json{{"model_id", m->model_id},
-                         {"model_data", {{"model_name", m->base_model}, {"arch", "llama"}}},
+                         {"model_data", {{"model_name", m->base_model}}},
                          {"is_lora", rank > 0},
                          {"lora_rank", rank},
                          {"model_name", m->base_model},
