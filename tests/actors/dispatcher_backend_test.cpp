@@ -290,6 +290,23 @@ TEST_F(DispatcherBackend, ABatchIsSplitPerLossAndOutputsKeepRequestOrder) {
   EXPECT_NEAR(out[2].metrics.at("loss:sum"), ce2, 1e-4);
   EXPECT_EQ(out[2].loss_fn_outputs.at(0).at("logprobs").floats.size(), current[2].size());
 
+  // Fractional and zero weights (a masked prompt), int32 targets and bfloat16 weights.
+  auto weighted = data[0];
+  auto n = weighted.tokens.size();
+  std::vector<double> w(n, 0.5);
+  w[0] = w[1] = 0;
+  weighted.loss_fn_inputs["weights"] = floats(w);
+  weighted.loss_fn_inputs["weights"].type = tk::dtype::bfloat16;
+  weighted.loss_fn_inputs["target_tokens"].type = tk::dtype::int32;
+  auto wout = backend_->forward_backward({request("p", {weighted})}).at(0);
+  double wsum = 0;
+  for (size_t t = 0; t < n; ++t) {
+    EXPECT_NEAR(wout.loss_fn_outputs[0].at("elementwise_loss").floats[t], -w[t] * current[0][t],
+                1e-5) << "token " << t;
+    wsum -= w[t] * current[0][t];
+  }
+  EXPECT_NEAR(wout.metrics.at("loss:sum"), wsum, 1e-4);
+
   backend_->create_model("q", lora(4), "policy");
   expect_refused([&] {
     backend_->forward_backward({request("p", {data[0]}), request("q", {data[0]})});
