@@ -438,14 +438,18 @@ void dispatcher_backend::create_model(const std::string& model_id, const tk::lor
     value_of(c.register_group(model_id, m->group), context + ": registering the group");
     value_of(c.init_model(model_id, p.spec_of(*m)), context + ": building the model");
     m->ready = true;
-  } catch (...) {
+  } catch (const tk::request_error& e) {
     try {
       p.tear_down(*m);
     } catch (const tk::request_error&) { // the creation error is the one to report
     }
-    std::lock_guard<std::mutex> guard(p.models_mutex);
-    p.models.erase(model_id);
-    throw;
+    {
+      std::lock_guard<std::mutex> guard(p.models_mutex);
+      p.models.erase(model_id);
+    }
+    // The request was checked above: what fails now (the base directory, the runtime) is the
+    // server's.
+    throw tk::request_error("server", e.what());
   }
 }
 

@@ -547,6 +547,21 @@ TEST_F(DispatcherBackend, OptionsAreChecked) {
   o.base_model_name = "my-base";
   auto b = make_dispatcher_backend(*sys_, o);
   EXPECT_EQ(b->base_model_name(), "my-base");
+
+  // A base directory without weights: creating a model fails as the server's fault and leaves
+  // nothing registered.
+  auto no_weights = path("no_weights");
+  fs::create_directories(no_weights);
+  fs::copy_file(fs::path(base_) / "config.json", fs::path(no_weights) / "config.json");
+  o.base_model_dir = no_weights;
+  dispatcher_backend broken(*sys_, o);
+  expect_refused([&] { broken.create_model("m", lora(2), "policy"); }, "server", "create_model(m)");
+  EXPECT_FALSE(broken.has_model("m"));
+  caf::scoped_actor self{*sys_};
+  std::vector<std::string> roles{"?"};
+  self->request(broken.dispatcher(), std::chrono::seconds(10), dispatcher_roles_atom::value)
+    .receive([&](std::vector<std::string>& r) { roles = r; }, [&](caf::error&) {});
+  EXPECT_TRUE(roles.empty());
 }
 
 TEST_F(DispatcherBackend, DeletingAModelGivesItsPlacementShareBack) {
