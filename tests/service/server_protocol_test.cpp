@@ -4,7 +4,11 @@
 
 #include "service/tinker_wire.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 namespace rlforge::service::test {
 namespace {
@@ -352,6 +356,37 @@ TEST_F(ServerProtocol, SavesListsDownloadsAndDeletesCheckpoints) {
   EXPECT_EQ(parse(client->get("training_runs/" + model + "/checkpoints")).at("checkpoints").size(),
             0u);
   EXPECT_EQ(client->get_url(location).status, 404);
+}
+
+TEST_F(ServerProtocol, AnAbortedArchiveDownloadLeavesTheServerServing) {
+  start();
+  auto model = make_model();
+  client->save_weights(model, 1, "big");
+  // 16 MiB more than the socket buffers hold, so the server is still sending when we hang up.
+  auto dir = std::filesystem::path(opts.checkpoint_dir) / model / "weights" / "big";
+  std::ofstream(dir / "blob.bin", std::ios::binary) << std::string(16 << 20, 'x');
+  auto r = client->get("training_runs/" + model + "/checkpoints/weights/big/archive");
+  ASSERT_EQ(r.status, 302);
+  auto location = r.headers.at("Location");
+  auto path = location.substr(location.find("/api/"));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  std::string get = "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  ASSERT_EQ(send(fd, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
+  char buf[4096];
+  ASSERT_GT(recv(fd, buf, sizeof(buf), 0), 0);
+  close(fd);
+  std::this_thread::sleep_for(100ms);
+  // Still alive and serving, also a complete download of the same archive.
+  EXPECT_EQ(client->get("get_server_capabilities").status, 200);
+  auto tar = client->get_url(location);
+  ASSERT_EQ(tar.status, 200);
+  EXPECT_GT(tar.body.size(), size_t{16} << 20);
 }
 
 TEST_F(ServerProtocol, CheckpointsPastTheirTtlAreRemoved) {
