@@ -66,7 +66,7 @@ void check(caf::expected<void> x, const std::string& context) {
     fail_with(x.error(), context);
 }
 
-std::string quoted(const std::string& s) {
+std::string in_quotes(const std::string& s) {
   return "'" + s + "'";
 }
 
@@ -82,6 +82,19 @@ struct model_entry {
   actor_group engine;       ///< empty until the first sampler checkpoint
   caf::actor sampler;       ///< the private dispatcher: roles "trainer" and "engines"
   bool engine_has_weights = false;
+};
+
+/// An engine loaded from a persisted sampler export, behind its own dispatcher; stopped when the
+/// last user lets go (after eviction from the cache).
+struct export_engine {
+  actor_group engine;
+  caf::actor sampler;
+  uint64_t last_used = 0;
+  ~export_engine() {
+    if (sampler)
+      caf::anon_send_exit(sampler, caf::exit_reason::user_shutdown);
+    engine.stop();
+  }
 };
 
 /// Key of the loss groups of one forward_backward batch.
@@ -164,6 +177,10 @@ struct dispatcher_backend::impl {
   actor_group base_engine;
   caf::actor base_sampler;
 
+  std::mutex exports_mutex; ///< guards the export engines
+  std::map<std::string, std::shared_ptr<export_engine>> exports; ///< by canonical directory
+  uint64_t export_clock = 0;
+
   trainer_client client(const caf::actor& d) const {
     return trainer_client(*sys, d, opts.timeout);
   }
@@ -190,7 +207,7 @@ struct dispatcher_backend::impl {
     std::lock_guard<std::mutex> guard(models_mutex);
     auto i = models.find(model_id);
     if (i == models.end() || !i->second->ready)
-      fail("not_found", std::string{op} + ": unknown model " + quoted(model_id));
+      fail("not_found", std::string{op} + ": unknown model " + in_quotes(model_id));
     return i->second;
   }
 
@@ -308,6 +325,44 @@ struct dispatcher_backend::impl {
     return d;
   }
 
+  /// The engine serving the persisted export in `dir` (spawned and cached on first use; the
+  /// least recently used one goes when more than `max_export_engines` are cached).
+  std::shared_ptr<export_engine> export_engine_of(const std::string& dir) {
+    std::error_code ec;
+    auto key = fs::weakly_canonical(dir, ec).string();
+    if (ec)
+      key = dir;
+    std::lock_guard<std::mutex> guard(exports_mutex);
+    auto& slot = exports[key];
+    if (!slot) {
+      auto e = std::make_shared<export_engine>();
+      auto context = "sample(" + dir + ")";
+      try {
+        e->engine = spawn("engine", context);
+        e->sampler = spawn_dispatcher(*sys);
+        auto c = client(e->sampler);
+        value_of(c.register_engines(e->engine, "engines"), context + ": registering the engine");
+        model_spec s;
+        s.hf_dir = key;
+        value_of(c.init_model("engines", s), context + ": loading the export");
+      } catch (...) {
+        exports.erase(key);
+        throw;
+      }
+      slot = e;
+    }
+    slot->last_used = ++export_clock;
+    auto found = slot;
+    while (exports.size() > opts.max_export_engines) {
+      auto oldest = exports.begin();
+      for (auto i = exports.begin(); i != exports.end(); ++i)
+        if (i->second->last_used < oldest->second->last_used)
+          oldest = i;
+      exports.erase(oldest); // stops when its last caller is done with it
+    }
+    return found;
+  }
+
   /// Checks one datum of request `i` and returns it in backend form.
   be::datum convert(const tk::datum& d, const std::string& where) const {
     if (d.tokens.empty())
@@ -349,6 +404,8 @@ dispatcher_backend::dispatcher_backend(caf::actor_system& sys, dispatcher_backen
   if (o.timeout.count() <= 0)
     fail("server", "dispatcher_backend: timeout must be > 0 ms, got "
                      + std::to_string(o.timeout.count()));
+  if (o.max_export_engines < 1)
+    fail("server", "dispatcher_backend: max_export_engines must be >= 1");
   if (o.threads_per_rank < 1)
     fail("server", "dispatcher_backend: threads_per_rank must be >= 1, got "
                      + std::to_string(o.threads_per_rank));
@@ -410,7 +467,7 @@ void dispatcher_backend::create_model(const std::string& model_id, const tk::lor
   if (model_id.empty())
     fail("user", "create_model: model_id is empty");
   if (role != "policy" && role != "critic")
-    fail("user", context + ": unknown role " + quoted(role) + " (roles: policy, critic)");
+    fail("user", context + ": unknown role " + in_quotes(role) + " (roles: policy, critic)");
   if (lora.rank < 0)
     fail("user", context + ": lora rank must be >= 0, got " + std::to_string(lora.rank));
   if (lora.rank > std::min(p.config.hidden_size, p.config.intermediate_size))
@@ -465,7 +522,7 @@ void dispatcher_backend::delete_model(const std::string& model_id) {
   auto m = p.find(model_id, "delete_model");
   std::lock_guard<std::mutex> lock(m->mutex);
   if (!m->ready)
-    fail("not_found", "delete_model: unknown model " + quoted(model_id));
+    fail("not_found", "delete_model: unknown model " + in_quotes(model_id));
   m->ready = false;
   {
     std::lock_guard<std::mutex> guard(p.models_mutex);
@@ -485,7 +542,7 @@ dispatcher_backend::forward_backward(const std::vector<tk::forward_backward_requ
   for (size_t i = 1; i < batch.size(); ++i) {
     if (batch[i].model_id != model_id)
       fail("user", std::string{op} + ": request " + std::to_string(i) + " is for model "
-                     + quoted(batch[i].model_id) + ", request 0 for " + quoted(model_id)
+                     + in_quotes(batch[i].model_id) + ", request 0 for " + in_quotes(model_id)
                      + " (one model per batch)");
     if (batch[i].forward_only != forward_only)
       fail("user", std::string{op} + ": request " + std::to_string(i)
@@ -494,7 +551,7 @@ dispatcher_backend::forward_backward(const std::vector<tk::forward_backward_requ
   auto m = p.find(model_id, op);
   std::lock_guard<std::mutex> lock(m->mutex);
   if (!m->ready)
-    fail("not_found", std::string{op} + ": unknown model " + quoted(model_id));
+    fail("not_found", std::string{op} + ": unknown model " + in_quotes(model_id));
   const bool critic = m->role == "critic";
 
   // Check everything before the first call, so a refused batch changes no gradient.
@@ -519,11 +576,11 @@ dispatcher_backend::forward_backward(const std::vector<tk::forward_backward_requ
       fail("user", where + ": " + e.what());
     }
     if (critic && !algo::is_value_loss(loss.name))
-      fail("user", where + ": loss_fn " + quoted(r.loss_fn) + " is a policy loss; the critic "
-                     + quoted(model_id) + " trains only with ppo_critic (or ppo)");
+      fail("user", where + ": loss_fn " + in_quotes(r.loss_fn) + " is a policy loss; the critic "
+                     + in_quotes(model_id) + " trains only with ppo_critic (or ppo)");
     if (!critic && algo::is_value_loss(loss.name))
-      fail("user", where + ": loss_fn " + quoted(r.loss_fn) + " is a value loss; the policy "
-                     + quoted(model_id) + " does not take it");
+      fail("user", where + ": loss_fn " + in_quotes(r.loss_fn) + " is a value loss; the policy "
+                     + in_quotes(model_id) + " does not take it");
     std::vector<be::datum> datums;
     for (size_t j = 0; j < r.data.size(); ++j)
       datums.push_back(p.convert(r.data[j], where + " datum " + std::to_string(j)));
@@ -616,7 +673,7 @@ std::map<std::string, double> dispatcher_backend::optim_step(const std::string& 
   auto m = p.find(model_id, "optim_step");
   std::lock_guard<std::mutex> lock(m->mutex);
   if (!m->ready)
-    fail("not_found", "optim_step: unknown model " + quoted(model_id));
+    fail("not_found", "optim_step: unknown model " + in_quotes(model_id));
   be::adam_params hp;
   hp.learning_rate = a.learning_rate;
   hp.beta1 = a.beta1;
@@ -685,15 +742,36 @@ dispatcher_backend::sample(const std::string& model_id,
     rs.push_back(std::move(r));
   }
   std::vector<sample_output> rows;
+  auto target = model_id;
+  if (!target.empty() && !has_model(target)) {
+    // A sampler checkpoint directory: its export, or the model it synced.
+    std::ifstream in(fs::path(target) / sampler_marker);
+    if (!in)
+      fail("not_found", context + ": unknown model or sampler checkpoint " + in_quotes(target));
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("persist") || !j["persist"].is_boolean()
+        || !j.contains("model_id") || !j["model_id"].is_string())
+      fail("user", context + ": " + std::string{sampler_marker} + " is malformed");
+    if (j["persist"].get<bool>()) {
+      auto e = p.export_engine_of(target);
+      rows = value_of(p.client(e->sampler).generate(rs), context);
+      target.clear();
+    } else {
+      target = j["model_id"].get<std::string>();
+      if (!has_model(target))
+        fail("not_found", context + ": the model " + in_quotes(target)
+                            + " whose weights this sampler checkpoint synced was deleted");
+    }
+  }
   if (model_id.empty()) {
     rows = value_of(p.client(p.base_engines()).generate(rs), context);
-  } else {
-    auto m = p.find(model_id, "sample");
+  } else if (!target.empty()) {
+    auto m = p.find(target, "sample");
     std::unique_lock<std::mutex> lock(m->mutex);
     if (!m->ready)
-      fail("not_found", "sample: unknown model " + quoted(model_id));
+      fail("not_found", "sample: unknown model " + in_quotes(target));
     if (m->role == "critic")
-      fail("user", context + ": " + quoted(model_id) + " is a critic; only policies sample");
+      fail("user", context + ": " + in_quotes(target) + " is a critic; only policies sample");
     if (m->engine_has_weights) {
       rows = value_of(p.client(m->sampler).generate(rs), context);
     } else {
@@ -731,7 +809,7 @@ void dispatcher_backend::save_checkpoint(const std::string& model_id, const std:
   auto m = p.find(model_id, "save_checkpoint");
   std::lock_guard<std::mutex> lock(m->mutex);
   if (!m->ready)
-    fail("not_found", "save_checkpoint: unknown model " + quoted(model_id));
+    fail("not_found", "save_checkpoint: unknown model " + in_quotes(model_id));
   if (dir.empty())
     fail("user", "save_checkpoint(" + model_id + "): empty directory");
   std::error_code ec;
@@ -758,7 +836,7 @@ void dispatcher_backend::load_checkpoint(const std::string& model_id, const std:
   auto m = p.find(model_id, "load_checkpoint");
   std::lock_guard<std::mutex> lock(m->mutex);
   if (!m->ready)
-    fail("not_found", "load_checkpoint: unknown model " + quoted(model_id));
+    fail("not_found", "load_checkpoint: unknown model " + in_quotes(model_id));
   std::ifstream in(fs::path(dir) / checkpoint_meta);
   if (!in)
     fail("user", context + ": no " + std::string{checkpoint_meta}
@@ -790,9 +868,9 @@ void dispatcher_backend::save_sampler_checkpoint(const std::string& model_id,
   auto m = p.find(model_id, "save_sampler_checkpoint");
   std::lock_guard<std::mutex> lock(m->mutex);
   if (!m->ready)
-    fail("not_found", "save_sampler_checkpoint: unknown model " + quoted(model_id));
+    fail("not_found", "save_sampler_checkpoint: unknown model " + in_quotes(model_id));
   if (m->role == "critic")
-    fail("user", context + ": " + quoted(model_id) + " is a critic; only policies sample");
+    fail("user", context + ": " + in_quotes(model_id) + " is a critic; only policies sample");
   if (dir.empty())
     fail("user", "save_sampler_checkpoint(" + model_id + "): empty directory");
   std::error_code ec;
@@ -808,6 +886,10 @@ void dispatcher_backend::save_sampler_checkpoint(const std::string& model_id,
     m->engine_has_weights = false; // until the reload below succeeds
     value_of(c.init_model("engines", s), context + ": loading the export into the engine");
     m->engine_has_weights = true;
+    write_json(fs::path(dir) / sampler_marker, {{"format", "rlforge-tinker-sampler"},
+                                                {"model_id", model_id},
+                                                {"persist", true},
+                                                {"base_model", p.name}});
     return;
   }
   auto version = value_of(c.save_weights_for_sampler("trainer"), context + ": syncing");
@@ -815,6 +897,7 @@ void dispatcher_backend::save_sampler_checkpoint(const std::string& model_id,
   write_json(fs::path(dir) / sampler_marker,
              {{"format", "rlforge-tinker-sampler"},
               {"model_id", model_id},
+              {"persist", false},
               {"weight_version", version},
               {"base_model", p.name}});
 }

@@ -34,6 +34,9 @@ struct dispatcher_backend_options {
   int32_t threads_per_rank = 1;
   /// LoRA `alpha` of the adapters (the update is scaled by alpha / rank).
   double lora_alpha = 32.0;
+  /// Engines loaded from persisted sampler exports kept at once (≥ 1; the least recently used
+  /// one is stopped beyond that).
+  size_t max_export_engines = 4;
   /// Deadline of every call to the actor groups (> 0).
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
 };
@@ -54,10 +57,14 @@ struct dispatcher_backend_options {
 ///    into it through the dispatcher's `save_weights_for_sampler` (a dispatcher private to that
 ///    model, holding the model's group and its engine, so no other model's engine changes) and
 ///    writes the marker file `sampler_weights.json`; `persist=true` writes the HF export
-///    (config.json + model.safetensors, LoRA merged) and reloads the model's engine from that
-///    export. `sample(model_id)` samples from the model's engine (its last sampler
-///    checkpoint), or from the base engine when the model has none yet (its weights then equal
-///    the base's: fresh adapters add zero).
+///    (config.json + model.safetensors, LoRA merged, and the marker) and reloads the model's
+///    engine from that export. `sample(model_id)` samples from the model's engine (its last
+///    sampler checkpoint), or from the base engine when the model has none yet (its weights
+///    then equal the base's: fresh adapters add zero).
+///  - `sample(dir)` with the directory of a sampler checkpoint (not a model id) samples exactly
+///    that checkpoint: a persisted export from an engine loaded from it (spawned on first use,
+///    up to `max_export_engines` cached, least recently used stopped first), a synced one from
+///    its model's engine (the model's last sync).
 ///
 /// Loss mapping (Tinker → backends/algo, `tinker_to_loss_config`): `ppo` → `regular` with
 /// eps_clip_low = 1 - clip_low_threshold, eps_clip_high = clip_high_threshold - 1; `cispo`,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -423,6 +424,49 @@ TEST_F(DispatcherBackend, SamplerCheckpointsSyncOrExportAndMatchTheTrainer) {
   EXPECT_EQ(backend_->sample("", {s}).at(0).sequences[0].tokens, base.sequences[0].tokens);
 }
 
+TEST_F(DispatcherBackend, SamplingASamplerCheckpointDirectoryUsesExactlyThoseWeights) {
+  dispatcher_backend_options o;
+  o.base_model_dir = base_;
+  o.max_export_engines = 1;
+  o.timeout = std::chrono::seconds(60);
+  backend_ = std::make_unique<dispatcher_backend>(*sys_, o);
+  backend_->create_model("p", lora(4), "policy");
+  tk::sample_request s;
+  s.prompt = {5, 17, 42, 8};
+  s.params.max_tokens = 8;
+  s.params.has_seed = true;
+  s.params.seed = 11;
+  auto tokens = [&](const std::string& from) {
+    return backend_->sample(from, {s}).at(0).sequences.at(0).tokens;
+  };
+  sft_step("p", 1e-2);
+  auto v1 = path("v1");
+  backend_->save_sampler_checkpoint("p", v1, true);
+  auto at_v1 = tokens("p");
+  for (int i = 0; i < 3; ++i)
+    sft_step("p", 1e-2);
+  auto v2 = path("v2");
+  backend_->save_sampler_checkpoint("p", v2, true);
+  auto at_v2 = tokens("p");
+  ASSERT_NE(at_v1, at_v2);
+  EXPECT_EQ(tokens(v1), at_v1);
+  EXPECT_EQ(tokens(v2), at_v2); // evicts v1's engine (one cached)
+  EXPECT_EQ(tokens(v1), at_v1); // reloaded
+  // A synced checkpoint directory samples its model's engine.
+  auto synced = path("synced");
+  sft_step("p", 1e-2);
+  backend_->save_sampler_checkpoint("p", synced, false);
+  EXPECT_EQ(tokens(synced), tokens("p"));
+  // Exports outlive their model; a synced checkpoint does not.
+  backend_->delete_model("p");
+  EXPECT_EQ(tokens(v2), at_v2);
+  expect_refused([&] { tokens(synced); }, "not_found", "was deleted");
+  expect_refused([&] { tokens(path("nothing")); }, "not_found", "unknown model or sampler checkpoint");
+  fs::create_directories(path("bad"));
+  std::ofstream(fs::path(path("bad")) / "sampler_weights.json") << "{\"persist\": 3}";
+  expect_refused([&] { tokens(path("bad")); }, "user", "malformed");
+}
+
 TEST_F(DispatcherBackend, DeleteModelFreesItsActorsAndTheSharedBase) {
   backend_->create_model("a", lora(4), "policy");
   backend_->create_model("b", lora(4), "policy");
@@ -543,6 +587,10 @@ TEST_F(DispatcherBackend, OptionsAreChecked) {
   o.threads_per_rank = 1;
   o.timeout = std::chrono::milliseconds(0);
   expect_refused([&] { dispatcher_backend b(*sys_, o); }, "server", "timeout");
+  o.timeout = std::chrono::seconds(5);
+  o.max_export_engines = 0;
+  expect_refused([&] { dispatcher_backend b(*sys_, o); }, "server", "max_export_engines");
+  o.max_export_engines = 4;
   o.timeout = std::chrono::seconds(5);
   o.base_model_name = "my-base";
   auto b = make_dispatcher_backend(*sys_, o);
