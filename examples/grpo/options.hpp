@@ -10,7 +10,7 @@ namespace rlforge::examples::grpo {
 /// `--quick` switches to a small run for the ctest entry before the other flags apply.
 struct options {
   // The job.
-  int steps = 100;                ///< GRPO steps (--steps)
+  int steps = 150;                ///< GRPO steps (--steps)
   uint64_t seed = 1;              ///< model init, task split, sampling (--seed)
   std::string metrics = "grpo_metrics.jsonl"; ///< JSONL, one record per step (--metrics)
   std::string plot = "grpo_reward.png";       ///< reward curve PNG (--plot)
@@ -23,13 +23,13 @@ struct options {
   int sft_steps = 1000;           ///< most warm-start steps (--sft-steps; 0 = none)
   /// Stop the warm start once greedy accuracy on a validation sample of training problems
   /// reaches this share (--sft-target, in [0, 1]; 0 = always run --sft-steps steps).
-  double sft_target = 0.25;
+  double sft_target = 0.3;
   int sft_batch = 64;             ///< (--sft-batch)
   double sft_lr = 4e-3;           ///< (--sft-lr)
   // GRPO.
   int prompts = 64;               ///< prompts per step (--prompts)
   int group = 8;                  ///< samples per prompt (--group), >= 2
-  double lr = 7e-4;               ///< policy learning rate (--lr)
+  double lr = 1e-3;               ///< initial policy learning rate, cosine-decayed to lr/10 (--lr)
   int epochs = 2;                 ///< PPO-clip updates on each step's samples (--epochs)
   double temperature = 0.7;       ///< sampling temperature (--temperature), > 0
   double kl_coef = 0.001;         ///< KL-to-reference loss coefficient (--kl-coef; 0 = off)
