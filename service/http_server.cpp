@@ -479,7 +479,13 @@ struct http_server::impl {
         sched->submit_unordered(
           model_id,
           [this, r, model_id] {
-            backend.create_model(model_id, r.lora, r.role);
+            try {
+              backend.create_model(model_id, r.lora, r.role);
+            } catch (...) {
+              // No model: requests queued behind the creation fail as unknown-model ones would.
+              sched->close_model(model_id);
+              throw;
+            }
             model_record m;
             m.model_id = model_id;
             m.session_id = r.session_id;

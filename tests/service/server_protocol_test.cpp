@@ -225,6 +225,29 @@ TEST_F(ServerProtocol, FailedOperationsAnswerErrorAndCategory) {
   EXPECT_EQ(client->forward_backward(fb(model, 3)).metrics.at("loss:sum"), 3.0);
 }
 
+TEST_F(ServerProtocol, AFailedCreateLeavesNoModel) {
+  start();
+  auto session = client->create_session();
+  backend.fail_next("user", "lora rank 4096 exceeds the hidden size");
+  tinker::lora_config lora;
+  lora.rank = 4096;
+  try {
+    client->create_model(session, 0, "test-base", lora);
+    FAIL() << "create_model succeeded";
+  } catch (const client_error& e) {
+    EXPECT_EQ(e.category(), "user");
+    EXPECT_STREQ(e.what(), "lora rank 4096 exceeds the hidden size");
+  }
+  auto model = session + ":train:0";
+  auto r = client->post("forward_backward", encode_forward_backward_request_proto(fb(model, 1)),
+                        "application/x-protobuf");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(client->post("get_info", json{{"model_id", model}}.dump()).status, 404);
+  // The next model of the session is created normally.
+  lora.rank = 4;
+  EXPECT_EQ(client->create_model(session, 1, "test-base", lora), session + ":train:1");
+}
+
 TEST_F(ServerProtocol, ResultsAreProtobufWhenAcceptedAndJsonOtherwise) {
   start();
   auto model = make_model();
