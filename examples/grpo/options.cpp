@@ -140,8 +140,8 @@ std::string usage(const std::string& prog) {
   return "usage: " + prog +
          " [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick]\n"
          "       [--digits D] [--held-out N] [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
-         "       [--sft-target A]"
-         "       [--prompts P] [--group G] [--lr X] [--epochs E] [--temperature T] [--kl-coef C]\n"
+         "       [--sft-target A] [--prompts P] [--group G] [--lr X] [--epochs E]\n"
+         "       [--temperature T] [--kl-coef C]\n"
          "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
          "inference engines on virtual GPUs; prints held-out accuracy before and after.\n"
          "--quick runs a small job (a few steps) to check everything end to end.\n";
