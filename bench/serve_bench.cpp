@@ -25,8 +25,7 @@ namespace tinker = rlforge::tinker;
 /// Answers every call at once with outputs of the right shape.
 class null_backend : public actors::tinker_backend {
 public:
-  void create_model(const std::string&, const tinker::lora_config&, const std::string&) override {
-  }
+  void create_model(const std::string&, const tinker::lora_config&, const std::string&) override {}
   bool has_model(const std::string&) override { return true; }
   void delete_model(const std::string&) override {}
   std::vector<tinker::forward_backward_output>
@@ -43,7 +42,8 @@ public:
     }
     return out;
   }
-  std::map<std::string, double> optim_step(const std::string&, const tinker::adam_params&) override {
+  std::map<std::string, double> optim_step(const std::string&,
+                                           const tinker::adam_params&) override {
     return {};
   }
   std::vector<tinker::sample_response>
@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
     return bench::usage_error(argv[0], "OPS must be in 10..1000000", synopsis);
   if (argc > 2 && !bench::parse_long(argv[2], 1, 64, threads))
     return bench::usage_error(argv[0], "THREADS must be in 1..64", synopsis);
-  auto dir = std::filesystem::temp_directory_path()
-             / ("rlforge-serve-bench-" + std::to_string(::getpid()));
+  auto dir = std::filesystem::temp_directory_path() /
+             ("rlforge-serve-bench-" + std::to_string(::getpid()));
   null_backend backend;
   auto store = service::future_store::open((dir.string() + ".db"));
   service::server_options o;

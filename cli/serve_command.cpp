@@ -29,10 +29,10 @@ namespace rlforge::cli {
 namespace {
 
 constexpr const char* usage_line =
-  "usage: rlforge serve --base-model DIR [--host 127.0.0.1] [--port 8000] [--db FILE] "
-  "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-body-mb N] "
-  "[--long-poll-s S] [--gap-timeout-s S] [--threads N] [--insecure-no-auth]   "
-  "(API key: env RLFORGE_API_KEY)";
+    "usage: rlforge serve --base-model DIR [--host 127.0.0.1] [--port 8000] [--db FILE] "
+    "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-body-mb N] "
+    "[--long-poll-s S] [--gap-timeout-s S] [--threads N] [--insecure-no-auth]   "
+    "(API key: env RLFORGE_API_KEY)";
 
 struct usage_error {
   std::string message;
@@ -43,8 +43,8 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo, 
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || v < lo || v > hi)
-    throw usage_error{flag + " expects an integer in " + std::to_string(lo) + ".."
-                      + std::to_string(hi) + ", got '" + text + "'"};
+    throw usage_error{flag + " expects an integer in " + std::to_string(lo) + ".." +
+                      std::to_string(hi) + ", got '" + text + "'"};
   return static_cast<int64_t>(v);
 }
 
@@ -101,8 +101,8 @@ int run_serve(const args& a) {
       return 2;
     }
   flag_parser flags({"--base-model", "--host", "--port", "--db", "--checkpoint-dir", "--workers",
-                     "--max-pending-samples", "--max-body-mb", "--long-poll-s",
-                     "--gap-timeout-s", "--threads"},
+                     "--max-pending-samples", "--max-body-mb", "--long-poll-s", "--gap-timeout-s",
+                     "--threads"},
                     {"--insecure-no-auth"});
   if (!flags.parse(a)) {
     std::cerr << "rlforge serve: " << flags.error() << " (" << usage_line << ")\n";
@@ -124,7 +124,7 @@ int run_serve(const args& a) {
       o.scheduler.workers = static_cast<size_t>(parse_int("--workers", *v, 1, 256));
     if (auto v = flags.get("--max-pending-samples"))
       o.scheduler.max_pending_samples =
-        static_cast<size_t>(parse_int("--max-pending-samples", *v, 1, 1 << 20));
+          static_cast<size_t>(parse_int("--max-pending-samples", *v, 1, 1 << 20));
     if (auto v = flags.get("--max-body-mb"))
       o.max_body_bytes = static_cast<size_t>(parse_int("--max-body-mb", *v, 1, 4096)) << 20;
     if (auto v = flags.get("--long-poll-s"))
@@ -157,8 +157,8 @@ int run_serve(const args& a) {
     auto& backend = built.backend;
     service::http_server server(c.server, *backend, *store);
     int port = server.start();
-    std::cerr << "rlforge serve: " << backend->base_model_name() << " on http://"
-              << c.server.host << ":" << port << "/api/v1/ (db " << c.db << ", checkpoints "
+    std::cerr << "rlforge serve: " << backend->base_model_name() << " on http://" << c.server.host
+              << ":" << port << "/api/v1/ (db " << c.db << ", checkpoints "
               << c.server.checkpoint_dir << ")"
               << (c.server.insecure_no_auth ? " WITHOUT AUTHENTICATION" : "") << "\n";
     int sig = 0;
@@ -172,8 +172,7 @@ int run_serve(const args& a) {
   }
 }
 
-const command_registrar reg{"serve", "Tinker-compatible training service over HTTP",
-                            run_serve};
+const command_registrar reg{"serve", "Tinker-compatible training service over HTTP", run_serve};
 
 } // namespace
 } // namespace rlforge::cli

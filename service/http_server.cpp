@@ -12,8 +12,8 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <sys/socket.h>
 #include <stdexcept>
+#include <sys/socket.h>
 #include <thread>
 #include <utility>
 
@@ -48,8 +48,7 @@ constexpr const char* api = "/api/v1/";
 /// An HTTP error with its status; everything else is mapped by `status_for`.
 struct http_error : std::runtime_error {
   http_error(int status, const std::string& message)
-    : std::runtime_error(message), status(status) {
-  }
+      : std::runtime_error(message), status(status) {}
   int status;
 };
 
@@ -63,14 +62,14 @@ int status_for_category(const std::string& category) {
 
 int status_for_store(store_errc code) {
   switch (code) {
-    case store_errc::not_found:
-      return 404;
-    case store_errc::conflict:
-      return 409;
-    case store_errc::invalid:
-      return 400;
-    case store_errc::database:
-      return 500;
+  case store_errc::not_found:
+    return 404;
+  case store_errc::conflict:
+    return 409;
+  case store_errc::invalid:
+    return 400;
+  case store_errc::database:
+    return 500;
   }
   return 500;
 }
@@ -127,8 +126,8 @@ std::pair<std::string, int64_t> peek_ids(const httplib::Request& req) {
       return {p.model_id(), p.seq_id()};
     }
     auto j = nlohmann::json::parse(req.body);
-    if (j.is_object() && j.contains("model_id") && j["model_id"].is_string()
-        && j.contains("seq_id") && j["seq_id"].is_number_integer())
+    if (j.is_object() && j.contains("model_id") && j["model_id"].is_string() &&
+        j.contains("seq_id") && j["seq_id"].is_number_integer())
       return {j["model_id"].get<std::string>(), j["seq_id"].get<int64_t>()};
   } catch (const std::exception&) {
   }
@@ -171,8 +170,8 @@ int64_t query_int(const httplib::Request& req, const std::string& name, int64_t 
       return v;
   } catch (const std::exception&) {
   }
-  throw http_error(400, "query parameter " + name + " must be an integer in 0.." + std::to_string(max)
-                          + ", got '" + text + "'");
+  throw http_error(400, "query parameter " + name + " must be an integer in 0.." +
+                            std::to_string(max) + ", got '" + text + "'");
 }
 
 json lora_json(const tinker::lora_config& l) {
@@ -206,14 +205,14 @@ tinker_path_parts parse_tinker_path(const std::string& path) {
   auto rest = path.substr(prefix.size());
   auto a = rest.find('/');
   auto b = a == std::string::npos ? a : rest.find('/', a + 1);
-  if (a == std::string::npos || b == std::string::npos || a == 0 || b + 1 >= rest.size()
-      || rest.find('/', b + 1) != std::string::npos)
-    throw http_error(400, "checkpoint path '" + path
-                            + "' is not tinker://<model_id>/{weights|sampler_weights}/<name>");
+  if (a == std::string::npos || b == std::string::npos || a == 0 || b + 1 >= rest.size() ||
+      rest.find('/', b + 1) != std::string::npos)
+    throw http_error(400, "checkpoint path '" + path +
+                              "' is not tinker://<model_id>/{weights|sampler_weights}/<name>");
   tinker_path_parts p{rest.substr(0, a), rest.substr(a + 1, b - a - 1), rest.substr(b + 1)};
   if (p.kind != "weights" && p.kind != "sampler_weights")
-    throw http_error(400, "checkpoint path '" + path + "' has kind '" + p.kind
-                            + "'; expected weights or sampler_weights");
+    throw http_error(400, "checkpoint path '" + path + "' has kind '" + p.kind +
+                              "'; expected weights or sampler_weights");
   return p;
 }
 
@@ -271,8 +270,7 @@ struct http_server::impl {
   wire_limits limits;
 
   impl(server_options o, actors::tinker_backend& b, future_store& s)
-    : opts(std::move(o)), backend(b), store(s) {
-  }
+      : opts(std::move(o)), backend(b), store(s) {}
 
   void notify_final() {
     {
@@ -319,7 +317,7 @@ struct http_server::impl {
 
   request_scheduler::completion<std::string> finish_json(const std::string& id) {
     return finish_with<std::string>(
-      id, [](const std::string& s) { return s; }, json_type);
+        id, [](const std::string& s) { return s; }, json_type);
   }
 
   /// Records a future; returns {request_id, true} when it is new and must be scheduled.
@@ -355,8 +353,8 @@ struct http_server::impl {
       return;
     }
     if (rec && !rec->deleted)
-      throw http_error(404, "model '" + model_id
-                              + "' is not loaded in this server process (it was created before "
+      throw http_error(404, "model '" + model_id +
+                                "' is not loaded in this server process (it was created before "
                                 "a restart); create it again or load a checkpoint");
     throw http_error(404, "unknown model '" + model_id + "'");
   }
@@ -457,10 +455,10 @@ struct http_server::impl {
   }
 
   void capabilities(httplib::Response& res) {
-    reply_json(res, json{{"supported_models",
-                          json::array({json{{"model_name", backend.base_model_name()},
-                                            {"max_context_length",
-                                             backend.max_context_length()}}})}});
+    reply_json(res,
+               json{{"supported_models",
+                     json::array({json{{"model_name", backend.base_model_name()},
+                                       {"max_context_length", backend.max_context_length()}}})}});
   }
 
   void create_model(const httplib::Request& req, httplib::Response& res) {
@@ -468,8 +466,10 @@ struct http_server::impl {
     if (!store.get_session(r.session_id))
       throw http_error(404, "unknown session '" + r.session_id + "'");
     if (r.base_model != backend.base_model_name())
-      throw http_error(400, "base_model '" + r.base_model + "' is not served here; this server "
-                              "serves '" + backend.base_model_name() + "'");
+      throw http_error(400, "base_model '" + r.base_model +
+                                "' is not served here; this server "
+                                "serves '" +
+                                backend.base_model_name() + "'");
     auto model_id = future_store::model_id_for(r.session_id, r.model_seq_id);
     std::lock_guard<std::mutex> guard(submit_mutex);
     auto [id, created] = record("create_model", model_id, 0, req, "create_model");
@@ -477,28 +477,28 @@ struct http_server::impl {
       schedule_or_fail(id, [&] {
         sched->open_model(model_id, 1);
         sched->submit_unordered(
-          model_id,
-          [this, r, model_id] {
-            try {
-              backend.create_model(model_id, r.lora, r.role);
-            } catch (...) {
-              // No model: requests queued behind the creation fail as unknown-model ones would.
-              sched->close_model(model_id);
-              throw;
-            }
-            model_record m;
-            m.model_id = model_id;
-            m.session_id = r.session_id;
-            m.model_seq_id = r.model_seq_id;
-            m.base_model = r.base_model;
-            m.lora_config_json = lora_json(r.lora).dump();
-            m.role = r.role;
-            m.user_metadata_json = metadata_json(r.user_metadata).dump();
-            store.insert_model(m);
-            log->info("event=create_model model_id={} lora_rank={}", model_id, r.lora.rank);
-            return json{{"model_id", model_id}, {"type", "create_model"}}.dump();
-          },
-          finish_json(id));
+            model_id,
+            [this, r, model_id] {
+              try {
+                backend.create_model(model_id, r.lora, r.role);
+              } catch (...) {
+                // No model: requests queued behind the creation fail as unknown-model ones would.
+                sched->close_model(model_id);
+                throw;
+              }
+              model_record m;
+              m.model_id = model_id;
+              m.session_id = r.session_id;
+              m.model_seq_id = r.model_seq_id;
+              m.base_model = r.base_model;
+              m.lora_config_json = lora_json(r.lora).dump();
+              m.role = r.role;
+              m.user_metadata_json = metadata_json(r.user_metadata).dump();
+              store.insert_model(m);
+              log->info("event=create_model model_id={} lora_rank={}", model_id, r.lora.rank);
+              return json{{"model_id", model_id}, {"type", "create_model"}}.dump();
+            },
+            finish_json(id));
       });
     }
     reply_json(res, submitted(id, model_id));
@@ -528,15 +528,15 @@ struct http_server::impl {
       auto model_id = r.model_id;
       schedule_or_fail(id, [&] {
         sched->submit_unordered(
-          model_id,
-          [this, model_id] {
-            backend.delete_model(model_id);
-            store.mark_model_deleted(model_id);
-            sched->close_model(model_id);
-            log->info("event=unload_model model_id={}", model_id);
-            return json{{"model_id", model_id}, {"type", "unload_model"}}.dump();
-          },
-          finish_json(id));
+            model_id,
+            [this, model_id] {
+              backend.delete_model(model_id);
+              store.mark_model_deleted(model_id);
+              sched->close_model(model_id);
+              log->info("event=unload_model model_id={}", model_id);
+              return json{{"model_id", model_id}, {"type", "unload_model"}}.dump();
+            },
+            finish_json(id));
       });
     }
     reply_json(res, submitted(id, r.model_id));
@@ -552,15 +552,15 @@ struct http_server::impl {
       r.forward_only = true;
     require_model(r.model_id);
     std::lock_guard<std::mutex> guard(submit_mutex);
-    auto [id, created] =
-      record(r.forward_only ? "forward" : "forward_backward", r.model_id, r.seq_id, req, endpoint);
+    auto [id, created] = record(r.forward_only ? "forward" : "forward_backward", r.model_id,
+                                r.seq_id, req, endpoint);
     g.armed = false;
     if (created) {
       auto model_id = r.model_id;
       schedule_or_fail(id, [&] {
-        sched->submit_forward_backward(
-          std::move(r), finish_with<tinker::forward_backward_output>(
-                          id, encode_forward_backward_output_proto, proto_type));
+        sched->submit_forward_backward(std::move(r),
+                                       finish_with<tinker::forward_backward_output>(
+                                           id, encode_forward_backward_output_proto, proto_type));
       });
       reply_json(res, submitted(id, model_id));
       return;
@@ -578,14 +578,14 @@ struct http_server::impl {
     if (created) {
       schedule_or_fail(id, [&] {
         sched->submit_ordered(
-          r.model_id, r.seq_id,
-          [this, r] {
-            auto metrics = backend.optim_step(r.model_id, r.adam);
-            for (auto& [name, value] : metrics)
-              validate_metric_name(name);
-            return json{{"metrics", metrics}, {"type", "optim_step"}}.dump();
-          },
-          finish_json(id));
+            r.model_id, r.seq_id,
+            [this, r] {
+              auto metrics = backend.optim_step(r.model_id, r.adam);
+              for (auto& [name, value] : metrics)
+                validate_metric_name(name);
+              return json{{"metrics", metrics}, {"type", "optim_step"}}.dump();
+            },
+            finish_json(id));
       });
     }
     reply_json(res, submitted(id, r.model_id));
@@ -606,29 +606,29 @@ struct http_server::impl {
         auto expires = expiry(r.has_ttl, r.ttl_seconds);
         schedule_or_fail(id, [&] {
           sched->submit_ordered(
-            r.model_id, r.seq_id,
-            [this, r, tinker_path, expires] {
-              // Checked in order, when the save runs: an earlier save may create the name.
-              if (!r.overwrite && store.get_checkpoint(tinker_path))
-                throw tinker::request_error("user", "checkpoint " + tinker_path
-                                                      + " exists; save under another name or "
-                                                        "pass overwrite");
-              auto dir = checkpoint_path(r.model_id, "weights", r.path);
-              fs::remove_all(dir); // an overwrite must not mix old files with new ones
-              fs::create_directories(dir);
-              backend.save_checkpoint(r.model_id, dir, true);
-              checkpoint_record c;
-              c.tinker_path = tinker_path;
-              c.model_id = r.model_id;
-              c.kind = checkpoint_kind::weights;
-              c.name = r.path;
-              c.dir = dir;
-              c.size_bytes = static_cast<int64_t>(tree_size(dir));
-              c.expires_ms = expires;
-              store.insert_checkpoint(c, r.overwrite);
-              return json{{"path", tinker_path}, {"type", "save_weights"}}.dump();
-            },
-            finish_json(id));
+              r.model_id, r.seq_id,
+              [this, r, tinker_path, expires] {
+                // Checked in order, when the save runs: an earlier save may create the name.
+                if (!r.overwrite && store.get_checkpoint(tinker_path))
+                  throw tinker::request_error("user", "checkpoint " + tinker_path +
+                                                          " exists; save under another name or "
+                                                          "pass overwrite");
+                auto dir = checkpoint_path(r.model_id, "weights", r.path);
+                fs::remove_all(dir); // an overwrite must not mix old files with new ones
+                fs::create_directories(dir);
+                backend.save_checkpoint(r.model_id, dir, true);
+                checkpoint_record c;
+                c.tinker_path = tinker_path;
+                c.model_id = r.model_id;
+                c.kind = checkpoint_kind::weights;
+                c.name = r.path;
+                c.dir = dir;
+                c.size_bytes = static_cast<int64_t>(tree_size(dir));
+                c.expires_ms = expires;
+                store.insert_checkpoint(c, r.overwrite);
+                return json{{"path", tinker_path}, {"type", "save_weights"}}.dump();
+              },
+              finish_json(id));
         });
       }
     }
@@ -642,7 +642,7 @@ struct http_server::impl {
     auto model = store.get_model(r.model_id);
     std::lock_guard<std::mutex> guard(submit_mutex);
     auto [id, created] =
-      record("save_weights_for_sampler", r.model_id, r.seq_id, req, "save_weights_for_sampler");
+        record("save_weights_for_sampler", r.model_id, r.seq_id, req, "save_weights_for_sampler");
     g.armed = false;
     if (created) {
       auto expires = expiry(r.has_ttl, r.ttl_seconds);
@@ -650,42 +650,43 @@ struct http_server::impl {
       std::string base_model = model ? model->base_model : backend.base_model_name();
       schedule_or_fail(id, [&] {
         sched->submit_ordered(
-          r.model_id, r.seq_id,
-          [this, r, expires, session_id, base_model] {
-            if (!r.path.empty()) {
-              auto tinker_path = "tinker://" + r.model_id + "/sampler_weights/" + r.path;
-              auto dir = checkpoint_path(r.model_id, "sampler_weights", r.path);
-              fs::remove_all(dir);
+            r.model_id, r.seq_id,
+            [this, r, expires, session_id, base_model] {
+              if (!r.path.empty()) {
+                auto tinker_path = "tinker://" + r.model_id + "/sampler_weights/" + r.path;
+                auto dir = checkpoint_path(r.model_id, "sampler_weights", r.path);
+                fs::remove_all(dir);
+                fs::create_directories(dir);
+                backend.save_sampler_checkpoint(r.model_id, dir, true);
+                checkpoint_record c;
+                c.tinker_path = tinker_path;
+                c.model_id = r.model_id;
+                c.kind = checkpoint_kind::sampler_weights;
+                c.name = r.path;
+                c.dir = dir;
+                c.size_bytes = static_cast<int64_t>(tree_size(dir));
+                c.expires_ms = expires;
+                store.insert_checkpoint(c, true);
+                return json{{"path", tinker_path}, {"type", "save_weights_for_sampler"}}.dump();
+              }
+              // No name: sync the weights to the engines and hand out a sampling session.
+              auto dir =
+                  checkpoint_path(r.model_id, "ephemeral", "seq-" + std::to_string(r.seq_id));
               fs::create_directories(dir);
-              backend.save_sampler_checkpoint(r.model_id, dir, true);
-              checkpoint_record c;
-              c.tinker_path = tinker_path;
-              c.model_id = r.model_id;
-              c.kind = checkpoint_kind::sampler_weights;
-              c.name = r.path;
-              c.dir = dir;
-              c.size_bytes = static_cast<int64_t>(tree_size(dir));
-              c.expires_ms = expires;
-              store.insert_checkpoint(c, true);
-              return json{{"path", tinker_path}, {"type", "save_weights_for_sampler"}}.dump();
-            }
-            // No name: sync the weights to the engines and hand out a sampling session.
-            auto dir = checkpoint_path(r.model_id, "ephemeral", "seq-" + std::to_string(r.seq_id));
-            fs::create_directories(dir);
-            backend.save_sampler_checkpoint(r.model_id, dir, false);
-            sampling_session_record s;
-            s.session_id = session_id;
-            s.sampling_session_seq_id =
-              r.has_sampling_session_seq_id ? r.sampling_session_seq_id : -1;
-            s.model_id = r.model_id;
-            s.base_model = base_model;
-            s.weights_version = r.seq_id;
-            s.weights_dir = dir;
-            auto sid = store.create_sampling_session(s);
-            return json{{"sampling_session_id", sid}, {"type", "save_weights_for_sampler"}}
-              .dump();
-          },
-          finish_json(id));
+              backend.save_sampler_checkpoint(r.model_id, dir, false);
+              sampling_session_record s;
+              s.session_id = session_id;
+              s.sampling_session_seq_id =
+                  r.has_sampling_session_seq_id ? r.sampling_session_seq_id : -1;
+              s.model_id = r.model_id;
+              s.base_model = base_model;
+              s.weights_version = r.seq_id;
+              s.weights_dir = dir;
+              auto sid = store.create_sampling_session(s);
+              return json{{"sampling_session_id", sid}, {"type", "save_weights_for_sampler"}}
+                  .dump();
+            },
+            finish_json(id));
       });
     }
     reply_json(res, submitted(id, r.model_id));
@@ -709,21 +710,22 @@ struct http_server::impl {
     require_model(r.model_id);
     auto c = require_checkpoint(r.path);
     if (c.kind != checkpoint_kind::weights)
-      throw http_error(400, "checkpoint " + r.path + " holds sampler weights; load_weights needs "
-                                                     "a tinker://.../weights/... checkpoint");
+      throw http_error(400, "checkpoint " + r.path +
+                                " holds sampler weights; load_weights needs "
+                                "a tinker://.../weights/... checkpoint");
     std::lock_guard<std::mutex> guard(submit_mutex);
     auto [id, created] = record("load_weights", r.model_id, r.seq_id, req, "load_weights");
     g.armed = false;
     if (created) {
       schedule_or_fail(id, [&] {
         sched->submit_ordered(
-          r.model_id, r.seq_id,
-          [this, r, dir = c.dir] {
-            backend.load_checkpoint(r.model_id, dir, r.optimizer);
-            return json{{"path", r.path}, {"model_id", r.model_id}, {"type", "load_weights"}}
-              .dump();
-          },
-          finish_json(id));
+            r.model_id, r.seq_id,
+            [this, r, dir = c.dir] {
+              backend.load_checkpoint(r.model_id, dir, r.optimizer);
+              return json{{"path", r.path}, {"model_id", r.model_id}, {"type", "load_weights"}}
+                  .dump();
+            },
+            finish_json(id));
       });
     }
     reply_json(res, submitted(id, r.model_id));
@@ -739,9 +741,10 @@ struct http_server::impl {
     if (!r.model_path.empty()) {
       auto c = require_checkpoint(r.model_path);
       if (c.kind != checkpoint_kind::sampler_weights)
-        throw http_error(400, "checkpoint " + r.model_path + " is training state; sampling needs "
-                                                             "a tinker://.../sampler_weights/... "
-                                                             "checkpoint");
+        throw http_error(400, "checkpoint " + r.model_path +
+                                  " is training state; sampling needs "
+                                  "a tinker://.../sampler_weights/... "
+                                  "checkpoint");
       auto m = store.get_model(c.model_id);
       s.model_id = c.model_id;
       s.base_model = m ? m->base_model : backend.base_model_name();
@@ -749,8 +752,10 @@ struct http_server::impl {
       s.weights_dir = c.dir;
     } else {
       if (r.base_model != backend.base_model_name())
-        throw http_error(400, "base_model '" + r.base_model + "' is not served here; this server "
-                                "serves '" + backend.base_model_name() + "'");
+        throw http_error(400, "base_model '" + r.base_model +
+                                  "' is not served here; this server "
+                                  "serves '" +
+                                  backend.base_model_name() + "'");
       s.base_model = r.base_model;
     }
     auto id = store.create_sampling_session(s);
@@ -780,22 +785,24 @@ struct http_server::impl {
       auto c = require_checkpoint(body.model_path);
       model_id = c.model_id;
     } else if (body.base_model != backend.base_model_name()) {
-      throw http_error(400, "base_model '" + body.base_model + "' is not served here; this "
-                              "server serves '" + backend.base_model_name() + "'");
+      throw http_error(400, "base_model '" + body.base_model +
+                                "' is not served here; this "
+                                "server serves '" +
+                                backend.base_model_name() + "'");
     }
     std::lock_guard<std::mutex> guard(submit_mutex);
     if (sched->pending_samples() >= opts.scheduler.max_pending_samples) {
       res.set_header("Retry-After", "1");
-      throw http_error(429, "sampling queue full (" + std::to_string(sched->pending_samples())
-                              + " requests waiting); retry later");
+      throw http_error(429, "sampling queue full (" + std::to_string(sched->pending_samples()) +
+                                " requests waiting); retry later");
     }
     // Only addressed sessions have a (session, seq_id) identity; other samples dedupe by key.
-    auto [id, created] = record("sample", key, key.empty() ? -1 : body.request.seq_id, req,
-                                "asample");
+    auto [id, created] =
+        record("sample", key, key.empty() ? -1 : body.request.seq_id, req, "asample");
     if (created) {
       bool queued = sched->try_submit_sample(
-        model_id, body.request,
-        finish_with<tinker::sample_response>(id, encode_sample_response_proto, proto_type));
+          model_id, body.request,
+          finish_with<tinker::sample_response>(id, encode_sample_response_proto, proto_type));
       if (!queued) {
         fail(id, failure{"server", "sampling queue full"});
         res.set_header("Retry-After", "1");
@@ -832,8 +839,8 @@ struct http_server::impl {
           type = json_type;
         }
         if (r.allow_metadata_only) {
-          reply_json(res, json{{"status", "complete_metadata"},
-                               {"response_payload_size", body.size()}});
+          reply_json(res,
+                     json{{"status", "complete_metadata"}, {"response_payload_size", body.size()}});
           return;
         }
         res.status = 200;
@@ -841,12 +848,12 @@ struct http_server::impl {
         return;
       }
       std::unique_lock<std::mutex> lock(poll_mutex);
-      bool woke = poll_cv.wait_until(lock, deadline,
-                                     [&] { return generation != seen || stopping; });
+      bool woke =
+          poll_cv.wait_until(lock, deadline, [&] { return generation != seen || stopping; });
       if (!woke || stopping) {
-        reply_json(res, json{{"type", "try_again"},
-                             {"request_id", r.request_id},
-                             {"queue_state", "active"}});
+        reply_json(
+            res,
+            json{{"type", "try_again"}, {"request_id", r.request_id}, {"queue_state", "active"}});
         return;
       }
     }
@@ -857,8 +864,8 @@ struct http_server::impl {
     auto c = require_checkpoint(r.tinker_path);
     auto m = store.get_model(c.model_id);
     if (!m)
-      throw http_error(404, "checkpoint " + r.tinker_path + " belongs to unknown model '"
-                              + c.model_id + "'");
+      throw http_error(404, "checkpoint " + r.tinker_path + " belongs to unknown model '" +
+                                c.model_id + "'");
     auto lora = json::parse(m->lora_config_json);
     int64_t rank = lora.value("rank", int64_t{0});
     reply_json(res, json{{"base_model", m->base_model},
@@ -935,9 +942,9 @@ struct http_server::impl {
     for (size_t i = static_cast<size_t>(offset);
          i < all.size() && cps.size() < static_cast<size_t>(limit); ++i)
       cps.push_back(checkpoint_json(all[i]));
-    reply_json(res, json{{"checkpoints", cps},
-                         {"cursor",
-                          {{"offset", offset}, {"limit", limit}, {"total_count", all.size()}}}});
+    reply_json(
+        res, json{{"checkpoints", cps},
+                  {"cursor", {{"offset", offset}, {"limit", limit}, {"total_count", all.size()}}}});
   }
 
   checkpoint_record require_run_checkpoint(const std::string& model_id,
@@ -982,8 +989,9 @@ struct http_server::impl {
     std::strftime(http_date, sizeof(http_date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
     res.set_header("Location", "http://" + host + api + "checkpoint_archives/" + token);
     res.set_header("Expires", http_date);
-    reply_json(res, json{{"url", std::string("http://") + host + api + "checkpoint_archives/" + token},
-                         {"expires", iso_time(expires_ms)}},
+    reply_json(res,
+               json{{"url", std::string("http://") + host + api + "checkpoint_archives/" + token},
+                    {"expires", iso_time(expires_ms)}},
                302);
   }
 
@@ -1003,22 +1011,22 @@ struct http_server::impl {
     res.set_header("Content-Disposition", "attachment; filename=\"" + name + ".tar\"");
     // Streamed: the provider runs once and pushes the whole archive through the sink in 64 KiB
     // pieces; the archive never exists in memory.
-    res.set_content_provider(
-      static_cast<size_t>(size), "application/x-tar",
-      [dir, log = log](size_t offset, size_t, httplib::DataSink& sink) {
-        if (offset != 0)
-          return false;
-        try {
-          write_tar(dir, [&sink](const char* data, size_t n) {
-            if (!sink.write(data, n))
-              throw tar_error("client went away");
-          });
-        } catch (const std::exception& e) {
-          log->warn("event=archive_aborted dir={} error=\"{}\"", dir.string(), e.what());
-          return false;
-        }
-        return true;
-      });
+    res.set_content_provider(static_cast<size_t>(size), "application/x-tar",
+                             [dir, log = log](size_t offset, size_t, httplib::DataSink& sink) {
+                               if (offset != 0)
+                                 return false;
+                               try {
+                                 write_tar(dir, [&sink](const char* data, size_t n) {
+                                   if (!sink.write(data, n))
+                                     throw tar_error("client went away");
+                                 });
+                               } catch (const std::exception& e) {
+                                 log->warn("event=archive_aborted dir={} error=\"{}\"",
+                                           dir.string(), e.what());
+                                 return false;
+                               }
+                               return true;
+                             });
   }
 };
 
@@ -1036,21 +1044,21 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
   if (opts.max_body_bytes == 0)
     throw std::invalid_argument("http_server: max_body_bytes must be >= 1");
   if (opts.port < 0 || opts.port > 65535)
-    throw std::invalid_argument("http_server: port must be in 0..65535, got "
-                                + std::to_string(opts.port));
+    throw std::invalid_argument("http_server: port must be in 0..65535, got " +
+                                std::to_string(opts.port));
   impl_ = std::make_unique<impl>(std::move(opts), backend, store);
   auto& s = *impl_;
   s.limits.max_body_bytes = s.opts.max_body_bytes;
   s.limits.vocab_size = backend.vocab_size();
   s.limits.max_context_length = backend.max_context_length();
   s.sched = std::make_unique<request_scheduler>(
-    s.opts.scheduler,
-    [&backend](const std::vector<tinker::forward_backward_request>& batch) {
-      return backend.forward_backward(batch);
-    },
-    [&backend](const std::string& model_id, const std::vector<tinker::sample_request>& rs) {
-      return backend.sample(model_id, rs);
-    });
+      s.opts.scheduler,
+      [&backend](const std::vector<tinker::forward_backward_request>& batch) {
+        return backend.forward_backward(batch);
+      },
+      [&backend](const std::string& model_id, const std::vector<tinker::sample_request>& rs) {
+        return backend.sample(model_id, rs);
+      });
 
   auto& svr = s.svr;
   size_t threads = s.opts.http_threads;
@@ -1068,8 +1076,8 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
   svr.set_keep_alive_timeout(5);
 
   svr.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/api/v1/healthz" || req.path.rfind("/api/v1/checkpoint_archives/", 0) == 0
-        || s.opts.insecure_no_auth)
+    if (req.path == "/api/v1/healthz" || req.path.rfind("/api/v1/checkpoint_archives/", 0) == 0 ||
+        s.opts.insecure_no_auth)
       return httplib::Server::HandlerResponse::Unhandled;
     if (!req.has_header("X-API-Key")) {
       res.set_header("Connection", "close");
@@ -1088,8 +1096,9 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
     if (!res.body.empty())
       return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 413)
-      reply_error(res, 413, "request body larger than the limit of "
-                              + std::to_string(s.opts.max_body_bytes) + " bytes");
+      reply_error(res, 413,
+                  "request body larger than the limit of " + std::to_string(s.opts.max_body_bytes) +
+                      " bytes");
     else if (res.status == 404)
       reply_error(res, 404, "no endpoint " + req.method + " " + req.path);
     else
@@ -1131,8 +1140,9 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
 
   get("healthz", [](auto&, auto& res) { reply_json(res, json{{"status", "ok"}}); });
   post("client/config", [&s](auto& req, auto& res) { s.client_config(req, res); });
-  post("client/dynamic_config",
-       [](auto&, auto& res) { reply_json(res, json{{"refresh_interval_sec", 300}}); });
+  post("client/dynamic_config", [](auto&, auto& res) {
+    reply_json(res, json{{"refresh_interval_sec", 300}});
+  });
   post("create_session", [&s](auto& req, auto& res) { s.create_session(req, res); });
   post("session_heartbeat", [&s](auto& req, auto& res) { s.session_heartbeat(req, res); });
   post("telemetry", [](auto&, auto& res) { reply_json(res, json{{"status", "accepted"}}); });
@@ -1163,9 +1173,8 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
   get("models/([^/]+)/checkpoints",
       [&s](auto& req, auto& res) { s.list_checkpoints(req.matches[1], res); });
   get("checkpoints", [&s](auto& req, auto& res) { s.list_user_checkpoints(req, res); });
-  get("training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)/archive", [&s](auto& req, auto& res) {
-    s.archive_url(req, req.matches[1], req.matches[2], res);
-  });
+  get("training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)/archive",
+      [&s](auto& req, auto& res) { s.archive_url(req, req.matches[1], req.matches[2], res); });
   get("checkpoint_archives/([0-9a-f]+)",
       [&s](auto& req, auto& res) { s.download_archive(req.matches[1], res); });
   svr.Delete(std::string(api) + "training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)",
@@ -1187,11 +1196,10 @@ int http_server::start() {
   if (port == 0) {
     port = s.svr.bind_to_any_port(s.opts.host);
     if (port <= 0)
-      throw std::runtime_error("http_server: cannot bind " + s.opts.host
-                               + " on an ephemeral port");
+      throw std::runtime_error("http_server: cannot bind " + s.opts.host + " on an ephemeral port");
   } else if (!s.svr.bind_to_port(s.opts.host, port)) {
-    throw std::runtime_error("http_server: cannot bind " + s.opts.host + ":"
-                             + std::to_string(port) + " (in use, or not a local address?)");
+    throw std::runtime_error("http_server: cannot bind " + s.opts.host + ":" +
+                             std::to_string(port) + " (in use, or not a local address?)");
   }
   s.bound_port = port;
   s.started = true;

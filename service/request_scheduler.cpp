@@ -31,12 +31,12 @@ void fail_op_list(std::vector<std::pair<std::function<void(const failure&)>, fai
 } // namespace
 
 request_scheduler::request_scheduler(options opts, forward_backward_fn fb, sample_fn sample)
-  : opts_(opts), fb_(std::move(fb)), sample_(std::move(sample)) {
+    : opts_(opts), fb_(std::move(fb)), sample_(std::move(sample)) {
   if (opts_.workers < 1)
     throw std::invalid_argument("request_scheduler: workers must be >= 1, got 0");
   if (opts_.gap_timeout.count() <= 0)
-    throw std::invalid_argument("request_scheduler: gap_timeout must be > 0 ms, got "
-                                + std::to_string(opts_.gap_timeout.count()));
+    throw std::invalid_argument("request_scheduler: gap_timeout must be > 0 ms, got " +
+                                std::to_string(opts_.gap_timeout.count()));
   if (opts_.max_batch < 1)
     throw std::invalid_argument("request_scheduler: max_batch must be >= 1, got 0");
   if (opts_.max_pending_samples < 1)
@@ -90,12 +90,12 @@ void request_scheduler::enqueue_ordered(const std::string& model_id, int64_t seq
       throw tinker::request_error("server", "server shutting down");
     auto& m = models_[model_id];
     if (seq_id < m.next_seq)
-      throw tinker::request_error("user", "seq_id " + std::to_string(seq_id) + " of model '"
-                                            + model_id + "' was already passed (next expected "
-                                            + std::to_string(m.next_seq) + ")");
+      throw tinker::request_error("user", "seq_id " + std::to_string(seq_id) + " of model '" +
+                                              model_id + "' was already passed (next expected " +
+                                              std::to_string(m.next_seq) + ")");
     if (m.ordered.count(seq_id) != 0)
-      throw tinker::request_error("user", "seq_id " + std::to_string(seq_id) + " of model '"
-                                            + model_id + "' is already queued");
+      throw tinker::request_error("user", "seq_id " + std::to_string(seq_id) + " of model '" +
+                                              model_id + "' is already queued");
     op.arrived = std::chrono::steady_clock::now();
     m.ordered.emplace(seq_id, std::move(op));
   }
@@ -127,8 +127,8 @@ void request_scheduler::skip(const std::string& model_id, int64_t seq_id) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     auto i = models_.find(model_id);
-    if (stopping_ || i == models_.end() || i->second.closed || seq_id < i->second.next_seq
-        || i->second.ordered.count(seq_id) != 0)
+    if (stopping_ || i == models_.end() || i->second.closed || seq_id < i->second.next_seq ||
+        i->second.ordered.count(seq_id) != 0)
       return;
     ordered_op op;
     op.run = [] { return std::string(); };
@@ -224,10 +224,10 @@ bool request_scheduler::take_job(job& out) {
     } else if (auto head = m.ordered.find(m.next_seq); head != m.ordered.end()) {
       bool fb = head->second.is_fb;
       bool fwd_only = fb && head->second.fb.forward_only;
-      while (head != m.ordered.end() && head->first == m.next_seq
-             && out.ordered.size() < opts_.max_batch) {
-        if (!out.ordered.empty()
-            && (!fb || !head->second.is_fb || head->second.fb.forward_only != fwd_only))
+      while (head != m.ordered.end() && head->first == m.next_seq &&
+             out.ordered.size() < opts_.max_batch) {
+        if (!out.ordered.empty() &&
+            (!fb || !head->second.is_fb || head->second.fb.forward_only != fwd_only))
           break;
         out.ordered.push_back(std::move(head->second));
         head = m.ordered.erase(head);
@@ -271,9 +271,9 @@ void request_scheduler::run_job(job& j) {
     try {
       outputs = fb_(batch);
       if (outputs.size() != batch.size())
-        throw tinker::request_error("server", "backend returned " + std::to_string(outputs.size())
-                                                + " forward_backward outputs for "
-                                                + std::to_string(batch.size()) + " requests");
+        throw tinker::request_error("server", "backend returned " + std::to_string(outputs.size()) +
+                                                  " forward_backward outputs for " +
+                                                  std::to_string(batch.size()) + " requests");
     } catch (...) {
       auto f = current_failure();
       for (auto& op : j.ordered)
@@ -300,9 +300,9 @@ void request_scheduler::run_job(job& j) {
     try {
       responses = sample_(j.model_id, requests);
       if (responses.size() != requests.size())
-        throw tinker::request_error("server", "backend returned " + std::to_string(responses.size())
-                                                + " sample responses for "
-                                                + std::to_string(requests.size()) + " requests");
+        throw tinker::request_error(
+            "server", "backend returned " + std::to_string(responses.size()) +
+                          " sample responses for " + std::to_string(requests.size()) + " requests");
     } catch (...) {
       auto f = current_failure();
       for (auto& op : j.samples)
@@ -354,12 +354,11 @@ void request_scheduler::expire_gaps(std::chrono::steady_clock::time_point now) {
       if (now - oldest < opts_.gap_timeout)
         continue;
       auto missing = m.next_seq;
-      auto waited_ms =
-        std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest).count();
+      auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest).count();
       for (auto& [seq, op] : m.ordered) {
-        failure f{"user", "seq_id " + std::to_string(seq) + " of model '" + id
-                            + "' waited " + std::to_string(waited_ms) + " ms for missing seq_id "
-                            + std::to_string(missing) + ", which never arrived"};
+        failure f{"user", "seq_id " + std::to_string(seq) + " of model '" + id + "' waited " +
+                              std::to_string(waited_ms) + " ms for missing seq_id " +
+                              std::to_string(missing) + ", which never arrived"};
         failed.emplace_back(op.is_fb ? op.fb_done.failed : op.done.failed, std::move(f));
       }
       m.next_seq = m.ordered.rbegin()->first + 1;

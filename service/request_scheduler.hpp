@@ -49,21 +49,20 @@ struct failure {
 class request_scheduler {
 public:
   struct options {
-    size_t workers = 2;                              ///< worker threads (>= 1)
-    std::chrono::milliseconds gap_timeout{120000};  ///< wait for a missing seq_id (> 0)
-    size_t max_batch = 64;                           ///< requests per backend call (>= 1)
-    size_t max_pending_samples = 256;                ///< queued sample requests (>= 1)
+    size_t workers = 2;                            ///< worker threads (>= 1)
+    std::chrono::milliseconds gap_timeout{120000}; ///< wait for a missing seq_id (> 0)
+    size_t max_batch = 64;                         ///< requests per backend call (>= 1)
+    size_t max_pending_samples = 256;              ///< queued sample requests (>= 1)
   };
 
   /// One output per request, in order (see `actors::tinker_backend::forward_backward`).
   using forward_backward_fn = std::function<std::vector<tinker::forward_backward_output>(
-    const std::vector<tinker::forward_backward_request>&)>;
+      const std::vector<tinker::forward_backward_request>&)>;
   /// One response per request, in order (see `actors::tinker_backend::sample`).
   using sample_fn = std::function<std::vector<tinker::sample_response>(
-    const std::string& model_id, const std::vector<tinker::sample_request>&)>;
+      const std::string& model_id, const std::vector<tinker::sample_request>&)>;
 
-  template <class T>
-  struct completion {
+  template <class T> struct completion {
     std::function<void(T)> done;
     std::function<void(const failure&)> failed;
   };

@@ -59,12 +59,10 @@ json final_json(const client_response& r) {
 } // namespace
 
 client_error::client_error(int status, std::string category, const std::string& message)
-  : std::runtime_error(message), status_(status), category_(std::move(category)) {
-}
+    : std::runtime_error(message), status_(status), category_(std::move(category)) {}
 
 tinker_client::tinker_client(std::string host, int port, std::string api_key)
-  : host_(std::move(host)), port_(port), api_key_(std::move(api_key)) {
-}
+    : host_(std::move(host)), port_(port), api_key_(std::move(api_key)) {}
 
 client_response tinker_client::post(const std::string& endpoint, const std::string& body,
                                     const std::string& content_type,
@@ -127,7 +125,7 @@ client_response tinker_client::wait_future(const std::string& request_id, bool a
   auto deadline = std::chrono::steady_clock::now() + timeout;
   json body{{"request_id", request_id}, {"allow_metadata_only", false}};
   std::map<std::string, std::string> headers{
-    {"Accept", accept_proto ? "application/x-protobuf" : "application/json"}};
+      {"Accept", accept_proto ? "application/x-protobuf" : "application/json"}};
   for (int iteration = 0;; ++iteration) {
     headers["X-Tinker-Request-Iteration"] = std::to_string(iteration);
     auto r = post("retrieve_future", body.dump(), "application/json", headers);
@@ -141,8 +139,9 @@ client_response tinker_client::wait_future(const std::string& request_id, bool a
       expect_ok(r);
     }
     if (std::chrono::steady_clock::now() >= deadline)
-      throw client_error(408, "", "future " + request_id + " not final after "
-                                    + std::to_string(timeout.count()) + " ms");
+      throw client_error(408, "",
+                         "future " + request_id + " not final after " +
+                             std::to_string(timeout.count()) + " ms");
   }
 }
 
@@ -170,9 +169,10 @@ std::string tinker_client::create_model(const std::string& session_id, int64_t m
   return final_json(wait_future(id, false)).at("model_id").get<std::string>();
 }
 
-std::string tinker_client::submit_forward_backward(const tinker::forward_backward_request& r) const {
-  return request_id_of(post("forward_backward", encode_forward_backward_request_proto(r),
-                            "application/x-protobuf"));
+std::string
+tinker_client::submit_forward_backward(const tinker::forward_backward_request& r) const {
+  return request_id_of(
+      post("forward_backward", encode_forward_backward_request_proto(r), "application/x-protobuf"));
 }
 
 tinker::forward_backward_output
@@ -183,8 +183,7 @@ tinker_client::forward_backward(const tinker::forward_backward_request& r) const
   return decode_forward_backward_output_proto(res.body);
 }
 
-std::map<std::string, double> tinker_client::optim_step(const std::string& model_id,
-                                                        int64_t seq_id,
+std::map<std::string, double> tinker_client::optim_step(const std::string& model_id, int64_t seq_id,
                                                         const tinker::adam_params& p) const {
   json body{{"model_id", model_id},
             {"seq_id", seq_id},
@@ -213,8 +212,8 @@ std::string tinker_client::save_weights_for_sampler(const std::string& model_id,
             {"seq_id", seq_id},
             {"path", name},
             {"type", "save_weights_for_sampler"}};
-  auto j = final_json(
-    wait_future(request_id_of(post("save_weights_for_sampler", body.dump())), false));
+  auto j =
+      final_json(wait_future(request_id_of(post("save_weights_for_sampler", body.dump())), false));
   return j.at("path").get<std::string>();
 }
 

@@ -13,9 +13,9 @@ namespace rlforge::service {
 
 /// One HTTP answer as `tinker_client` saw it.
 struct client_response {
-  int status = 0;           ///< HTTP status; 0 = no answer (connection failed)
+  int status = 0; ///< HTTP status; 0 = no answer (connection failed)
   std::string body;
-  std::string content_type; ///< the Content-Type header, "" when absent
+  std::string content_type;                   ///< the Content-Type header, "" when absent
   std::map<std::string, std::string> headers; ///< every response header (last value wins)
 };
 

@@ -25,7 +25,8 @@ TEST_F(ServerFutures, ExecutesOutOfOrderChunksInSeqIdOrderAsOneBatch) {
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(backend.calls().size(), 1u); // only the create: 2 and 3 wait for 1
   auto id1 = client->submit_forward_backward(fb(model, 1));
-  for (auto& [id, seq] : std::vector<std::pair<std::string, double>>{{id1, 1}, {id2, 2}, {id3, 3}}) {
+  for (auto& [id, seq] :
+       std::vector<std::pair<std::string, double>>{{id1, 1}, {id2, 2}, {id3, 3}}) {
     auto r = client->wait_future(id, true);
     EXPECT_EQ(decode_forward_backward_output_proto(r.body).metrics.at("loss:sum"), seq);
   }
@@ -42,22 +43,21 @@ TEST_F(ServerFutures, OptimStepIsABarrierBetweenBatches) {
   auto b = client->submit_forward_backward(fb(model, 2));
   auto c = client->submit_forward_backward(fb(model, 3));
   auto optim = tinker_client::request_id_of(client->post(
-    "optim_step",
-    json{{"model_id", model}, {"seq_id", 4}, {"adam_params", {{"learning_rate", 0.01}}}}.dump()));
+      "optim_step",
+      json{{"model_id", model}, {"seq_id", 4}, {"adam_params", {{"learning_rate", 0.01}}}}.dump()));
   auto d = client->submit_forward_backward(fb(model, 5));
   auto f = fb(model, 6);
   f.forward_only = true;
   auto e = tinker_client::request_id_of(
-    client->post("forward_backward", proto_body(f), "application/x-protobuf"));
+      client->post("forward_backward", proto_body(f), "application/x-protobuf"));
   backend.release();
   for (auto& id : {a, b, c, d, e})
     EXPECT_EQ(client->wait_future(id, true).content_type, "application/x-protobuf");
   auto metrics = parse(client->wait_future(optim, false)).at("metrics");
   EXPECT_EQ(metrics.at("learning_rate:mean"), 0.01);
-  EXPECT_EQ(backend.calls(),
-            (std::vector<std::string>{"create:" + model, "fb:" + model + ":1",
-                                      "fb:" + model + ":2,3", "optim:" + model,
-                                      "fb:" + model + ":5", "fwd:" + model + ":6"}));
+  EXPECT_EQ(backend.calls(), (std::vector<std::string>{
+                                 "create:" + model, "fb:" + model + ":1", "fb:" + model + ":2,3",
+                                 "optim:" + model, "fb:" + model + ":5", "fwd:" + model + ":6"}));
 }
 
 TEST_F(ServerFutures, RetriesAreIdempotentAndConflictingRetriesAre409) {

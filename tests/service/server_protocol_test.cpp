@@ -74,7 +74,7 @@ TEST_F(ServerProtocol, RefusesMissingOrWrongApiKeyAndRunsNothing) {
                    {"base_model", "test-base"},
                    {"lora_config", {{"rank", 4}}},
                    {"type", "create_model"}}
-                .dump();
+                  .dump();
   tinker_client nokey("127.0.0.1", server->port(), "");
   auto r = nokey.post("create_model", body);
   EXPECT_EQ(r.status, 401);
@@ -89,8 +89,9 @@ TEST_F(ServerProtocol, RefusesMissingOrWrongApiKeyAndRunsNothing) {
   EXPECT_EQ(prefix.post("create_session", "{}").status, 401);
   // Nothing executed and nothing was recorded.
   EXPECT_TRUE(backend.calls().empty());
-  EXPECT_EQ(store->count_futures(future_state::pending) + store->count_futures(future_state::complete)
-              + store->count_futures(future_state::failed),
+  EXPECT_EQ(store->count_futures(future_state::pending) +
+                store->count_futures(future_state::complete) +
+                store->count_futures(future_state::failed),
             0u);
   // The right key still works afterwards.
   EXPECT_EQ(client->post("create_model", body).status, 200);
@@ -140,51 +141,53 @@ TEST_F(ServerProtocol, BadInputIsAClientErrorAndTheServerKeepsServing) {
   auto out_of_vocab = fb(model, 1, {1, 2, test_backend::vocab});
   auto unknown_model = fb("sess-nope:train:0", 1);
   std::vector<bad_case> cases = {
-    {"create_model", "{not json", "application/json", 400, ""},
-    {"create_model", "[1,2]", "application/json", 400, ""},
-    {"create_model",
-     json{{"session_id", "sess-missing"}, {"model_seq_id", 0}, {"base_model", "test-base"}}.dump(),
-     "application/json", 404, "unknown session 'sess-missing'"},
-    {"create_model",
-     json{{"session_id", model.substr(0, model.find(':'))},
-          {"model_seq_id", 1},
-          {"base_model", "other-base"}}
-       .dump(),
-     "application/json", 400, "base_model 'other-base' is not served here"},
-    {"forward_backward", "\xff\xff\xff garbage", "application/x-protobuf", 400, ""},
-    {"forward_backward", fb_proto(unknown_loss), "application/x-protobuf", 400, "telepathy"},
-    {"forward_backward", fb_proto(unknown_key), "application/x-protobuf", 400, "clip_sideways"},
-    {"forward_backward", fb_proto(bad_tensor), "application/x-protobuf", 400, "weights"},
-    {"forward_backward", fb_proto(out_of_vocab), "application/x-protobuf", 400, "100"},
-    {"forward_backward", fb_proto(unknown_model), "application/x-protobuf", 404,
-     "unknown model 'sess-nope:train:0'"},
-    {"forward_backward", fb_proto(fb(model, 1)), "text/plain", 400, "text/plain"},
-    {"optim_step", json{{"model_id", model}, {"seq_id", 1}}.dump(), "application/json", 400,
-     "adam_params"},
-    {"optim_step",
-     json{{"model_id", "nope"}, {"seq_id", 1}, {"adam_params", {{"learning_rate", 1e-4}}}}.dump(),
-     "application/json", 404, "unknown model 'nope'"},
-    {"retrieve_future", json{{"request_id", "req-unknown"}}.dump(), "application/json", 404,
-     "unknown request_id 'req-unknown'"},
-    {"session_heartbeat", json{{"session_id", "sess-unknown"}}.dump(), "application/json", 404,
-     "sess-unknown"},
-    {"asample", tinker_client::sample_body("samp-unknown", 0, {1, 2}, 1, 4), "application/json",
-     404, "unknown sampling session 'samp-unknown'"},
-    {"load_weights",
-     json{{"model_id", model},
-          {"seq_id", 1},
-          {"path", "tinker://" + model + "/weights/none"},
-          {"optimizer", false}}
-       .dump(),
-     "application/json", 404, "unknown checkpoint"},
-    {"load_weights",
-     json{{"model_id", model}, {"seq_id", 1}, {"path", "file:///etc/passwd"}, {"optimizer", false}}
-       .dump(),
-     "application/json", 400, "tinker://"},
-    {"get_info", json{{"model_id", "nope"}}.dump(), "application/json", 404,
-     "unknown model 'nope'"},
-    {"weights_info", json{{"tinker_path", "tinker://x/weights/y"}}.dump(), "application/json", 404,
-     "unknown checkpoint"},
+      {"create_model", "{not json", "application/json", 400, ""},
+      {"create_model", "[1,2]", "application/json", 400, ""},
+      {"create_model",
+       json{{"session_id", "sess-missing"}, {"model_seq_id", 0}, {"base_model", "test-base"}}
+           .dump(),
+       "application/json", 404, "unknown session 'sess-missing'"},
+      {"create_model",
+       json{{"session_id", model.substr(0, model.find(':'))},
+            {"model_seq_id", 1},
+            {"base_model", "other-base"}}
+           .dump(),
+       "application/json", 400, "base_model 'other-base' is not served here"},
+      {"forward_backward", "\xff\xff\xff garbage", "application/x-protobuf", 400, ""},
+      {"forward_backward", fb_proto(unknown_loss), "application/x-protobuf", 400, "telepathy"},
+      {"forward_backward", fb_proto(unknown_key), "application/x-protobuf", 400, "clip_sideways"},
+      {"forward_backward", fb_proto(bad_tensor), "application/x-protobuf", 400, "weights"},
+      {"forward_backward", fb_proto(out_of_vocab), "application/x-protobuf", 400, "100"},
+      {"forward_backward", fb_proto(unknown_model), "application/x-protobuf", 404,
+       "unknown model 'sess-nope:train:0'"},
+      {"forward_backward", fb_proto(fb(model, 1)), "text/plain", 400, "text/plain"},
+      {"optim_step", json{{"model_id", model}, {"seq_id", 1}}.dump(), "application/json", 400,
+       "adam_params"},
+      {"optim_step",
+       json{{"model_id", "nope"}, {"seq_id", 1}, {"adam_params", {{"learning_rate", 1e-4}}}}.dump(),
+       "application/json", 404, "unknown model 'nope'"},
+      {"retrieve_future", json{{"request_id", "req-unknown"}}.dump(), "application/json", 404,
+       "unknown request_id 'req-unknown'"},
+      {"session_heartbeat", json{{"session_id", "sess-unknown"}}.dump(), "application/json", 404,
+       "sess-unknown"},
+      {"asample", tinker_client::sample_body("samp-unknown", 0, {1, 2}, 1, 4), "application/json",
+       404, "unknown sampling session 'samp-unknown'"},
+      {"load_weights",
+       json{{"model_id", model},
+            {"seq_id", 1},
+            {"path", "tinker://" + model + "/weights/none"},
+            {"optimizer", false}}
+           .dump(),
+       "application/json", 404, "unknown checkpoint"},
+      {"load_weights",
+       json{
+           {"model_id", model}, {"seq_id", 1}, {"path", "file:///etc/passwd"}, {"optimizer", false}}
+           .dump(),
+       "application/json", 400, "tinker://"},
+      {"get_info", json{{"model_id", "nope"}}.dump(), "application/json", 404,
+       "unknown model 'nope'"},
+      {"weights_info", json{{"tinker_path", "tinker://x/weights/y"}}.dump(), "application/json",
+       404, "unknown checkpoint"},
   };
   for (auto& c : cases) {
     auto r = client->post(c.endpoint, c.body, c.content_type);
@@ -265,17 +268,17 @@ TEST_F(ServerProtocol, ResultsAreProtobufWhenAcceptedAndJsonOtherwise) {
   EXPECT_EQ(j.at("metrics").at("loss:sum"), 1.0);
   EXPECT_EQ(j.at("loss_fn_outputs")[0].at("logprobs").at("data").size(), 4u);
   // Older SDKs send JSON forward_backward bodies; the forward endpoint sets forward_only.
-  json body{{"model_id", model},
-            {"seq_id", 2},
-            {"forward_input",
-             {{"data",
-               json::array({{{"model_input",
-                              {{"chunks", json::array({{{"tokens", {1, 2}},
-                                                        {"type", "encoded_text"}}})}}},
-                             {"loss_fn_inputs",
-                              {{"target_tokens",
-                                {{"data", {2, 3}}, {"dtype", "int64"}, {"shape", {2}}}}}}}})},
-              {"loss_fn", "cross_entropy"}}}};
+  json body{
+      {"model_id", model},
+      {"seq_id", 2},
+      {"forward_input",
+       {{"data",
+         json::array(
+             {{{"model_input",
+                {{"chunks", json::array({{{"tokens", {1, 2}}, {"type", "encoded_text"}}})}}},
+               {"loss_fn_inputs",
+                {{"target_tokens", {{"data", {2, 3}}, {"dtype", "int64"}, {"shape", {2}}}}}}}})},
+        {"loss_fn", "cross_entropy"}}}};
   auto r = client->post("forward", body.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   auto fwd = client->wait_future(tinker_client::request_id_of(r), false);
@@ -306,7 +309,7 @@ TEST_F(ServerProtocol, SamplesFromTheBaseModelAndSavedSamplerWeights) {
   EXPECT_EQ(calls.back(), "sample:" + model + ":1");
   // JSON results for older SDKs.
   auto id = tinker_client::request_id_of(
-    client->post("asample", tinker_client::sample_body(trained, 1, {4}, 1, 2)));
+      client->post("asample", tinker_client::sample_body(trained, 1, {4}, 1, 2)));
   auto j = parse(client->wait_future(id, false));
   EXPECT_EQ(j.at("sequences")[0].at("tokens"), json::array({4, 4}));
   // Ephemeral sampler weights hand out a sampling session.
@@ -316,9 +319,9 @@ TEST_F(ServerProtocol, SamplesFromTheBaseModelAndSavedSamplerWeights) {
   EXPECT_EQ(eph.at("sampling_session_id").get<std::string>().rfind("samp-", 0), 0u);
   // A training checkpoint is not a sampler.
   auto state = client->save_weights(model, 3, "w1");
-  r = client->post("create_sampling_session",
-                   json{{"session_id", session}, {"sampling_session_seq_id", 3},
-                        {"model_path", state}}.dump());
+  r = client->post(
+      "create_sampling_session",
+      json{{"session_id", session}, {"sampling_session_seq_id", 3}, {"model_path", state}}.dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(error_of(r).find("training state"), std::string::npos);
 }
@@ -415,11 +418,9 @@ TEST_F(ServerProtocol, AnAbortedArchiveDownloadLeavesTheServerServing) {
 TEST_F(ServerProtocol, CheckpointsPastTheirTtlAreRemoved) {
   start();
   auto model = make_model();
-  auto r = client->post("save_weights", json{{"model_id", model},
-                                             {"seq_id", 1},
-                                             {"path", "short"},
-                                             {"ttl_seconds", 1}}
-                                          .dump());
+  auto r = client->post(
+      "save_weights",
+      json{{"model_id", model}, {"seq_id", 1}, {"path", "short"}, {"ttl_seconds", 1}}.dump());
   auto path = parse(client->wait_future(tinker_client::request_id_of(r), false)).at("path");
   auto keep = client->save_weights(model, 2, "kept");
   auto dir = std::filesystem::path(opts.checkpoint_dir) / model / "weights";

@@ -159,7 +159,7 @@ TEST(ServerScheduler, BarrierSplitsBatchesAndRunsAlone) {
   };
   // Everything arrives before seq 1, so the scheduler sees the whole sequence at once.
   s.submit_forward_backward(fb_request("m", 2), out.fb());
-  s.submit_ordered("m", 3, op(3), out.op());             // optim_step: barrier
+  s.submit_ordered("m", 3, op(3), out.op()); // optim_step: barrier
   s.submit_forward_backward(fb_request("m", 4), out.fb());
   s.submit_forward_backward(fb_request("m", 5, true), out.fb()); // forward: its own batch
   s.submit_forward_backward(fb_request("m", 6, true), out.fb());
@@ -203,16 +203,17 @@ TEST(ServerScheduler, RejectsDuplicateAndStaleSeqIds) {
     EXPECT_EQ(e.category(), "user");
     EXPECT_NE(std::string(e.what()).find("seq_id 7 of model 'm' is already queued"),
               std::string::npos)
-      << e.what();
+        << e.what();
   }
   try {
-    s.submit_ordered("m", 4, [] { return std::string(); }, out.op());
+    s.submit_ordered(
+        "m", 4, [] { return std::string(); }, out.op());
     FAIL() << "stale seq_id accepted";
   } catch (const tinker::request_error& e) {
     EXPECT_NE(std::string(e.what()).find("seq_id 4 of model 'm' was already passed (next "
                                          "expected 5)"),
               std::string::npos)
-      << e.what();
+        << e.what();
   }
   // The queue is intact: filling the gap runs 5..7.
   s.submit_forward_backward(fb_request("m", 5), out.fb());
@@ -250,16 +251,16 @@ TEST(ServerScheduler, BackendErrorsFailTheWholeBatchAndTheModelStaysUsable) {
   sink out;
   std::atomic<int> calls{0};
   request_scheduler s(
-    one_worker(),
-    [&](const std::vector<tinker::forward_backward_request>& batch) {
-      if (calls++ == 0)
-        throw tinker::request_error("user", "token id 999 outside the vocabulary");
-      std::vector<tinker::forward_backward_output> out(batch.size());
-      for (size_t i = 0; i < batch.size(); ++i)
-        out[i].metrics["seq:sum"] = static_cast<double>(batch[i].seq_id);
-      return out;
-    },
-    sample_fn(rec));
+      one_worker(),
+      [&](const std::vector<tinker::forward_backward_request>& batch) {
+        if (calls++ == 0)
+          throw tinker::request_error("user", "token id 999 outside the vocabulary");
+        std::vector<tinker::forward_backward_output> out(batch.size());
+        for (size_t i = 0; i < batch.size(); ++i)
+          out[i].metrics["seq:sum"] = static_cast<double>(batch[i].seq_id);
+        return out;
+      },
+      sample_fn(rec));
   s.open_model("m", 1);
   s.submit_forward_backward(fb_request("m", 2), out.fb());
   s.submit_forward_backward(fb_request("m", 1), out.fb());
@@ -267,7 +268,8 @@ TEST(ServerScheduler, BackendErrorsFailTheWholeBatchAndTheModelStaysUsable) {
   ASSERT_EQ(out.failures.size(), 2u);
   EXPECT_EQ(out.failures[0].category, "user");
   EXPECT_EQ(out.failures[0].message, "token id 999 outside the vocabulary");
-  s.submit_ordered("m", 3, []() -> std::string { throw std::runtime_error("disk full"); }, out.op());
+  s.submit_ordered(
+      "m", 3, []() -> std::string { throw std::runtime_error("disk full"); }, out.op());
   ASSERT_TRUE(out.wait(3));
   EXPECT_EQ(out.failures[2].category, "server");
   EXPECT_EQ(out.failures[2].message, "disk full");
@@ -281,11 +283,11 @@ TEST(ServerScheduler, WrongOutputCountIsAServerError) {
   recorder rec;
   sink out;
   request_scheduler s(
-    one_worker(),
-    [](const std::vector<tinker::forward_backward_request>&) {
-      return std::vector<tinker::forward_backward_output>{};
-    },
-    sample_fn(rec));
+      one_worker(),
+      [](const std::vector<tinker::forward_backward_request>&) {
+        return std::vector<tinker::forward_backward_output>{};
+      },
+      sample_fn(rec));
   s.open_model("m", 1);
   s.submit_forward_backward(fb_request("m", 1), out.fb());
   ASSERT_TRUE(out.wait(1));
@@ -303,7 +305,7 @@ TEST(ServerScheduler, SampleQueueIsBoundedAndBatchesPerModel) {
   request_scheduler s(o, fb_fn(rec), sample_fn(rec));
   auto sample_done = [&] {
     return out.make<tinker::sample_response>(
-      [](const tinker::sample_response& r) { return std::to_string(r.sequences.size()); });
+        [](const tinker::sample_response& r) { return std::to_string(r.sequences.size()); });
   };
   rec.gate_open = false;
   tinker::sample_request r;
@@ -334,10 +336,12 @@ TEST(ServerScheduler, SamplesNeverRunWhileTheSameModelTrains) {
   s.submit_forward_backward(fb_request("m", 1), out.fb());
   rec.wait_entered(1);
   tinker::sample_request r;
-  ASSERT_TRUE(s.try_submit_sample("m", r, out.make<tinker::sample_response>(
-                                            [](const tinker::sample_response&) { return "s"; })));
-  ASSERT_TRUE(s.try_submit_sample("other", r, out.make<tinker::sample_response>(
-                                                [](const tinker::sample_response&) { return "o"; })));
+  ASSERT_TRUE(s.try_submit_sample(
+      "m", r,
+      out.make<tinker::sample_response>([](const tinker::sample_response&) { return "s"; })));
+  ASSERT_TRUE(s.try_submit_sample(
+      "other", r,
+      out.make<tinker::sample_response>([](const tinker::sample_response&) { return "o"; })));
   rec.wait_entered(2); // "other" runs beside the training model; "m"'s sample waits
   {
     std::lock_guard<std::mutex> guard(rec.mutex);
@@ -371,10 +375,13 @@ TEST(ServerScheduler, UnorderedOpsRunBeforeTheModelsOrderedOps) {
   sink out;
   request_scheduler s(one_worker(), fb_fn(rec), sample_fn(rec));
   s.open_model("m", 1);
-  s.submit_unordered("m", [&] {
-    rec.record("create");
-    return std::string("m");
-  }, out.op());
+  s.submit_unordered(
+      "m",
+      [&] {
+        rec.record("create");
+        return std::string("m");
+      },
+      out.op());
   s.submit_forward_backward(fb_request("m", 1), out.fb());
   ASSERT_TRUE(out.wait(2));
   EXPECT_EQ(rec.snapshot(), (std::vector<std::string>{"create", "fb:1"}));
