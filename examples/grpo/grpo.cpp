@@ -22,12 +22,14 @@
 //
 //   grpo [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick] ...
 //   (grpo --help lists every flag)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
