@@ -20,7 +20,7 @@ struct options {
   int digits = 2;                 ///< operand digits (--digits)
   int held_out = 200;             ///< held-out problems (--held-out)
   // Warm start (supervised).
-  int sft_steps = 1000;           ///< most warm-start steps (--sft-steps; 0 = none)
+  int sft_steps = 3000;           ///< most warm-start steps (--sft-steps; 0 = none)
   /// Stop the warm start once greedy accuracy on a validation sample of training problems
   /// reaches this share (--sft-target, in [0, 1]; 0 = always run --sft-steps steps).
   double sft_target = 0.3;
