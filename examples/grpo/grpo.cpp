@@ -113,13 +113,21 @@ double greedy_accuracy(const examples::fatal_errors& or_die, trainer_client& cli
   return arith::accuracy(problems, responses);
 }
 
-/// Supervised warm start; returns the number of steps taken.
-int warm_start(const examples::fatal_errors& or_die, trainer_client& client,
+/// How the warm start ended.
+struct warm_start_result {
+  int steps = 0;              ///< steps taken
+  double validation = -1;     ///< last validation accuracy (-1 when never measured)
+  bool reached = false;       ///< stopped because the validation target was reached
+};
+
+/// Supervised warm start.
+warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_client& client,
                const examples::grpo::options& opt, const arith::task& task,
                const std::vector<arith::problem>& validation, std::mt19937_64& rng) {
   be::adam_params adam;
   adam.learning_rate = opt.sft_lr;
   adam.grad_clip_norm = 1.0;
+  warm_start_result res;
   for (int s = 1; s <= opt.sft_steps; ++s) {
     std::vector<std::vector<int64_t>> prompts, targets;
     for (int i = 0; i < opt.sft_batch; ++i) {
@@ -146,15 +154,17 @@ int warm_start(const examples::fatal_errors& or_die, trainer_client& client,
         std::printf("  validation accuracy %5.1f%%", 100 * val);
       std::fflush(stdout);
     }
+    res.steps = s;
+    if (check)
+      res.validation = val;
     if (check && val >= opt.sft_target) {
-      if (!opt.quiet)
-        std::printf("\n");
-      return s;
+      res.reached = true;
+      break;
     }
   }
   if (!opt.quiet)
     std::printf("\n");
-  return opt.sft_steps;
+  return res;
 }
 
 /// The job; returns the exit status (fatal runtime errors exit from inside `fatal_errors`).
@@ -234,14 +244,18 @@ int run(int argc, char** argv) {
       validation.push_back(task.sample_train(vrng));
   }
   auto t_sft = clock_type::now();
-  int sft_steps = warm_start(or_die, client, opt, task, validation, rng);
+  auto sft = warm_start(or_die, client, opt, task, validation, rng);
   double sft_seconds = seconds_since(t_sft);
+  if (opt.sft_target > 0 && !sft.reached)
+    std::printf("grpo: note: the warm start did not reach its validation target %.0f%% in %d "
+                "steps (last %.0f%%); GRPO starts from a weaker model\n",
+                100 * opt.sft_target, sft.steps, 100 * sft.validation);
 
   // 2. Engines get the warm-started weights; the reference model is a copy of them.
   or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
   double acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
   std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
-              sft_steps, sft_seconds, 100 * acc_before);
+              sft.steps, sft_seconds, 100 * acc_before);
   auto export_dir = fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
   or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
   model_spec ref_model;
