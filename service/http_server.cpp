@@ -1204,6 +1204,18 @@ int http_server::start() {
   s.bound_port = port;
   s.started = true;
   s.listener = std::thread([&s] { s.svr.listen_after_bind(); });
+  // cpp-httplib's stop() does nothing until the accept loop runs: wait for it, so that a stop()
+  // right after start() cannot leave the loop running forever.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!s.svr.is_running()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      s.svr.stop();
+      s.listener.join();
+      throw std::runtime_error("http_server: the accept loop on " + s.opts.host + ":"
+                               + std::to_string(port) + " did not start");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   s.log->info("event=listening host={} port={} auth={}", s.opts.host, port,
               s.opts.insecure_no_auth ? "off" : "api_key");
   return port;
