@@ -394,6 +394,27 @@ int run(int argc, char** argv) {
       std::printf("grpo: FAILED: %zu metrics records, expected %d\n", records.size(), opt.steps);
       return 1;
     }
+    // The step-time breakdown: medians over the steps (docs/PERFORMANCE.md quotes this line).
+    auto median_of = [&](auto field) {
+      std::vector<double> v;
+      for (auto& r : records)
+        v.push_back(field(r));
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    auto field = [](const char* key) {
+      return [key](const nlohmann::json& r) { return r.at(key).get<double>(); };
+    };
+    double step_s = median_of(field("seconds"));
+    double gen_s = median_of(field("generate_seconds"));
+    double train_s = median_of(field("train_seconds"));
+    double sync_s = median_of(field("sync_seconds"));
+    double tps = median_of(field("tokens_per_second"));
+    auto share = [&](double x) { return step_s > 0 ? 100 * x / step_s : 0.0; };
+    std::printf("grpo: step time (medians of %zu steps) %.3f s: generate %.3f s (%.0f%%), train "
+                "%.3f s (%.0f%%), sync %.4f s (%.1f%%); generation %.0f tok/s\n",
+                records.size(), step_s, gen_s, share(gen_s), train_s, share(train_s), sync_s,
+                share(sync_s), tps);
   } catch (const std::exception& e) {
     std::printf("grpo: FAILED: %s\n", e.what());
     return 1;
