@@ -780,10 +780,17 @@ struct http_server::impl {
       auto s = store.get_sampling_session(key);
       if (!s)
         throw http_error(404, "unknown sampling session '" + key + "'");
-      model_id = s->model_id;
+      // A session on a saved sampler checkpoint samples exactly that checkpoint (its directory),
+      // whatever the model did since and whether or not it is still loaded (e.g. after a
+      // restart); ephemeral sessions sample their model's synced weights.
+      model_id = s->model_path.empty() ? s->model_id : s->weights_dir;
     } else if (!body.model_path.empty()) {
       auto c = require_checkpoint(body.model_path);
-      model_id = c.model_id;
+      if (c.kind != checkpoint_kind::sampler_weights)
+        throw http_error(400, "checkpoint " + body.model_path +
+                                  " is training state; sampling needs "
+                                  "a tinker://.../sampler_weights/... checkpoint");
+      model_id = c.dir;
     } else if (body.base_model != backend.base_model_name()) {
       throw http_error(400, "base_model '" + body.base_model +
                                 "' is not served here; this "

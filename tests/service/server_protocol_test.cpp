@@ -305,8 +305,11 @@ TEST_F(ServerProtocol, SamplesFromTheBaseModelAndSavedSamplerWeights) {
   r = client->get("samplers/" + trained);
   EXPECT_EQ(parse(r).at("model_path"), path);
   client->sample(trained, 0, {3}, 1, 1);
+  // A saved sampler checkpoint is sampled from its directory, not from the model's live weights.
+  const auto s1_dir =
+      (std::filesystem::path(opts.checkpoint_dir) / model / "sampler_weights" / "s1").string();
   auto calls = backend.calls();
-  EXPECT_EQ(calls.back(), "sample:" + model + ":1");
+  EXPECT_EQ(calls.back(), "sample:" + s1_dir + ":1");
   // JSON results for older SDKs.
   auto id = tinker_client::request_id_of(
       client->post("asample", tinker_client::sample_body(trained, 1, {4}, 1, 2)));
@@ -324,6 +327,44 @@ TEST_F(ServerProtocol, SamplesFromTheBaseModelAndSavedSamplerWeights) {
       json{{"session_id", session}, {"sampling_session_seq_id", 3}, {"model_path", state}}.dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(error_of(r).find("training state"), std::string::npos);
+}
+
+TEST_F(ServerProtocol, SamplerCheckpointsKeepTheirWeightsAfterLaterSavesAndUnload) {
+  // The SDK's RL loop: save_weights_for_sampler(name) + create_sampling_client(path) per step.
+  // Each session must sample the checkpoint it names, also once the model trained on, saved
+  // again or went away (after a restart the model is not loaded, its checkpoints still are).
+  start();
+  auto model = make_model();
+  auto session = model.substr(0, model.find(':'));
+  auto p1 = client->save_weights_for_sampler(model, 1, "step1");
+  auto p2 = client->save_weights_for_sampler(model, 2, "step2");
+  auto s1 = client->create_sampling_session(session, 0, p1, "");
+  const auto ckpt = std::filesystem::path(opts.checkpoint_dir) / model / "sampler_weights";
+  client->sample(s1, 0, {3}, 1, 1);
+  EXPECT_EQ(backend.calls().back(), "sample:" + (ckpt / "step1").string() + ":1");
+  // Session-less asample with a model_path (older SDKs) samples that checkpoint too.
+  json body = json::parse(tinker_client::sample_body("", 0, {4}, 1, 1));
+  body.erase("sampling_session_id");
+  body.erase("seq_id");
+  body["model_path"] = p2;
+  auto r = client->post("asample", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  client->wait_future(tinker_client::request_id_of(r), false);
+  EXPECT_EQ(backend.calls().back(), "sample:" + (ckpt / "step2").string() + ":1");
+  // ... but not a training checkpoint: 400, nothing sampled.
+  auto state = client->save_weights(model, 3, "w1");
+  body["model_path"] = state;
+  const auto before = backend.calls().size();
+  r = client->post("asample", body.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("training state"), std::string::npos) << r.body;
+  EXPECT_EQ(backend.calls().size(), before);
+  // Unloading the model leaves its sampler checkpoints sampleable.
+  r = client->post("unload_model", json{{"model_id", model}, {"type", "unload_model"}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  client->wait_future(tinker_client::request_id_of(r), false);
+  client->sample(s1, 1, {5}, 1, 1);
+  EXPECT_EQ(backend.calls().back(), "sample:" + (ckpt / "step1").string() + ":1");
 }
 
 TEST_F(ServerProtocol, SavesListsDownloadsAndDeletesCheckpoints) {
