@@ -673,6 +673,24 @@ std::optional<session_record> future_store::get_session(const std::string& sessi
   return s;
 }
 
+std::vector<session_record> future_store::list_sessions() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  query q{db_->prepare("SELECT session_id, created_ms, last_heartbeat_ms, tags, user_metadata "
+                       "FROM sessions ORDER BY created_ms, rowid"),
+          "list sessions"};
+  std::vector<session_record> out;
+  while (q.step()) {
+    session_record s;
+    s.session_id = q.text(0);
+    s.created_ms = q.integer(1);
+    s.last_heartbeat_ms = q.integer(2);
+    s.tags_json = q.text(3);
+    s.user_metadata_json = q.text(4);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 // ---- models ---------------------------------------------------------------------------------
 
 std::string future_store::model_id_for(const std::string& session_id, int64_t model_seq_id) {
@@ -869,6 +887,19 @@ std::optional<sampling_session_record> future_store::get_sampling_session(const 
   if (!q.step())
     return std::nullopt;
   return read_sampling(q);
+}
+
+std::vector<sampling_session_record>
+future_store::list_sampling_sessions(const std::string& session_id) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  query q{db_->prepare(std::string("SELECT ") + sampling_columns +
+                       " FROM sampling_sessions WHERE session_id = ? ORDER BY created_ms, rowid"),
+          "list sampling sessions"};
+  q.bind(1, session_id);
+  std::vector<sampling_session_record> out;
+  while (q.step())
+    out.push_back(read_sampling(q));
+  return out;
 }
 
 void future_store::update_sampling_weights(const std::string& id, int64_t weights_version,

@@ -204,6 +204,9 @@ public:
   /// The session, or none.
   std::optional<session_record> get_session(const std::string& session_id);
 
+  /// Every session, oldest first.
+  std::vector<session_record> list_sessions();
+
   // ---- models -------------------------------------------------------------------------------
 
   /// The SDK's model id format: "<session_id>:train:<model_seq_id>".
@@ -244,6 +247,9 @@ public:
 
   /// The sampling session, or none.
   std::optional<sampling_session_record> get_sampling_session(const std::string& id);
+
+  /// Sampling sessions created in `session_id` (the session-less ones when empty), oldest first.
+  std::vector<sampling_session_record> list_sampling_sessions(const std::string& session_id);
 
   /// Points the sampling session at new weights. Throws `not_found` for an unknown id and
   /// `invalid` for a negative version.

@@ -924,6 +924,36 @@ struct http_server::impl {
                           {{"offset", offset}, {"limit", limit}, {"total_count", models.size()}}}});
   }
 
+  void list_sessions(const httplib::Request& req, httplib::Response& res) {
+    auto limit = query_int(req, "limit", 20, 10000);
+    auto offset = query_int(req, "offset", 0, std::numeric_limits<int32_t>::max());
+    auto all = store.list_sessions();
+    json ids = json::array();
+    for (size_t i = static_cast<size_t>(offset);
+         i < all.size() && ids.size() < static_cast<size_t>(limit); ++i)
+      ids.push_back(all[i].session_id);
+    reply_json(
+        res, json{{"sessions", ids},
+                  {"cursor", {{"offset", offset}, {"limit", limit}, {"total_count", all.size()}}}});
+  }
+
+  void get_session(const httplib::Request& req, const std::string& id, httplib::Response& res) {
+    if (req.has_param("access_scope")) {
+      auto scope = req.get_param_value("access_scope");
+      if (scope != "owned" && scope != "accessible")
+        throw http_error(400, "access_scope is '" + scope + "', expected owned or accessible");
+    }
+    if (!store.get_session(id))
+      throw http_error(404, "unknown session '" + id + "'");
+    json runs = json::array();
+    for (auto& m : store.list_models(id))
+      runs.push_back(m.model_id);
+    json samplers = json::array();
+    for (auto& s : store.list_sampling_sessions(id))
+      samplers.push_back(s.id);
+    reply_json(res, json{{"training_run_ids", runs}, {"sampler_ids", samplers}});
+  }
+
   model_record require_run(const std::string& id) {
     auto m = store.get_model(id);
     if (!m || m->deleted)
@@ -1180,6 +1210,8 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
   get("models/([^/]+)/checkpoints",
       [&s](auto& req, auto& res) { s.list_checkpoints(req.matches[1], res); });
   get("checkpoints", [&s](auto& req, auto& res) { s.list_user_checkpoints(req, res); });
+  get("sessions", [&s](auto& req, auto& res) { s.list_sessions(req, res); });
+  get("sessions/([^/]+)", [&s](auto& req, auto& res) { s.get_session(req, req.matches[1], res); });
   get("training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)/archive",
       [&s](auto& req, auto& res) { s.archive_url(req, req.matches[1], req.matches[2], res); });
   get("checkpoint_archives/([0-9a-f]+)",

@@ -474,6 +474,37 @@ TEST(FutureStoreSessions, CreateHeartbeatGet) {
   EXPECT_EQ(empty->user_metadata_json, "{}");
 }
 
+TEST(FutureStoreSessions, ListsSessionsAndTheirSamplingSessionsOldestFirst) {
+  auto store = future_store::open(":memory:");
+  EXPECT_TRUE(store->list_sessions().empty());
+  auto a = store->create_session("[\"x\"]", "{}");
+  auto b = store->create_session();
+  auto all = store->list_sessions();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].session_id, a);
+  EXPECT_EQ(all[0].tags_json, "[\"x\"]");
+  EXPECT_EQ(all[1].session_id, b);
+  sampling_session_record s;
+  s.session_id = b;
+  s.base_model = "tiny-llama";
+  s.sampling_session_seq_id = 0;
+  auto s0 = store->create_sampling_session(s);
+  s.sampling_session_seq_id = 1;
+  auto s1 = store->create_sampling_session(s);
+  sampling_session_record anon;
+  anon.base_model = "tiny-llama";
+  auto free = store->create_sampling_session(anon);
+  auto of_b = store->list_sampling_sessions(b);
+  ASSERT_EQ(of_b.size(), 2u);
+  EXPECT_EQ(of_b[0].id, s0);
+  EXPECT_EQ(of_b[1].id, s1);
+  EXPECT_TRUE(store->list_sampling_sessions(a).empty());
+  EXPECT_TRUE(store->list_sampling_sessions("sess-nope").empty());
+  auto none = store->list_sampling_sessions("");
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0].id, free);
+}
+
 TEST(FutureStoreSessions, RejectsBadInput) {
   auto store = future_store::open(":memory:");
   expect_store_error([&] { store->heartbeat("sess-nope"); }, store_errc::not_found, "'sess-nope'");

@@ -367,6 +367,42 @@ TEST_F(ServerProtocol, SamplerCheckpointsKeepTheirWeightsAfterLaterSavesAndUnloa
   EXPECT_EQ(backend.calls().back(), "sample:" + (ckpt / "step1").string() + ":1");
 }
 
+TEST_F(ServerProtocol, ListsSessionsAndTheirTrainingRunsAndSamplers) {
+  // The SDK's RestClient.list_sessions / get_session.
+  start();
+  auto model = make_model();
+  auto session = model.substr(0, model.find(':'));
+  auto other = client->create_session();
+  auto sampler = client->create_sampling_session(session, 0, "", "test-base");
+  auto r = client->get("sessions");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(parse(r).at("sessions"), json::array({session, other}));
+  EXPECT_EQ(parse(r).at("cursor").at("total_count"), 2);
+  r = client->get("sessions?limit=1&offset=1");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(parse(r).at("sessions"), json::array({other}));
+  r = client->get("sessions/" + session + "?access_scope=owned");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(parse(r).at("training_run_ids"), json::array({model}));
+  EXPECT_EQ(parse(r).at("sampler_ids"), json::array({sampler}));
+  r = client->get("sessions/" + other);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(parse(r).at("training_run_ids"), json::array());
+  EXPECT_EQ(parse(r).at("sampler_ids"), json::array());
+  // Bad input: unknown session, bad scope, bad paging.
+  r = client->get("sessions/sess-nope");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(error_of(r).find("sess-nope"), std::string::npos) << r.body;
+  r = client->get("sessions/" + session + "?access_scope=everyone");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("access_scope"), std::string::npos) << r.body;
+  r = client->get("sessions?limit=-1");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("limit"), std::string::npos) << r.body;
+  tinker_client anonymous("127.0.0.1", server->port(), "");
+  EXPECT_EQ(anonymous.get("sessions").status, 401);
+}
+
 TEST_F(ServerProtocol, SavesListsDownloadsAndDeletesCheckpoints) {
   start();
   auto model = make_model();
