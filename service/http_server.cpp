@@ -1003,6 +1003,26 @@ struct http_server::impl {
     reply_json(res, json::object());
   }
 
+  /// `PUT .../ttl` `{"ttl_seconds": int >= 1 | null}`: expires the checkpoint that many seconds
+  /// from now, or never (null).
+  void set_checkpoint_ttl(const httplib::Request& req, const std::string& model_id,
+                          const std::string& checkpoint_id, httplib::Response& res) {
+    auto body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("ttl_seconds"))
+      throw http_error(400, "set checkpoint ttl: the body must be a JSON object with "
+                            "'ttl_seconds' (an integer >= 1, or null to never expire)");
+    const auto& ttl = body.at("ttl_seconds");
+    if (!ttl.is_null() && (!ttl.is_number_integer() || ttl.get<int64_t>() < 1 ||
+                           ttl.get<int64_t>() > int64_t{1} << 40))
+      throw http_error(400, "set checkpoint ttl: 'ttl_seconds' is " + ttl.dump() +
+                                ", expected an integer >= 1 (seconds) or null");
+    auto c = require_run_checkpoint(model_id, checkpoint_id);
+    c.expires_ms = expiry(!ttl.is_null(), ttl.is_null() ? 0 : ttl.get<int64_t>());
+    store.insert_checkpoint(c, true);
+    log->info("event=set_checkpoint_ttl path={} ttl_seconds={}", c.tinker_path, ttl.dump());
+    reply_json(res, json::object());
+  }
+
   void archive_url(const httplib::Request& req, const std::string& model_id,
                    const std::string& checkpoint_id, httplib::Response& res) {
     auto c = require_run_checkpoint(model_id, checkpoint_id);
@@ -1216,6 +1236,10 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
       [&s](auto& req, auto& res) { s.archive_url(req, req.matches[1], req.matches[2], res); });
   get("checkpoint_archives/([0-9a-f]+)",
       [&s](auto& req, auto& res) { s.download_archive(req.matches[1], res); });
+  svr.Put(std::string(api) + "training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)/ttl",
+          guarded([&s](auto& req, auto& res) {
+            s.set_checkpoint_ttl(req, req.matches[1], req.matches[2], res);
+          }));
   svr.Delete(std::string(api) + "training_runs/([^/]+)/checkpoints/([^/]+/[^/]+)",
              guarded([&s](auto& req, auto& res) {
                s.delete_checkpoint(req.matches[1], req.matches[2], res);

@@ -112,6 +112,15 @@ client_response tinker_client::del(const std::string& path) const {
   return convert(cli.Delete(("/api/v1/" + path).c_str(), h));
 }
 
+client_response tinker_client::put(const std::string& path, const std::string& body) const {
+  httplib::Client cli(host_, port_);
+  cli.set_read_timeout(60, 0);
+  httplib::Headers h;
+  if (!api_key_.empty())
+    h.emplace("X-API-Key", api_key_);
+  return convert(cli.Put(("/api/v1/" + path).c_str(), h, body, "application/json"));
+}
+
 std::string tinker_client::request_id_of(const client_response& r) {
   expect_ok(r);
   auto j = json::parse(r.body);

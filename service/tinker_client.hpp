@@ -62,6 +62,9 @@ public:
   /// DELETEs `/api/v1/<path>`.
   client_response del(const std::string& path) const;
 
+  /// PUTs `body` (JSON) to `/api/v1/<path>`.
+  client_response put(const std::string& path, const std::string& body) const;
+
   // ---- futures -------------------------------------------------------------------------------
 
   /// Polls `retrieve_future` until the future is final or `timeout` passes (then throws

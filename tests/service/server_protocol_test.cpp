@@ -512,6 +512,52 @@ TEST_F(ServerProtocol, CheckpointsPastTheirTtlAreRemoved) {
   EXPECT_EQ(r.status, 404);
 }
 
+TEST_F(ServerProtocol, SetsAndClearsACheckpointTtl) {
+  // The SDK's RestClient.set_checkpoint_ttl_from_tinker_path.
+  start();
+  auto model = make_model();
+  auto path = client->save_weights(model, 1, "w");
+  const std::string ttl_path = "training_runs/" + model + "/checkpoints/weights/w/ttl";
+  auto listed = [&] {
+    return parse(client->get("training_runs/" + model + "/checkpoints")).at("checkpoints").at(0);
+  };
+  EXPECT_FALSE(listed().contains("expires_at"));
+  auto r = client->put(ttl_path, R"({"ttl_seconds": 3600})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(listed().contains("expires_at"));
+  EXPECT_EQ(listed().at("tinker_path"), path);
+  r = client->put(ttl_path, R"({"ttl_seconds": null})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(listed().contains("expires_at"));
+  // Bad input is 400/404 naming what is wrong, and the checkpoint keeps its (absent) expiry.
+  for (const char* bad : {R"({"ttl_seconds": 0})", R"({"ttl_seconds": -5})",
+                          R"({"ttl_seconds": 1.5})", R"({"ttl_seconds": "60"})"}) {
+    r = client->put(ttl_path, bad);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_NE(error_of(r).find("'ttl_seconds' is"), std::string::npos) << r.body;
+  }
+  for (const char* bad : {"{}", "[]", "not json"}) {
+    r = client->put(ttl_path, bad);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_NE(error_of(r).find("must be a JSON object"), std::string::npos) << r.body;
+  }
+  EXPECT_FALSE(listed().contains("expires_at"));
+  r = client->put("training_runs/" + model + "/checkpoints/weights/nope/ttl",
+                  R"({"ttl_seconds": 60})");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(error_of(r).find("weights/nope"), std::string::npos) << r.body;
+  r = client->put("training_runs/nope/checkpoints/weights/w/ttl", R"({"ttl_seconds": 60})");
+  EXPECT_EQ(r.status, 404);
+  // A 1 s ttl set later expires the checkpoint like one saved with it.
+  r = client->put(ttl_path, R"({"ttl_seconds": 1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::this_thread::sleep_for(1100ms);
+  auto cps = parse(client->get("training_runs/" + model + "/checkpoints")).at("checkpoints");
+  EXPECT_TRUE(cps.empty()) << cps.dump();
+  tinker_client anonymous("127.0.0.1", server->port(), "");
+  EXPECT_EQ(anonymous.put(ttl_path, R"({"ttl_seconds": 60})").status, 401);
+}
+
 TEST_F(ServerProtocol, UnloadModelFreesItAndLaterCallsAre404) {
   start();
   auto model = make_model();
