@@ -405,6 +405,23 @@ TEST_F(EngineDispatch, BadSyncsAndSettingsAreRefused) {
   ASSERT_FALSE(c);
   EXPECT_NE(error_message(c.error()).find("at least two roles"), std::string::npos);
   EXPECT_EQ(ok(client_->save_weights_for_sampler()), 1);
+  // Registration with an unknown kind and a status request without a deadline are refused.
+  caf::scoped_actor self{*sys_};
+  self->request(dispatcher_, std::chrono::seconds(10), dispatcher_register_atom::value,
+                std::string{"x"}, engines_.handle(), std::string{"toaster"})
+    .receive([](int32_t) { ADD_FAILURE() << "an unknown kind was accepted"; },
+             [](caf::error& e) {
+               EXPECT_NE(error_message(e).find("unknown kind 'toaster'"), std::string::npos)
+                 << error_message(e);
+             });
+  self->request(dispatcher_, std::chrono::seconds(10), dispatcher_status_atom::value, int64_t{0})
+    .receive([](std::string&) { ADD_FAILURE() << "a status without deadline was answered"; },
+             [](caf::error& e) {
+               EXPECT_NE(error_message(e).find("timeout must be > 0"), std::string::npos)
+                 << error_message(e);
+             });
+  auto roles = ok(client_->status())["roles"];
+  EXPECT_FALSE(roles.contains("x"));
 }
 
 } // namespace
