@@ -796,8 +796,10 @@ void validate_forward_backward(const tinker::forward_backward_request& r,
                                loss == "gspo" || loss == "dppo";
   if (policy_gradient)
     needed.insert(needed.end(), {"logprobs", "advantages"});
+  // A critic's loss needs the returns and the value predictions of the rollout (`values`, the
+  // old values its clip is measured from).
   if (loss == "ppo_critic")
-    needed.push_back("returns");
+    needed.insert(needed.end(), {"returns", "values"});
   const auto& known = loss_input_names();
   for (size_t i = 0; i < r.data.size(); ++i) {
     const auto& d = r.data[i];
@@ -821,7 +823,7 @@ void validate_forward_backward(const tinker::forward_backward_request& r,
     if (loss == "ppo") {
       const bool critic = d.loss_fn_inputs.count("returns") > 0;
       if (critic)
-        needs.push_back("returns");
+        needs.insert(needs.end(), {"returns", "values"});
       else
         needs.insert(needs.end(), {"logprobs", "advantages"});
     }

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "service/tinker_client.hpp"
+#include "service/tinker_wire.hpp"
 
 namespace {
 
@@ -194,6 +196,168 @@ TEST(ServeEndToEnd, TrainsSavesAndSamplesThroughHttp) {
       EXPECT_FALSE(s.tokens.empty());
       EXPECT_EQ(s.tokens.size(), s.logprobs.size());
     }
+    EXPECT_EQ(serve.stop(), 0) << serve.output();
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+tinker::tensor_data floats(std::vector<double> v) {
+  tinker::tensor_data t;
+  t.shape.push_back(static_cast<int64_t>(v.size()));
+  t.floats = std::move(v);
+  return t;
+}
+
+tinker::tensor_data ints(std::vector<int64_t> v) {
+  tinker::tensor_data t;
+  t.type = tinker::dtype::int64;
+  t.shape.push_back(static_cast<int64_t>(v.size()));
+  t.ints = std::move(v);
+  return t;
+}
+
+/// RL datums as the Tinker cookbook builds them from sampled sequences: input = prompt +
+/// completion[:-1], targets shifted by one, the sampler's log-probs and the advantage on the
+/// completion's positions (0 on the prompt's).
+std::vector<tinker::datum> rl_datums(const std::vector<int64_t>& prompt,
+                                     const tinker::sample_response& out) {
+  std::vector<tinker::datum> data;
+  for (size_t i = 0; i < out.sequences.size(); ++i) {
+    const auto& s = out.sequences[i];
+    tinker::datum d;
+    d.tokens = prompt;
+    d.tokens.insert(d.tokens.end(), s.tokens.begin(), s.tokens.end() - 1);
+    std::vector<int64_t> targets(prompt.begin() + 1, prompt.end());
+    targets.insert(targets.end(), s.tokens.begin(), s.tokens.end());
+    std::vector<double> lp(prompt.size() - 1, 0.0), adv(prompt.size() - 1, 0.0);
+    lp.insert(lp.end(), s.logprobs.begin(), s.logprobs.end());
+    adv.insert(adv.end(), s.tokens.size(), i % 2 == 0 ? 1.0 : -1.0);
+    d.loss_fn_inputs["target_tokens"] = ints(targets);
+    d.loss_fn_inputs["logprobs"] = floats(lp);
+    d.loss_fn_inputs["advantages"] = floats(adv);
+    data.push_back(std::move(d));
+  }
+  return data;
+}
+
+TEST(ServeEndToEnd, RlWithEveryTinkerLossAndACriticThroughHttp) {
+  ASSERT_FALSE(rlforge_bin.empty()) << "usage: serve_e2e_test <rlforge binary>";
+  char tmpl[] = "/tmp/rlforge-serve-rl-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  fs::path dir = tmpl;
+  ASSERT_EQ(run({rlforge_bin, "init-model", "--preset", "tiny", "--out", (dir / "base").string()}),
+            0);
+  {
+    serve_process serve(dir, "rl-key");
+    ASSERT_GT(serve.port(), 0) << serve.output();
+    tinker_client client("127.0.0.1", serve.port(), "rl-key");
+    auto session = client.create_session();
+    tinker::lora_config lora;
+    lora.rank = 4;
+    auto policy = client.create_model(session, 0, "base", lora);
+
+    // Rollouts from the base model; a fresh LoRA policy (B = 0) computes the same function.
+    const std::vector<int64_t> prompt{1, 17, 42, 99};
+    auto base = client.create_sampling_session(session, 0, "", "base");
+    auto rollouts = client.sample(base, 0, prompt, 4, 6);
+    ASSERT_EQ(rollouts.sequences.size(), 4u);
+    auto data = rl_datums(prompt, rollouts);
+
+    int64_t seq = 1;
+    tinker::adam_params adam;
+    adam.learning_rate = 1e-2;
+    const std::vector<std::pair<std::string, std::map<std::string, double>>> losses{
+      {"importance_sampling", {}},
+      {"ppo", {{"clip_low_threshold", 0.8}, {"clip_high_threshold", 1.2}}},
+      {"cispo", {{"clip_low_threshold", 0.8}, {"clip_high_threshold", 1.2}}},
+      {"dro", {{"beta", 0.1}}},
+    };
+    for (size_t k = 0; k < losses.size(); ++k) {
+      tinker::forward_backward_request r;
+      r.model_id = policy;
+      r.seq_id = seq++;
+      r.loss_fn = losses[k].first;
+      r.loss_fn_config = losses[k].second;
+      r.data = data;
+      auto out = client.forward_backward(r);
+      ASSERT_EQ(out.loss_fn_outputs.size(), data.size()) << r.loss_fn;
+      EXPECT_TRUE(std::isfinite(out.metrics.at("loss:sum"))) << r.loss_fn;
+      for (size_t i = 0; i < data.size(); ++i) {
+        const auto& lp = out.loss_fn_outputs[i].at("logprobs").floats;
+        ASSERT_EQ(lp.size(), data[i].tokens.size()) << r.loss_fn;
+        if (k != 0)
+          continue;
+        // Before any step the trainer's log-probs are the sampler's.
+        for (size_t t = prompt.size() - 1; t < lp.size(); ++t) {
+          EXPECT_NEAR(lp[t], data[i].loss_fn_inputs.at("logprobs").floats[t], 1e-4)
+            << "datum " << i << " position " << t;
+        }
+      }
+      client.optim_step(policy, seq++, adam);
+    }
+    // An unknown config key is refused, naming it; the model keeps serving.
+    tinker::forward_backward_request bad;
+    bad.model_id = policy;
+    bad.seq_id = seq++;
+    bad.loss_fn = "ppo";
+    bad.loss_fn_config = {{"clip_ratio", 0.2}};
+    bad.data = data;
+    auto refused = client.post("forward_backward", rlforge::service::encode_forward_backward_request_proto(bad),
+                               "application/x-protobuf");
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_NE(refused.body.find("clip_ratio"), std::string::npos) << refused.body;
+
+    // A critic on the same base: create_model with model_role "critic", trained with ppo_critic.
+    auto created = client.post("create_model",
+                               "{\"session_id\":\"" + session + "\",\"model_seq_id\":1,"
+                               "\"base_model\":\"base\",\"lora_config\":{\"rank\":4},"
+                               "\"model_role\":\"critic\",\"type\":\"create_model\"}");
+    ASSERT_EQ(created.status, 200) << created.body;
+    auto answer = client.wait_future(tinker_client::request_id_of(created), false);
+    auto at = answer.body.find("\"model_id\":\"");
+    ASSERT_NE(at, std::string::npos) << answer.body;
+    auto critic = answer.body.substr(at + 12, answer.body.find('"', at + 12) - at - 12);
+    std::vector<double> first_loss;
+    for (int64_t step = 0; step < 3; ++step) {
+      tinker::forward_backward_request r;
+      r.model_id = critic;
+      r.seq_id = 2 * step + 1;
+      r.loss_fn = "ppo_critic";
+      for (auto d : data) {
+        std::vector<double> returns(d.tokens.size(), 0.5);
+        d.loss_fn_inputs.erase("logprobs");
+        d.loss_fn_inputs.erase("advantages");
+        d.loss_fn_inputs["returns"] = floats(returns);
+        d.loss_fn_inputs["values"] = floats(std::vector<double>(d.tokens.size(), 0.0));
+        r.data.push_back(std::move(d));
+      }
+      auto out = client.forward_backward(r);
+      ASSERT_EQ(out.loss_fn_outputs.size(), data.size());
+      EXPECT_EQ(out.loss_fn_outputs[0].at("values").floats.size(), data[0].tokens.size());
+      first_loss.push_back(out.metrics.at("loss:sum"));
+      client.optim_step(critic, 2 * step + 2, adam);
+    }
+    EXPECT_LT(first_loss.back(), first_loss.front()); // the values move toward the returns
+    // A policy loss on the critic is refused.
+    tinker::forward_backward_request wrong;
+    wrong.model_id = critic;
+    wrong.seq_id = 7;
+    wrong.loss_fn = "importance_sampling";
+    wrong.data = data;
+    auto no = client.post("forward_backward", rlforge::service::encode_forward_backward_request_proto(wrong),
+                          "application/x-protobuf");
+    if (no.status == 200) {
+      auto failed = client.wait_future(tinker_client::request_id_of(no), false);
+      EXPECT_NE(failed.body.find("\"error\""), std::string::npos) << failed.body;
+    } else {
+      EXPECT_EQ(no.status, 400) << no.body;
+    }
+
+    // The RL-trained policy: save its state, load it without and with optimizer.
+    auto state = client.save_weights(policy, seq++, "rl");
+    client.load_weights(policy, seq++, state, false);
+    client.load_weights(policy, seq++, state, true);
     EXPECT_EQ(serve.stop(), 0) << serve.output();
   }
   std::error_code ec;

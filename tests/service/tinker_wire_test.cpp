@@ -471,8 +471,13 @@ TEST(TinkerWireForwardBackwardProto, RefusesUnknownAndMissingInputs) {
   auto& in = *m.mutable_data(0)->mutable_loss_fn_inputs();
   in.erase("logprobs");
   in["returns"] = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({1, 1, 1}), {3});
+  expect_user_error([&] { decode_proto(m); }, {"lacks 'values'", "'ppo'"});
+  in["values"] = dense_tensor(tinker_public::DTYPE_FLOAT32, raw_bytes<float>({0, 0, 0}), {3});
   EXPECT_EQ(decode_proto(m).data[0].loss_fn_inputs.count("returns"), 1u);
   m.set_loss_fn("ppo_critic");
+  EXPECT_EQ(decode_proto(m).data[0].loss_fn_inputs.count("values"), 1u);
+  in.erase("values");
+  expect_user_error([&] { decode_proto(m); }, {"lacks 'values'", "'ppo_critic'"});
   in.erase("returns");
   expect_user_error([&] { decode_proto(m); }, {"lacks 'returns'", "'ppo_critic'"});
 }
