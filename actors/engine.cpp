@@ -18,6 +18,7 @@
 #include "actors/weight_sync.hpp"
 #include "actors/worker.hpp"
 #include "backends/error.hpp"
+#include "backends/storage_bytes.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/model/sampler.hpp"
@@ -59,21 +60,7 @@ be::causal_lm& model_of(engine_state& st, const char* op) {
   return *st.model;
 }
 
-/// Distinct storages of `tensors` counted once, in bytes.
-template <class Range>
-int64_t storage_bytes(const Range& tensors) {
-  std::unordered_set<const void*> seen;
-  int64_t bytes = 0;
-  for (auto& [name, t] : tensors) {
-    if (!t.defined() || !t.has_storage())
-      continue;
-    const auto& storage = t.storage();
-    const void* key = storage.unsafeGetStorageImpl();
-    if (seen.insert(key).second)
-      bytes += static_cast<int64_t>(storage.nbytes());
-  }
-  return bytes;
-}
+using be::storage_bytes;
 
 std::vector<std::string> parse_tags(const std::vector<std::string>& tags, const char* op) {
   if (tags.empty())

@@ -20,6 +20,7 @@
 #include "backends/algo/losses.hpp"
 #include "backends/collective_group.hpp"
 #include "backends/error.hpp"
+#include "backends/storage_bytes.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
@@ -68,19 +69,7 @@ bool is_trainable(const worker_state& st) {
   return st.role != "ref";
 }
 
-/// Distinct storages of `tensors` (pairs of name and tensor) counted once, in bytes.
-template <class Range>
-int64_t storage_bytes(const Range& tensors, std::unordered_set<const void*>& seen) {
-  int64_t bytes = 0;
-  for (auto& [name, t] : tensors) {
-    if (!t.defined() || !t.has_storage())
-      continue;
-    const auto& storage = t.storage();
-    if (seen.insert(storage.unsafeGetStorageImpl()).second)
-      bytes += static_cast<int64_t>(storage.nbytes());
-  }
-  return bytes;
-}
+using be::storage_bytes;
 
 /// The moments of an optimizer state as (name, tensor) pairs, for `storage_bytes`.
 std::vector<std::pair<std::string, at::Tensor>> moments_of(const be::adamw_state& s) {
