@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.hpp"
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -21,26 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A fresh directory under the system temp dir, removed with its contents at scope exit.
-class temp_dir {
+/// Each test's scratch directory.
+class temp_dir : public rlforge::service::testing::temp_dir {
 public:
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("rlforge_tar_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  const fs::path& path() const { return path_; }
-
-private:
-  fs::path path_;
+  temp_dir() : rlforge::service::testing::temp_dir("tar") {}
 };
 
 void write_file(const fs::path& p, const std::string& content) {
