@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Fails when a lower layer includes a higher one (DESIGN.md "Layers"):
+#   tinker/     standard C++ only: no CAF, no torch, no other rlforge folder
 #   placement/  pure C++: no CAF, no torch, no other rlforge folder
 #   runtime/    CAF: no torch, no placement/backends/actors
 #   backends/   torch: no CAF, no placement/runtime/actors
@@ -13,6 +14,7 @@ set -euo pipefail
 check_tree() {
   local root=$1 status=0
   declare -A forbidden=(
+    [tinker]='#include ["<](placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
     [placement]='#include ["<](runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
     [runtime]='#include ["<](placement|backends|actors|cli|examples|bench|service)/|#include <(torch|ATen|c10)/'
     [backends]='#include ["<](placement|runtime|actors|cli|examples|bench|service)/|#include <caf/'
@@ -21,7 +23,7 @@ check_tree() {
   )
   # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
   local service_actor_headers='actors/tinker_backend\.hpp'
-  for dir in placement runtime backends actors service; do
+  for dir in tinker placement runtime backends actors service; do
     [ -d "$root/$dir" ] || continue
     local hits
     hits=$(grep -rnE "${forbidden[$dir]}" "$root/$dir" --include='*.hpp' --include='*.cpp' \
@@ -57,6 +59,13 @@ if [ "${1:-}" = "--self-test" ]; then
     exit 1
   fi
   rm "$tmp/backends/bad.cpp"
+  mkdir -p "$tmp/tinker"
+  echo '#include <caf/all.hpp>' > "$tmp/tinker/bad.cpp"
+  if check_tree "$tmp" > /dev/null; then
+    echo "self-test: tinker/ including CAF was not caught"
+    exit 1
+  fi
+  rm "$tmp/tinker/bad.cpp"
   mkdir -p "$tmp/service"
   echo '#include "actors/tinker_backend.hpp"' > "$tmp/service/ok.cpp"
   check_tree "$tmp" > /dev/null || { echo "self-test: service/ with tinker_backend was rejected"; exit 1; }

@@ -1,0 +1,183 @@
+// tinker/datum_check.hpp: the one check of a request against the model that computes it.
+#include <cmath>
+#include <limits>
+
+#include "tests/tinker/test_support.hpp"
+#include "tinker/datum_check.hpp"
+
+namespace rlforge::tinker::test {
+namespace {
+
+const model_limits limits{16, 8}; // vocabulary 16, context 8
+
+resolved_loss loss(const std::string& name, model_role role = model_role::policy) {
+  std::map<std::string, double> config;
+  if (name == "dro")
+    config["beta"] = 0.1;
+  return resolve_loss(name, config, role);
+}
+
+datum rl_datum() {
+  datum d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs.erase("weights");
+  d.loss_fn_inputs["logprobs"] = floats({0, -1, -2});
+  d.loss_fn_inputs["advantages"] = floats({0, 1, 1});
+  return d;
+}
+
+void check(const std::vector<datum>& data, const resolved_loss& l) {
+  check_datums(data, l, limits, "forward_backward(m) request 0");
+}
+
+TEST(TinkerDatumCheck, AcceptsTheSdkDatums) {
+  EXPECT_NO_THROW(
+      check({sft_datum({1, 2, 3, 4, 5}, 6), sft_datum({7, 8}, 9)}, loss("cross_entropy")));
+  for (const char* l : {"importance_sampling", "ppo", "cispo", "dro", "gspo", "dppo"})
+    EXPECT_NO_THROW(check({rl_datum()}, loss(l))) << l;
+}
+
+// Tinker scores a datum on its target_tokens, which need not be the shifted inputs: placeholder
+// targets at weight-0 prompt positions and any id at weighted positions are accepted.
+TEST(TinkerDatumCheck, TargetsNeedNotBeTheShiftedInputs) {
+  datum d;
+  d.tokens = {5, 6, 7, 8};
+  d.loss_fn_inputs["target_tokens"] = ints({0, 0, 3, 15});
+  d.loss_fn_inputs["weights"] = floats({0, 0, 1, 1});
+  EXPECT_NO_THROW(check({d}, loss("cross_entropy")));
+  d.loss_fn_inputs["target_tokens"] = ints({0, 0, 3, 9}, dtype::int32);
+  EXPECT_NO_THROW(check({d}, loss("cross_entropy")));
+}
+
+TEST(TinkerDatumCheck, RefusesTokensOutsideTheVocabularyOrContext) {
+  expect_user_error(
+      [] {
+        check({sft_datum({1, -3}, 2)}, loss("cross_entropy"));
+      },
+      {"datum 0: model_input token 1 = -3 is a negative token id"});
+  expect_user_error(
+      [] {
+        check({sft_datum({1, 16}, 2)}, loss("cross_entropy"));
+      },
+      {"model_input token 1 = 16 is outside the vocabulary [0, 16)"});
+  auto d = sft_datum({1, 2}, 3);
+  d.loss_fn_inputs["target_tokens"] = ints({2, 16});
+  expect_user_error([&] { check({d}, loss("cross_entropy")); },
+                    {"loss_fn_inputs.target_tokens[1] = 16 is outside the vocabulary"});
+  d.loss_fn_inputs["target_tokens"] = ints({2, -1});
+  expect_user_error([&] { check({d}, loss("cross_entropy")); },
+                    {"target_tokens[1] = -1 is a negative token id"});
+  expect_user_error(
+      [] {
+        check({sft_datum({1, 2, 3, 4, 5, 6, 7, 8}, 9)}, loss("cross_entropy"));
+      },
+      {"8 input tokens and the last target do not fit the context of 8"});
+  expect_user_error([] { check({datum{}}, loss("cross_entropy")); },
+                    {"datum 0: model_input has no tokens"});
+  expect_user_error([] { check({}, loss("cross_entropy")); }, {"no data"});
+}
+
+TEST(TinkerDatumCheck, RefusesInputsOfTheWrongKindLengthOrValue) {
+  auto d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs["target_tokens"] = floats({2, 3, 4});
+  expect_user_error(
+      [&] { check({d}, loss("cross_entropy")); },
+      {"loss_fn_inputs.target_tokens: dtype float32 is not accepted", "int64 or int32"});
+  d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs["weights"] = ints({1, 1, 1});
+  expect_user_error([&] { check({d}, loss("cross_entropy")); },
+                    {"weights: dtype int64 is not accepted", "float32 or bfloat16"});
+  d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs["target_tokens"] = ints({2, 3});
+  expect_user_error([&] { check({d}, loss("cross_entropy")); },
+                    {"target_tokens: shape [2] with 2 values; expected [3]"});
+  d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs["weights"].shape = {1, 3};
+  expect_user_error([&] { check({d}, loss("cross_entropy")); }, {"shape [1, 3]"});
+  d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs["weights"] = floats({1, -1, 1});
+  expect_user_error([&] { check({d}, loss("cross_entropy")); },
+                    {"weights[1] = -1 is negative; weights must be >= 0"});
+  auto r = rl_datum();
+  r.loss_fn_inputs["advantages"] = floats({0, std::numeric_limits<double>::infinity(), 1});
+  expect_user_error([&] { check({r}, loss("ppo")); }, {"advantages[1] is not finite (inf)"});
+  r = rl_datum();
+  r.loss_fn_inputs["advantages"] = floats({0, 1, std::nan("")});
+  expect_user_error([&] { check({r}, loss("ppo")); }, {"advantages[2] is not finite"});
+}
+
+TEST(TinkerDatumCheck, RefusesUnknownAndMissingInputs) {
+  auto d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs["mask"] = floats({1, 1, 1});
+  expect_user_error([&] { check({d}, loss("cross_entropy")); },
+                    {"datum 0: unknown loss_fn_inputs entry 'mask'", "target_tokens, weights"});
+  d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs.erase("target_tokens");
+  expect_user_error(
+      [&] {
+        check({sft_datum({1, 2}, 3), d}, loss("cross_entropy"));
+      },
+      {"datum 1: loss_fn_inputs lacks 'target_tokens'"});
+  auto r = rl_datum();
+  r.loss_fn_inputs.erase("advantages");
+  expect_user_error([&] { check({r}, loss("importance_sampling")); },
+                    {"lacks 'advantages'", "loss 'importance_sampling' needs"});
+  expect_user_error([&] { check({r}, loss("ppo")); }, {"lacks 'advantages'", "'ppo'"});
+  // A critic's ppo needs values and returns.
+  r = rl_datum();
+  r.loss_fn_inputs["returns"] = floats({1, 1, 1});
+  expect_user_error([&] { check({r}, loss("ppo", model_role::critic)); },
+                    {"lacks 'values'", "'ppo'"});
+  r.loss_fn_inputs["values"] = floats({0, 0, 0});
+  EXPECT_NO_THROW(check({r}, loss("ppo", model_role::critic)));
+  EXPECT_NO_THROW(check({r}, loss("ppo_critic", model_role::critic)));
+}
+
+sample_request sample(std::vector<int64_t> prompt, int64_t max_tokens) {
+  sample_request r;
+  r.prompt = std::move(prompt);
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+TEST(TinkerSampleCheck, AcceptsValidRequestsAndRefusesBadOnesNamingTheValue) {
+  auto where = "sample(s) request 0";
+  EXPECT_NO_THROW(check_sample(sample({1, 2}, 6), limits, where));
+  struct bad_case {
+    std::function<void(sample_request&)> edit;
+    std::string expect;
+  };
+  std::vector<bad_case> cases = {
+      {[](sample_request& r) { r.prompt.clear(); }, "empty prompt"},
+      {[](sample_request& r) { r.prompt[1] = -2; }, "prompt token 1 = -2 is a negative token id"},
+      {[](sample_request& r) { r.prompt[0] = 16; }, "prompt token 0 = 16 is outside"},
+      {[](sample_request& r) { r.num_samples = 0; }, "num_samples must be >= 1, got 0"},
+      {[](sample_request& r) { r.first_sample = -1; }, "first_sample must be >= 0"},
+      {[](sample_request& r) { r.params.max_tokens = 0; }, "max_tokens must be >= 1, got 0"},
+      {[](sample_request& r) { r.params.max_tokens = 7; },
+       "a prompt of 2 tokens plus max_tokens 7 exceeds the model's context of 8 tokens; lower "
+       "max_tokens to at most 6"},
+      {[](sample_request& r) { r.params.temperature = -0.1; }, "temperature must be finite"},
+      {[](sample_request& r) { r.params.top_p = 0; }, "top_p must be in (0, 1], got 0"},
+      {[](sample_request& r) { r.params.top_k = 0; }, "top_k must be -1 (off) or >= 1, got 0"},
+      {[](sample_request& r) {
+         r.params.stop_tokens = {3, 99};
+       },
+       "stop token 1 = 99"},
+      {[](sample_request& r) {
+         r.params.has_seed = true;
+         r.params.seed = -5;
+       },
+       "seed must be >= 0"},
+      {[](sample_request& r) { r.topk_prompt_logprobs = 5; },
+       "topk_prompt_logprobs is not supported (got 5)"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    auto r = sample({1, 2}, 6);
+    cases[i].edit(r);
+    expect_user_error([&] { check_sample(r, limits, where); }, {where, cases[i].expect});
+  }
+}
+
+} // namespace
+} // namespace rlforge::tinker::test

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tinker/loss_catalog.hpp"
+#include "tinker/types.hpp"
+
+/// The one semantic check of Tinker requests against the model that computes them (std only).
+/// The service decodes bodies (syntax only); the backend calls these once, before anything
+/// runs, and converts what passed into the trainer's batch without checking again.
+namespace rlforge::tinker {
+
+/// What a model accepts.
+struct model_limits {
+  int64_t vocab_size = 0;         ///< token ids lie in [0, vocab_size)
+  int64_t max_context_length = 0; ///< tokens one sequence may hold
+};
+
+/// Checks the datums of one `forward_backward` / `forward` request for `loss` (resolved for the
+/// model's role) against `limits`. `where` starts every message (e.g. "forward_backward(m)
+/// request 0 (seq_id 3)"), followed by the datum index, the input name and the position.
+/// Throws `request_error` (user) for: no datums; a datum without tokens, whose
+/// input + 1 target tokens exceed the context, or with a token id outside [0, vocab_size);
+/// an unknown `loss_fn_inputs` name (listing the accepted ones); a missing input the loss needs;
+/// `target_tokens` that are not integers, or other inputs that are not floating point; an input
+/// that is not 1-D with one value per input token, or whose data disagrees with its shape; a
+/// target id that is negative or outside the vocabulary; a non-finite value; a negative weight.
+/// Targets need not be the shifted inputs: a datum is scored on its `target_tokens`.
+void check_datums(const std::vector<datum>& data, const resolved_loss& loss,
+                  const model_limits& limits, const std::string& where);
+
+/// Checks one sample request against `limits`, with `where` starting the messages: an empty
+/// prompt or one with an id outside the vocabulary; `max_tokens` < 1 or a prompt + max_tokens
+/// beyond the context (naming both lengths and the context); num_samples < 1; first_sample < 0;
+/// temperature not finite or < 0; top_p outside (0, 1]; top_k other than -1 or >= 1; a stop token
+/// outside the vocabulary; topk_prompt_logprobs other than 0 (not supported). Throws
+/// `request_error` (user).
+void check_sample(const sample_request& request, const model_limits& limits,
+                  const std::string& where);
+
+} // namespace rlforge::tinker
