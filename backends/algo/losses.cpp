@@ -20,9 +20,10 @@ namespace {
 using detail::number_string;
 
 // Inputs after conversion to fp32; `mask` is always defined. Targets and behaviour log-probs are
-// detached: only `logp` and `values` carry gradients.
+// detached: only `logp` and `values` carry gradients. `metric_mask` selects the tokens the
+// metrics average over: the ones the loss weighs (see `metric_mask_of`).
 struct prepared {
-  at::Tensor logp, old, roll, adv, mask, values, old_values, returns, entropy;
+  at::Tensor logp, old, roll, adv, mask, values, old_values, returns, entropy, metric_mask;
 };
 
 struct context {
@@ -58,6 +59,17 @@ at::Tensor ratio(const at::Tensor& logp, const at::Tensor& base) {
   return (logp - base).clamp(-20.0, 20.0).exp();
 }
 
+/// The tokens a loss weighs: those with a nonzero loss-mask weight and, for the losses driven by
+/// advantages, a nonzero advantage (a token with A = 0 contributes nothing; Tinker datums carry
+/// A = 0 at prompt positions and often no weights at all). When that leaves no token the mask
+/// alone decides, so a batch of all-zero advantages still reports its ratios.
+at::Tensor metric_mask_of(const std::string& name, const loss_entry& entry, const prepared& p) {
+  if (entry.value_loss || name == "cross_entropy" || !p.adv.defined())
+    return p.mask;
+  auto m = p.mask * (p.adv != 0).to(at::kFloat);
+  return m.sum().item<double>() > 0 ? m : p.mask;
+}
+
 double mean_metric(const at::Tensor& indicator, const at::Tensor& mask) {
   return masked_mean(indicator.to(at::kFloat), mask).item<double>();
 }
@@ -67,7 +79,7 @@ at::Tensor ppo_surrogate(const context& c, const at::Tensor& r) {
   const auto& a = c.in.adv;
   auto surr1 = r * a;
   auto surr2 = r.clamp(1.0 - c.get("eps_clip_low", 0.2), 1.0 + c.get("eps_clip_high", 0.2)) * a;
-  c.metrics["clip_ratio:mean"] = mean_metric(surr2.detach() < surr1.detach(), c.in.mask);
+  c.metrics["clip_ratio:mean"] = mean_metric(surr2.detach() < surr1.detach(), c.in.metric_mask);
   return -at::minimum(surr1, surr2);
 }
 
@@ -105,7 +117,7 @@ at::Tensor cispo_body(const context& c) {
   const bool rollout = c.option("cispo_anchor", "old") == "rollout";
   auto r = ratio(c.in.logp, rollout ? c.in.roll : c.in.old);
   auto clamped = r.clamp(lo, hi);
-  const auto& m = c.in.mask;
+  const auto& m = c.in.metric_mask;
   auto rd = r.detach();
   c.metrics["clip_ratio:mean"] = mean_metric((rd < lo).logical_or(rd > hi), m);
   c.metrics["cispo_ratio_mean:mean"] = masked_mean(rd, m).item<double>();
@@ -124,7 +136,7 @@ at::Tensor rollout_is_body(const context& c) {
   auto in_range =
       (r > 1.0 - c.get("eps_clip_low", 0.2)).logical_and(r < 1.0 + c.get("eps_clip_high", 0.2));
   auto calibrated = at::where(in_range, r, at::zeros_like(r));
-  c.metrics["clip_ratio:mean"] = mean_metric(in_range.logical_not(), c.in.mask);
+  c.metrics["clip_ratio:mean"] = mean_metric(in_range.logical_not(), c.in.metric_mask);
   return -(calibrated * c.in.adv * c.in.logp);
 }
 
@@ -151,7 +163,7 @@ at::Tensor dppo_body(const context& c) {
                .logical_or((a < 0).logical_and(diff < 0).logical_and(kl > delta_low));
   }
   auto keep = drop.logical_not().to(at::kFloat);
-  c.metrics["clip_ratio:mean"] = mean_metric(drop, c.in.mask);
+  c.metrics["clip_ratio:mean"] = mean_metric(drop, c.in.metric_mask);
   return -(r * a * keep);
 }
 
@@ -185,7 +197,7 @@ at::Tensor clip_cov_body(const context& c) {
     auto chosen = idx.index_select(0, perm.narrow(0, 0, std::min(clip_num, k)));
     corr.index_put_({chosen.select(1, 0), chosen.select(1, 1)}, at::zeros({}, corr.options()));
   }
-  c.metrics["clip_ratio:mean"] = mean_metric(corr == 0, m);
+  c.metrics["clip_ratio:mean"] = mean_metric(corr == 0, c.in.metric_mask);
   return at::maximum(pg1, pg2) * corr;
 }
 
@@ -218,7 +230,7 @@ at::Tensor cross_entropy_body(const context& c) {
 
 at::Tensor importance_sampling_body(const context& c) {
   auto r = ratio(c.in.logp, c.in.old);
-  c.metrics["importance_ratio:mean"] = masked_mean(r.detach(), c.in.mask).item<double>();
+  c.metrics["importance_ratio:mean"] = masked_mean(r.detach(), c.in.metric_mask).item<double>();
   return -(r * c.in.adv);
 }
 
@@ -533,6 +545,7 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
   p.old_values = to_float(in.old_values, false);
   p.returns = to_float(in.returns, false);
   p.entropy = to_float(in.entropy, false);
+  p.metric_mask = metric_mask_of(name, entry, p);
 
   loss_output out;
   context c{what, p, cfg, out.metrics};
@@ -552,78 +565,8 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
   out.loss_mask = mask;
   out.metrics["loss:sum"] = out.loss.item<double>();
   if (p.entropy.defined())
-    out.metrics["entropy:mean"] = masked_mean(p.entropy, p.mask).item<double>();
-  return out;
-}
-
-tinker_loss tinker_to_loss_config(const std::string& tinker_name,
-                                  const std::map<std::string, double>& config, bool critic) {
-  static const std::map<std::string, std::vector<std::string>> allowed = {
-      {"cross_entropy", {}},
-      {"importance_sampling", {}},
-      {"ppo", {"clip_high_threshold", "clip_low_threshold", "value_clip"}},
-      {"gspo", {"clip_high_threshold", "clip_low_threshold"}},
-      {"cispo", {"clip_high_threshold", "clip_low_threshold"}},
-      {"dppo", {"delta_high", "delta_low"}},
-      {"ppo_critic", {"value_clip"}},
-      {"dro", {"beta"}},
-  };
-  const std::string what = "tinker_to_loss_config(" + tinker_name + ")";
-  auto it = allowed.find(tinker_name);
-  if (it == allowed.end()) {
-    std::vector<std::string> names;
-    for (const auto& [n, keys] : allowed)
-      names.push_back(n);
-    fail(error_code::invalid_argument,
-         "unknown Tinker loss '" + tinker_name + "'; valid losses: " + detail::join(names));
-  }
-  for (const auto& [key, v] : config) {
-    if (!contains(it->second, key))
-      fail(error_code::invalid_argument,
-           what + ": unknown config key '" + key + "'; valid keys: " + detail::join(it->second));
-    if (std::isnan(v))
-      fail(error_code::invalid_argument, what + ": '" + key + "' must be a number, got nan");
-  }
-  auto threshold = [&](const char* key, std::optional<double> fallback) -> std::optional<double> {
-    auto f = config.find(key);
-    if (f == config.end())
-      return fallback;
-    const double v = f->second;
-    const bool low = std::string(key) == "clip_low_threshold";
-    if (!std::isfinite(v) || (low ? (v < 0.0 || v > 1.0) : v < 1.0))
-      fail(error_code::invalid_argument, what + ": '" + key + "' must be " +
-                                             (low ? "in [0, 1]" : "a finite number >= 1") +
-                                             ", got " + number_string(v));
-    return v;
-  };
-
-  tinker_loss out;
-  if (tinker_name == "ppo_critic" && !critic)
-    fail(error_code::invalid_argument,
-         what + ": ppo_critic is a value loss; a policy cannot use it");
-  if ((tinker_name == "ppo" && critic) || tinker_name == "ppo_critic") {
-    out.name = "ppo_critic";
-    if (auto v = config.find("value_clip"); v != config.end())
-      out.config.values["value_clip"] = v->second;
-  } else if (tinker_name == "ppo" || tinker_name == "gspo") {
-    out.name = tinker_name == "ppo" ? "regular" : "gspo";
-    if (auto lo = threshold("clip_low_threshold", std::nullopt))
-      out.config.values["eps_clip_low"] = 1.0 - *lo;
-    if (auto hi = threshold("clip_high_threshold", std::nullopt))
-      out.config.values["eps_clip_high"] = *hi - 1.0;
-  } else if (tinker_name == "cispo") {
-    out.name = "cispo";
-    out.config.values["cispo_eps_clip_low"] = 1.0 - *threshold("clip_low_threshold", 0.0);
-    out.config.values["cispo_eps_clip_high"] = *threshold("clip_high_threshold", 4.0) - 1.0;
-  } else {
-    out.name = tinker_name;
-    for (const auto& [key, v] : config)
-      out.config.values[key] = v;
-  }
-  if (critic && !is_value_loss(out.name))
-    fail(error_code::invalid_argument,
-         what + ": a critic trains with 'ppo' or 'ppo_critic', not '" + tinker_name + "'");
-  validate_loss_config(out.name, out.config);
+    out.metrics["entropy:mean"] = masked_mean(p.entropy, p.metric_mask).item<double>();
+  out.metric_weight = p.metric_mask.sum().item<double>();
   return out;
 }
 

@@ -63,13 +63,17 @@
 ///   exactly 0 even if their per-token loss is not finite.
 ///
 /// Metrics are named `name:reduction`: always `loss:sum` (= loss); `entropy:mean` when
-/// `entropy` is given (masked mean over the incoming mask); `clip_ratio:mean` for every policy
-/// loss except cross_entropy and importance_sampling (masked mean over the incoming mask of the
-/// clipped indicator: PPO family 1[clip(r)·A < r·A], cispo 1[r outside the clip range],
-/// rollout_is 1[r outside the open interval], dppo 1[keep = 0], clip_cov as above, sapo and
-/// kl_cov 0); `importance_ratio:mean` for importance_sampling (masked mean of r); for cispo also
-/// `cispo_ratio_mean:mean`, `cispo_ratio_clamped_mean:mean`, `cispo_ratio_max:max`,
+/// `entropy` is given; `clip_ratio:mean` for every policy loss except cross_entropy and
+/// importance_sampling (the clipped indicator: PPO family 1[clip(r)·A < r·A], cispo 1[r outside the
+/// clip range], rollout_is 1[r outside the open interval], dppo 1[keep = 0], clip_cov as above,
+/// sapo and kl_cov 0); `importance_ratio:mean` for importance_sampling (masked mean of r); for
+/// cispo also `cispo_ratio_mean:mean`, `cispo_ratio_clamped_mean:mean`, `cispo_ratio_max:max`,
 /// `cispo_ratio_min:min` (over valid tokens); plus the off-policy metrics when it is active.
+/// Metric tokens: the `:mean` metrics above (and the cispo extremes) average over the tokens the
+/// loss weighs: loss-mask weight > 0 and, for the losses driven by advantages (all policy losses
+/// but cross_entropy), advantage ≠ 0, since a token with A = 0 contributes nothing (Tinker datums
+/// carry A = 0 at prompt positions, often without weights). When no token has A ≠ 0 the loss mask
+/// alone selects them. `loss_output::metric_weight` is their total weight.
 ///
 /// Thread safety: every function here is reentrant; the registry is immutable after its
 /// first use (built under C++ static-initialisation guarantees).
@@ -95,6 +99,9 @@ struct loss_output {
   at::Tensor elementwise; ///< [B, R] m'·f·ℓ, detached (sums to `loss`)
   at::Tensor loss_mask;   ///< [B, R] the mask m' actually applied (after off-policy masking)
   std::map<std::string, double> metrics; ///< `name:reduction` → value
+  /// The weight of the `:mean` metrics when parts are combined: the loss-mask weight of the tokens
+  /// they average over (see the header comment on metric tokens).
+  double metric_weight = 0;
 };
 
 /// Names of the policy losses, in registry order.
@@ -128,26 +135,5 @@ void validate_loss_config(const std::string& name, const loss_config& cfg);
 /// NaN or inf in an input (naming the tensor) and negative loss-mask weights.
 loss_output compute_loss(const std::string& name, const loss_inputs& in,
                          const loss_config& cfg = {});
-
-/// A Tinker loss request translated to this registry.
-struct tinker_loss {
-  std::string name;
-  loss_config config;
-};
-
-/// Maps a Tinker `loss_fn` and its flat `loss_fn_config` onto a registry loss:
-/// - `ppo` → `regular` (or `ppo_critic` when `critic`), `gspo` → `gspo`: `clip_low_threshold` t_l
-///   → eps_clip_low = 1 - t_l, `clip_high_threshold` t_h → eps_clip_high = t_h - 1 (only the
-///   keys given; Tinker's defaults 0.8 / 1.2 equal ours). `value_clip` passes to ppo_critic and
-///   is ignored for a policy; the thresholds are ignored for a critic.
-/// - `cispo`: thresholds default to Tinker's 0.0 / 4.0 and become cispo_eps_clip_low = 1 - t_l,
-///   cispo_eps_clip_high = t_h - 1 (so Tinker's clip range is [0, 4], unlike SkyRL's [0, 5]).
-/// - `dppo` (delta_low, delta_high), `ppo_critic` (value_clip), `dro` (beta), `cross_entropy`,
-///   `importance_sampling` (no keys) pass through.
-/// Throws invalid_argument for an unknown Tinker loss or key (listing the valid ones),
-/// thresholds outside clip_low_threshold ∈ [0, 1], clip_high_threshold ≥ 1 or non-finite values,
-/// and `ppo_critic` requested for a policy.
-tinker_loss tinker_to_loss_config(const std::string& tinker_name,
-                                  const std::map<std::string, double>& config, bool critic = false);
 
 } // namespace rlforge::backends::algo

@@ -40,9 +40,9 @@ void kv_cache::reorder_or_select(const at::Tensor& batch_index) {
     auto lo = index.min().item<int64_t>();
     auto hi = index.max().item<int64_t>();
     if (lo < 0 || hi >= rows)
-      fail(error_code::out_of_range, "kv_cache::reorder_or_select: row index "
-                                       + std::to_string(lo < 0 ? lo : hi)
-                                       + " outside the cached batch of " + std::to_string(rows));
+      fail(error_code::out_of_range, "kv_cache::reorder_or_select: row index " +
+                                         std::to_string(lo < 0 ? lo : hi) +
+                                         " outside the cached batch of " + std::to_string(rows));
   }
   for (auto& k : keys)
     k = k.index_select(0, index);
@@ -55,7 +55,8 @@ void kv_cache::clear() {
   values.clear();
 }
 
-// -- model ------------------------------------------------------------------------------------------
+// -- model
+// ------------------------------------------------------------------------------------------
 
 namespace {
 
@@ -63,7 +64,7 @@ namespace {
 constexpr const char* value_head_file = "value_head.safetensors";
 
 const std::vector<std::string>& projection_names() {
-  static const std::vector<std::string> names{"q_proj",    "k_proj", "v_proj",   "o_proj",
+  static const std::vector<std::string> names{"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                               "gate_proj", "up_proj", "down_proj"};
   return names;
 }
@@ -116,14 +117,16 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // smoothing). Other scaling types change more than the frequencies and are refused.
 at::Tensor rotary_inv_freq(const model_config& c) {
   auto exponents =
-    at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(c.head_dim);
+      at::arange(0, c.head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(c.head_dim);
   auto inv_freq = 1.0 / at::pow(c.rope_theta, exponents);
   const auto& rs = c.rope_scaling;
   if (rs.is_null())
     return inv_freq;
-  auto type_field = rs.contains("rope_type") ? rs.at("rope_type") : rs.value("type", nlohmann::json("default"));
+  auto type_field =
+      rs.contains("rope_type") ? rs.at("rope_type") : rs.value("type", nlohmann::json("default"));
   if (!type_field.is_string())
-    fail(error_code::invalid_argument, "rope_scaling type must be a string, got " + type_field.dump());
+    fail(error_code::invalid_argument,
+         "rope_scaling type must be a string, got " + type_field.dump());
   const auto type = type_field.get<std::string>();
   auto number = [&](const char* key) {
     auto i = rs.find(key);
@@ -149,8 +152,8 @@ at::Tensor rotary_inv_freq(const model_config& c) {
     if (!(factor > 0) || !(low > 0) || !(high > low) || !(old_len > 0))
       fail(error_code::invalid_argument, "rope_scaling llama3: need factor > 0, "
                                          "high_freq_factor > low_freq_factor > 0 and "
-                                         "original_max_position_embeddings > 0, got "
-                                           + rs.dump());
+                                         "original_max_position_embeddings > 0, got " +
+                                             rs.dump());
     const double pi = 3.14159265358979323846;
     auto wavelen = 2 * pi / inv_freq;
     auto low_wavelen = old_len / low;
@@ -161,8 +164,8 @@ at::Tensor rotary_inv_freq(const model_config& c) {
     auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
     return at::where(medium, smoothed, scaled);
   }
-  fail(error_code::unsupported, "rope_scaling type '" + type
-                                  + "' is not supported (supported: default, linear, llama3)");
+  fail(error_code::unsupported,
+       "rope_scaling type '" + type + "' is not supported (supported: default, linear, llama3)");
 }
 
 using torch::autograd::AutogradContext;
@@ -262,22 +265,24 @@ bool exclusively_owned(const at::Tensor& t) {
 // step, and never overwrites rows another view (e.g. a copied cache) can see.
 at::Tensor append_to_cache(const at::Tensor& cached, const at::Tensor& x, int64_t max_len) {
   // Under autograd (a cache while training) plain concatenation keeps the graph simple.
-  if (at::GradMode::is_enabled() && (x.requires_grad() || (cached.defined() && cached.requires_grad())))
+  if (at::GradMode::is_enabled() &&
+      (x.requires_grad() || (cached.defined() && cached.requires_grad())))
     return cached.defined() ? at::cat({cached, x}, 2) : x;
   const int64_t b = x.size(0), kv = x.size(1), n = x.size(2), d = x.size(3);
   const int64_t t = cached.defined() ? cached.size(2) : 0;
   // Inference tensors may be written only inside InferenceMode.
-  const bool writable = cached.defined() && (!cached.is_inference() || c10::InferenceMode::is_enabled());
-  if (t > 0 && writable && exclusively_owned(cached) && cached.stride(3) == 1
-      && cached.stride(2) == d && cached.stride(1) % d == 0
-      && cached.stride(0) == kv * cached.stride(1) && cached.storage_offset() % d == 0) {
+  const bool writable =
+      cached.defined() && (!cached.is_inference() || c10::InferenceMode::is_enabled());
+  if (t > 0 && writable && exclusively_owned(cached) && cached.stride(3) == 1 &&
+      cached.stride(2) == d && cached.stride(1) % d == 0 &&
+      cached.stride(0) == kv * cached.stride(1) && cached.storage_offset() % d == 0) {
     const int64_t capacity = cached.stride(1) / d;
     const int64_t lead = cached.storage_offset() / d;
     const auto needed_bytes = static_cast<size_t>(b * kv * capacity * d) * x.element_size();
     if (lead + t + n <= capacity && cached.storage().nbytes() >= needed_bytes) {
-      auto grown = at::empty({0}, cached.options())
-                     .set_(cached.storage(), cached.storage_offset(), {b, kv, t + n, d},
-                           cached.strides());
+      auto grown =
+          at::empty({0}, cached.options())
+              .set_(cached.storage(), cached.storage_offset(), {b, kv, t + n, d}, cached.strides());
       grown.narrow(2, t, n).copy_(x);
       return grown;
     }
@@ -303,7 +308,8 @@ std::string shape_string(at::IntArrayRef s) {
 
 struct causal_lm::impl {
   model_config config;
-  at::Tensor embed, final_norm, lm_head, value_head;
+  at::Tensor embed, final_norm, value_head;
+  projection head;     // the lm_head: weight is `embed` when tied; its adapter, when targeted
   at::Tensor inv_freq; // [head_dim / 2] fp32 rotary frequencies
   bool tied = false;
   std::vector<layer> layers;
@@ -316,16 +322,34 @@ struct causal_lm::impl {
                        lora.dropout, training);
   }
 
-  template <class F>
-  void for_each_projection(F&& f) {
+  /// Every projection an adapter may target: the layers' seven, then the lm_head.
+  template <class F> void for_each_projection(F&& f) {
     for (auto& l : layers)
       for (auto& name : projection_names())
         f(l.by_name(name), name);
+    f(head, "lm_head");
+  }
+  template <class F> void for_each_projection(F&& f) const {
+    for (const auto& l : layers)
+      for (auto& name : projection_names())
+        f(l.by_name(name), name);
+    f(head, "lm_head");
+  }
+
+  /// A tied lm_head gets its own copy of the embedding (a base parameter named lm_head.weight).
+  void untie() {
+    if (!tied)
+      return;
+    at::NoGradGuard no_grad;
+    head.weight = embed.detach().clone();
+    head.weight.requires_grad_(embed.requires_grad());
+    base.emplace_back("lm_head.weight", head.weight);
+    tied = false;
+    config.tie_word_embeddings = false;
   }
 };
 
-causal_lm::causal_lm(std::unique_ptr<impl> p) : impl_(std::move(p)) {
-}
+causal_lm::causal_lm(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
 causal_lm::~causal_lm() = default;
 
@@ -365,11 +389,11 @@ std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
   if (auto i = weights.find("value_head.weight"); i != weights.end()) {
     value_head = i->second;
     weights.erase(i);
-    if (value_head.dim() != 2 || value_head.size(0) != 1
-        || value_head.size(1) != config.hidden_size)
-      fail(error_code::invalid_argument,
-           "value_head.weight has shape " + shape_string(value_head.sizes()) + ", expected [1, "
-             + std::to_string(config.hidden_size) + "]");
+    if (value_head.dim() != 2 || value_head.size(0) != 1 ||
+        value_head.size(1) != config.hidden_size)
+      fail(error_code::invalid_argument, "value_head.weight has shape " +
+                                             shape_string(value_head.sizes()) + ", expected [1, " +
+                                             std::to_string(config.hidden_size) + "]");
   }
   // A tied checkpoint may still carry a copy of the embedding as lm_head.weight; HF ignores it.
   if (p->tied)
@@ -398,8 +422,7 @@ std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
     l.input_norm = take(prefix + "input_layernorm.weight", true);
     for (auto& name : projection_names()) {
       auto& proj = l.by_name(name);
-      bool attention = name == "q_proj" || name == "k_proj" || name == "v_proj"
-                       || name == "o_proj";
+      bool attention = name == "q_proj" || name == "k_proj" || name == "v_proj" || name == "o_proj";
       proj.path = prefix + (attention ? "self_attn." : "mlp.") + name;
       proj.weight = take(proj.path + ".weight", true);
       proj.bias = take(proj.path + ".bias", false);
@@ -409,7 +432,8 @@ std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
     l.post_attention_norm = take(prefix + "post_attention_layernorm.weight", true);
   }
   p->final_norm = take("model.norm.weight", true);
-  p->lm_head = p->tied ? p->embed : take("lm_head.weight", true);
+  p->head.path = "lm_head";
+  p->head.weight = p->tied ? p->embed : take("lm_head.weight", true);
   if (value_head.defined()) {
     p->value_head = value_head.detach().to(at::kFloat).clone();
     p->value_head.requires_grad_(true);
@@ -420,8 +444,8 @@ std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
 at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids) {
   if (!input_ids.defined() || input_ids.dim() != 2)
     fail(error_code::invalid_argument,
-         "forward_hidden: input_ids must be [B, T], got "
-           + (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+         "forward_hidden: input_ids must be [B, T], got " +
+             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
   auto b = input_ids.size(0);
   auto t = input_ids.size(1);
   auto mask = at::ones({b, t}, at::kLong);
@@ -429,15 +453,14 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids) {
   return forward_hidden(input_ids, mask, positions, nullptr);
 }
 
-at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
-                                     const at::Tensor& attention_mask,
+at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                      const at::Tensor& position_ids, kv_cache* cache) {
   const auto& c = impl_->config;
-  if (!input_ids.defined() || input_ids.dim() != 2 || input_ids.size(0) < 1
-      || input_ids.size(1) < 1)
+  if (!input_ids.defined() || input_ids.dim() != 2 || input_ids.size(0) < 1 ||
+      input_ids.size(1) < 1)
     fail(error_code::invalid_argument,
-         "forward_hidden: input_ids must be a non-empty [B, T] tensor, got "
-           + (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+         "forward_hidden: input_ids must be a non-empty [B, T] tensor, got " +
+             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
   if (!at::isIntegralType(input_ids.scalar_type(), /*includeBool=*/false))
     fail(error_code::invalid_argument, "forward_hidden: input_ids must be an integer tensor");
   const int64_t batch = input_ids.size(0);
@@ -445,53 +468,52 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
   const int64_t past = cache ? cache->length() : 0;
   const int64_t total = past + len;
   if (cache && past > 0) {
-    if (static_cast<int64_t>(cache->keys.size()) != c.num_hidden_layers
-        || static_cast<int64_t>(cache->values.size()) != c.num_hidden_layers)
-      fail(error_code::invalid_argument, "forward_hidden: kv_cache has "
-                                           + std::to_string(cache->keys.size())
-                                           + " layers, the model has "
-                                           + std::to_string(c.num_hidden_layers));
+    if (static_cast<int64_t>(cache->keys.size()) != c.num_hidden_layers ||
+        static_cast<int64_t>(cache->values.size()) != c.num_hidden_layers)
+      fail(error_code::invalid_argument,
+           "forward_hidden: kv_cache has " + std::to_string(cache->keys.size()) +
+               " layers, the model has " + std::to_string(c.num_hidden_layers));
     if (cache->batch_size() != batch)
-      fail(error_code::invalid_argument, "forward_hidden: kv_cache holds "
-                                           + std::to_string(cache->batch_size())
-                                           + " rows but input_ids has " + std::to_string(batch));
+      fail(error_code::invalid_argument, "forward_hidden: kv_cache holds " +
+                                             std::to_string(cache->batch_size()) +
+                                             " rows but input_ids has " + std::to_string(batch));
   }
   if (total > c.max_position_embeddings)
-    fail(error_code::invalid_argument,
-         "forward_hidden: sequence length " + std::to_string(total)
-           + " exceeds max_position_embeddings " + std::to_string(c.max_position_embeddings));
+    fail(error_code::invalid_argument, "forward_hidden: sequence length " + std::to_string(total) +
+                                           " exceeds max_position_embeddings " +
+                                           std::to_string(c.max_position_embeddings));
   auto ids = input_ids.to(at::kLong);
   {
     auto lo = ids.min().item<int64_t>();
     auto hi = ids.max().item<int64_t>();
     if (lo < 0 || hi >= c.vocab_size)
-      fail(error_code::out_of_range, "forward_hidden: token id " + std::to_string(lo < 0 ? lo : hi)
-                                       + " outside the vocabulary of size "
-                                       + std::to_string(c.vocab_size));
+      fail(error_code::out_of_range,
+           "forward_hidden: token id " + std::to_string(lo < 0 ? lo : hi) +
+               " outside the vocabulary of size " + std::to_string(c.vocab_size));
   }
-  if (!attention_mask.defined() || attention_mask.dim() != 2 || attention_mask.size(0) != batch
-      || attention_mask.size(1) != total)
+  if (!attention_mask.defined() || attention_mask.dim() != 2 || attention_mask.size(0) != batch ||
+      attention_mask.size(1) != total)
     fail(error_code::invalid_argument,
-         "forward_hidden: attention_mask must be [" + std::to_string(batch) + ", "
-           + std::to_string(total) + "] (past + new tokens), got "
-           + (attention_mask.defined() ? shape_string(attention_mask.sizes())
+         "forward_hidden: attention_mask must be [" + std::to_string(batch) + ", " +
+             std::to_string(total) + "] (past + new tokens), got " +
+             (attention_mask.defined() ? shape_string(attention_mask.sizes())
                                        : std::string("undefined")));
-  if (!position_ids.defined() || position_ids.dim() != 2 || position_ids.size(0) != batch
-      || position_ids.size(1) != len)
+  if (!position_ids.defined() || position_ids.dim() != 2 || position_ids.size(0) != batch ||
+      position_ids.size(1) != len)
     fail(error_code::invalid_argument,
-         "forward_hidden: position_ids must be [" + std::to_string(batch) + ", "
-           + std::to_string(len) + "], got "
-           + (position_ids.defined() ? shape_string(position_ids.sizes())
+         "forward_hidden: position_ids must be [" + std::to_string(batch) + ", " +
+             std::to_string(len) + "], got " +
+             (position_ids.defined() ? shape_string(position_ids.sizes())
                                      : std::string("undefined")));
   auto positions = position_ids.to(at::kLong);
   {
     auto lo = positions.min().item<int64_t>();
     auto hi = positions.max().item<int64_t>();
     if (lo < 0 || hi >= c.max_position_embeddings)
-      fail(error_code::out_of_range, "forward_hidden: position id "
-                                       + std::to_string(lo < 0 ? lo : hi)
-                                       + " outside [0, max_position_embeddings "
-                                       + std::to_string(c.max_position_embeddings) + ")");
+      fail(error_code::out_of_range, "forward_hidden: position id " +
+                                         std::to_string(lo < 0 ? lo : hi) +
+                                         " outside [0, max_position_embeddings " +
+                                         std::to_string(c.max_position_embeddings) + ")");
   }
 
   const int64_t heads = c.num_attention_heads;
@@ -502,7 +524,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
 
   // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
   auto freqs = positions.to(at::kFloat).unsqueeze(-1) * impl_->inv_freq; // [B, T, d/2]
-  auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);            // [B, T, 1, d]
+  auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);                   // [B, T, 1, d]
   auto cos = emb.cos();
   auto sin = emb.sin();
   const int64_t half = head_dim / 2;
@@ -521,9 +543,10 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
   auto key_pos = at::arange(total, at::kLong).unsqueeze(0);         // [1, T_total]
   auto causal = key_pos.le(query_pos);
   auto self = key_pos.eq(query_pos);
-  auto allowed = causal.unsqueeze(0).logical_and(key_real.unsqueeze(1).logical_or(self.unsqueeze(0)));
+  auto allowed =
+      causal.unsqueeze(0).logical_and(key_real.unsqueeze(1).logical_or(self.unsqueeze(0)));
   auto bias = at::zeros({batch, len, total}, at::kFloat)
-                .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+                  .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
 
   if (cache && past == 0) {
     cache->keys.assign(static_cast<size_t>(c.num_hidden_layers), at::Tensor());
@@ -541,9 +564,9 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
       q = rms_norm(q, l.q_norm, eps);
     if (l.k_norm.defined())
       k = rms_norm(k, l.k_norm, eps);
-    q = apply_rotary(q, cos_q, sin_q);     // [B, T, H, d], pre-scaled
-    k = apply_rotary(k, cos, signed_sin);  // [B, T, KV, d]
-    k = k.transpose(1, 2);              // [B, KV, T, d]
+    q = apply_rotary(q, cos_q, sin_q);    // [B, T, H, d], pre-scaled
+    k = apply_rotary(k, cos, signed_sin); // [B, T, KV, d]
+    k = k.transpose(1, 2);                // [B, KV, T, d]
     v = v.transpose(1, 2);
     if (cache) {
       auto& ck = cache->keys[li];
@@ -556,12 +579,12 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
     // Grouped-query attention without repeating keys: the `group` query heads that share a
     // kv head are stacked along the query axis, so one batched matmul serves them all.
     auto qg = q.view({batch, len, kv_heads, group, head_dim})
-                .permute({0, 2, 3, 1, 4})
-                .reshape({batch, kv_heads, group * len, head_dim});
+                  .permute({0, 2, 3, 1, 4})
+                  .reshape({batch, kv_heads, group * len, head_dim});
     auto out = attention_fn::apply(qg, k, v, bias, group)[0] // [B, KV, G*T, d]
-                 .view({batch, kv_heads, group, len, head_dim})
-                 .permute({0, 3, 1, 2, 4})
-                 .reshape({batch, len, heads * head_dim});
+                   .view({batch, kv_heads, group, len, head_dim})
+                   .permute({0, 3, 1, 2, 4})
+                   .reshape({batch, len, heads * head_dim});
     x = x + impl_->project(l.o, out);
     h = rms_norm(x, l.post_attention_norm, eps);
     auto act = at::silu(impl_->project(l.gate, h)) * impl_->project(l.up, h);
@@ -573,13 +596,25 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids,
 at::Tensor causal_lm::logits(const at::Tensor& hidden) {
   if (!hidden.defined() || hidden.dim() < 1 || hidden.size(-1) != impl_->config.hidden_size)
     fail(error_code::invalid_argument,
-         "logits: hidden states must end in hidden_size " + std::to_string(impl_->config.hidden_size)
-           + ", got " + (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
-  return at::linear(hidden, impl_->lm_head);
+         "logits: hidden states must end in hidden_size " +
+             std::to_string(impl_->config.hidden_size) + ", got " +
+             (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+  return impl_->project(impl_->head, hidden);
 }
 
 const at::Tensor& causal_lm::lm_head_weight() const {
-  return impl_->lm_head;
+  return impl_->head.weight;
+}
+
+causal_lm::head_adapter causal_lm::lm_head_adapter() const {
+  const auto& h = impl_->head;
+  if (!h.lora_a.defined())
+    return {};
+  return {h.lora_a, h.lora_b, impl_->lora.scaling()};
+}
+
+void causal_lm::untie_word_embeddings() {
+  impl_->untie();
 }
 
 void causal_lm::add_value_head(uint64_t seed) {
@@ -598,8 +633,9 @@ at::Tensor causal_lm::values(const at::Tensor& hidden) {
     fail(error_code::invalid_argument, "values: the model has no value head (add_value_head)");
   if (!hidden.defined() || hidden.dim() != 3 || hidden.size(2) != impl_->config.hidden_size)
     fail(error_code::invalid_argument,
-         "values: hidden states must be [B, T, " + std::to_string(impl_->config.hidden_size)
-           + "], got " + (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+         "values: hidden states must be [B, T, " + std::to_string(impl_->config.hidden_size) +
+             "], got " +
+             (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
   return at::linear(hidden, impl_->value_head).squeeze(-1);
 }
 
@@ -607,14 +643,12 @@ std::vector<std::pair<std::string, at::Tensor>> causal_lm::named_parameters() co
   auto out = impl_->base;
   if (impl_->value_head.defined())
     out.emplace_back("value_head.weight", impl_->value_head);
-  for (auto& l : impl_->layers)
-    for (auto& name : projection_names()) {
-      auto& p = l.by_name(name);
-      if (p.lora_a.defined()) {
-        out.emplace_back(p.path + ".lora_A.weight", p.lora_a);
-        out.emplace_back(p.path + ".lora_B.weight", p.lora_b);
-      }
+  impl_->for_each_projection([&](const projection& p, const std::string&) {
+    if (p.lora_a.defined()) {
+      out.emplace_back(p.path + ".lora_A.weight", p.lora_a);
+      out.emplace_back(p.path + ".lora_B.weight", p.lora_b);
     }
+  });
   return out;
 }
 
@@ -631,12 +665,13 @@ std::map<std::string, at::Tensor> causal_lm::state_dict() const {
   std::map<std::string, at::Tensor> out;
   for (auto& [name, t] : impl_->base)
     out[name] = t.detach().clone();
-  for (auto& l : impl_->layers)
-    for (auto& name : projection_names()) {
-      auto& p = l.by_name(name);
-      if (p.lora_a.defined())
-        out[p.path + ".weight"].add_(at::matmul(p.lora_b, p.lora_a), impl_->lora.scaling());
-    }
+  // An adapter on a tied lm_head makes it differ from the embedding: it is written on its own.
+  if (impl_->tied && impl_->head.lora_a.defined())
+    out["lm_head.weight"] = impl_->embed.detach().clone();
+  impl_->for_each_projection([&](const projection& p, const std::string&) {
+    if (p.lora_a.defined())
+      out[p.path + ".weight"].add_(at::matmul(p.lora_b, p.lora_a), impl_->lora.scaling());
+  });
   if (impl_->value_head.defined())
     out["value_head.weight"] = impl_->value_head.detach().clone();
   return out;
@@ -647,6 +682,8 @@ void causal_lm::save_hf(const std::string& dir) const {
   // The weights are written as they live here, in fp32; config.json must say so.
   auto config = impl_->config;
   config.torch_dtype = "float32";
+  if (weights.count("lm_head.weight"))
+    config.tie_word_embeddings = false;
   auto value_head = weights.find("value_head.weight");
   if (value_head == weights.end()) {
     save_hf_checkpoint(dir, config, weights);
@@ -692,8 +729,8 @@ void causal_lm::enable_lora(lora_config config, uint64_t seed) {
   impl_->for_each_projection([&](projection& p, const std::string& name) {
     p.lora_a = at::Tensor();
     p.lora_b = at::Tensor();
-    if (std::find(config.target_modules.begin(), config.target_modules.end(), name)
-        == config.target_modules.end())
+    if (std::find(config.target_modules.begin(), config.target_modules.end(), name) ==
+        config.target_modules.end())
       return;
     auto in = p.weight.size(1);
     auto out = p.weight.size(0);
@@ -721,6 +758,8 @@ void causal_lm::merge_lora() {
     return;
   at::NoGradGuard no_grad;
   auto scaling = impl_->lora.scaling();
+  if (impl_->head.lora_a.defined())
+    impl_->untie(); // the merged lm_head differs from the embedding
   impl_->for_each_projection([&](projection& p, const std::string&) {
     if (p.lora_a.defined())
       p.weight.add_(at::matmul(p.lora_b, p.lora_a), scaling);
@@ -737,14 +776,12 @@ void causal_lm::save_lora_adapter(const std::string& dir, const std::string& bas
   lora_adapter adapter;
   adapter.config = impl_->lora;
   adapter.base_model = base_model;
-  for (auto& l : impl_->layers)
-    for (auto& name : projection_names()) {
-      auto& p = l.by_name(name);
-      if (!p.lora_a.defined())
-        continue;
-      adapter.tensors[peft_prefix + p.path + ".lora_A.weight"] = p.lora_a.detach();
-      adapter.tensors[peft_prefix + p.path + ".lora_B.weight"] = p.lora_b.detach();
-    }
+  impl_->for_each_projection([&](const projection& p, const std::string&) {
+    if (!p.lora_a.defined())
+      return;
+    adapter.tensors[peft_prefix + p.path + ".lora_A.weight"] = p.lora_a.detach();
+    adapter.tensors[peft_prefix + p.path + ".lora_B.weight"] = p.lora_b.detach();
+  });
   backends::save_lora_adapter(dir, adapter);
 }
 
@@ -758,30 +795,30 @@ void causal_lm::load_lora_adapter(const std::string& dir) {
   std::map<std::string, std::pair<at::Tensor, at::Tensor>> found;
   size_t used = 0;
   impl_->for_each_projection([&](projection& p, const std::string& name) {
-    bool targeted = std::find(cfg.target_modules.begin(), cfg.target_modules.end(), name)
-                    != cfg.target_modules.end();
+    bool targeted = std::find(cfg.target_modules.begin(), cfg.target_modules.end(), name) !=
+                    cfg.target_modules.end();
     auto a_name = peft_prefix + p.path + ".lora_A.weight";
     auto b_name = peft_prefix + p.path + ".lora_B.weight";
     auto a = adapter.tensors.find(a_name);
     auto b = adapter.tensors.find(b_name);
     if (!targeted) {
       if (a != adapter.tensors.end() || b != adapter.tensors.end())
-        fail(error_code::invalid_argument, "load_lora_adapter: tensor for " + p.path
-                                             + " present but " + name
-                                             + " is not in target_modules");
+        fail(error_code::invalid_argument, "load_lora_adapter: tensor for " + p.path +
+                                               " present but " + name +
+                                               " is not in target_modules");
       return;
     }
     if (a == adapter.tensors.end() || b == adapter.tensors.end())
-      fail(error_code::invalid_argument, "load_lora_adapter: missing "
-                                           + (a == adapter.tensors.end() ? a_name : b_name));
+      fail(error_code::invalid_argument,
+           "load_lora_adapter: missing " + (a == adapter.tensors.end() ? a_name : b_name));
     auto in = p.weight.size(1);
     auto out = p.weight.size(0);
     auto check = [&](const std::string& n, const at::Tensor& t, int64_t rows, int64_t cols) {
       if (t.dim() != 2 || t.size(0) != rows || t.size(1) != cols)
-        fail(error_code::invalid_argument,
-             "load_lora_adapter: " + n + " has shape " + shape_string(t.sizes()) + ", expected ["
-               + std::to_string(rows) + ", " + std::to_string(cols) + "] (rank "
-               + std::to_string(cfg.rank) + ")");
+        fail(error_code::invalid_argument, "load_lora_adapter: " + n + " has shape " +
+                                               shape_string(t.sizes()) + ", expected [" +
+                                               std::to_string(rows) + ", " + std::to_string(cols) +
+                                               "] (rank " + std::to_string(cfg.rank) + ")");
     };
     check(a_name, a->second, cfg.rank, in);
     check(b_name, b->second, out, cfg.rank);
@@ -792,8 +829,8 @@ void causal_lm::load_lora_adapter(const std::string& dir) {
     for (auto& [n, t] : adapter.tensors) {
       bool known = false;
       for (auto& [path, ab] : found)
-        known = known || n == peft_prefix + path + ".lora_A.weight"
-                || n == peft_prefix + path + ".lora_B.weight";
+        known = known || n == peft_prefix + path + ".lora_A.weight" ||
+                n == peft_prefix + path + ".lora_B.weight";
       if (!known)
         fail(error_code::invalid_argument,
              "load_lora_adapter: tensor " + n + " does not match any projection of the model");

@@ -80,11 +80,26 @@ public:
   /// Unpadded convenience: mask of ones, positions 0..T-1, no cache.
   at::Tensor forward_hidden(const at::Tensor& input_ids);
 
-  /// lm_head (tied or separate) applied to hidden states: `[..., vocab]` fp32.
+  /// lm_head (tied or separate, plus its adapter when LoRA targets `lm_head`) applied to hidden
+  /// states: `[..., vocab]` fp32.
   at::Tensor logits(const at::Tensor& hidden);
 
-  /// The `[vocab, hidden]` matrix `logits()` multiplies by (the embedding when tied).
+  /// The `[vocab, hidden]` matrix `logits()` multiplies by (the embedding when tied), without
+  /// the adapter.
   const at::Tensor& lm_head_weight() const;
+
+  /// The unembedding's low-rank adapter: `logits += scaling · (h Aᵀ) Bᵀ` with A `[rank, hidden]`,
+  /// B `[vocab, rank]`; undefined tensors when LoRA does not target `lm_head`.
+  struct head_adapter {
+    at::Tensor a, b;
+    double scaling = 0;
+  };
+  head_adapter lm_head_adapter() const;
+
+  /// Gives the lm_head a storage of its own (a copy of the embedding) when it is tied, and marks
+  /// the config untied: for a model that will receive an lm_head different from its embedding
+  /// (the merged weights of a model whose unembedding was adapted). No-op when untied.
+  void untie_word_embeddings();
 
   /// Adds a critic head `Linear(hidden, 1, bias=false)` named `value_head.weight`, initialised
   /// normal(0, 1/(hidden+1)) from `seed` (as TRL's value head). Replaces an existing one.
@@ -103,11 +118,13 @@ public:
   std::vector<at::Tensor> trainable_parameters() const;
 
   /// Detached fp32 copies of the base weights under HF names with any LoRA update merged in
-  /// (`lm_head.weight` only when untied), plus `value_head.weight` when present.
+  /// (`lm_head.weight` when untied, or when an adapter on the tied lm_head makes it differ from
+  /// the embedding), plus `value_head.weight` when present.
   std::map<std::string, at::Tensor> state_dict() const;
 
-  /// Writes `dir/config.json` (torch_dtype float32) and `dir/model.safetensors` from
-  /// `state_dict()` (LoRA merged); the
+  /// Writes `dir/config.json` (torch_dtype float32; tie_word_embeddings false when the merged
+  /// lm_head differs from the embedding) and `dir/model.safetensors` from `state_dict()` (LoRA
+  /// merged); the
   /// value head, when present, goes to `dir/value_head.safetensors` so the HF files stay pure.
   void save_hf(const std::string& dir) const;
 
@@ -126,8 +143,8 @@ public:
   /// The active adapter configuration (rank 0 when none).
   const lora_config& lora() const;
 
-  /// Folds `scaling * B A` into each adapted base weight, drops the adapters and makes the base
-  /// trainable again.
+  /// Folds `scaling * B A` into each adapted base weight (an adapted tied lm_head is untied
+  /// first), drops the adapters and makes the base trainable again.
   void merge_lora();
 
   /// Saves the adapters alone in PEFT's layout (`adapter_config.json`,
@@ -147,9 +164,8 @@ private:
   struct impl;
   explicit causal_lm(std::unique_ptr<impl> p);
   /// `from_weights`; with `own_storage` false, fp32 contiguous tensors are adopted uncopied.
-  static std::unique_ptr<causal_lm> build(const model_config& config,
-                                          std::map<std::string, at::Tensor> weights,
-                                          bool own_storage);
+  static std::unique_ptr<causal_lm>
+  build(const model_config& config, std::map<std::string, at::Tensor> weights, bool own_storage);
   std::unique_ptr<impl> impl_;
 };
 

@@ -16,27 +16,45 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Chunked log-softmax-gather (+ entropy) over rows of hidden [N, H] against weight [V, H].
-// Forward keeps only [N] outputs; backward recomputes each chunk's logits, so peak memory is
-// O(chunk * V) in both passes instead of O(N * V). Gradient w.r.t. the scaled logits z = hW^T/τ:
+/// The logits of rows `h` against `weight`, plus the adapter's low-rank term when `a` is not empty:
+/// h Wᵀ + scaling · (h Aᵀ) Bᵀ.
+at::Tensor head_logits(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& a,
+                       const at::Tensor& b, double scaling) {
+  auto z = at::linear(h, weight);
+  if (a.numel() > 0)
+    z.add_(at::linear(at::linear(h, a), b), scaling);
+  return z;
+}
+
+// Chunked log-softmax-gather (+ entropy) over rows of hidden [N, H] against weight [V, H] and an
+// optional adapter (A [r, H], B [V, r]). Forward keeps only [N] outputs; backward recomputes
+// each chunk's logits, so peak memory is O(chunk * V) in both passes instead of O(N * V).
+// Gradient w.r.t. the scaled logits z = (hWᵀ + s·hAᵀBᵀ)/τ:
 //   d logp[t] / dz = onehot(t) - p
 //   d H / dz       = -p * (log p + H)
+// and from gz = dL/d(hWᵀ + s·hAᵀBᵀ): dh = gz W + s (gz B) A, dB = s gzᵀ (h Aᵀ), dA = s (gz B)ᵀ h.
 struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
-                               const at::Tensor& weight, const at::Tensor& targets,
-                               double temperature, int64_t chunk, bool with_entropy) {
+                               const at::Tensor& weight, const at::Tensor& lora_a,
+                               const at::Tensor& lora_b, const at::Tensor& targets,
+                               double temperature, int64_t chunk, bool with_entropy,
+                               double scaling) {
     const int64_t n = hidden.size(0);
     auto logprobs = at::empty({n}, hidden.options());
-    auto entropy = with_entropy ? at::empty({n}, hidden.options()) : at::zeros({n}, hidden.options());
+    auto entropy =
+        with_entropy ? at::empty({n}, hidden.options()) : at::zeros({n}, hidden.options());
     for (int64_t s = 0; s < n; s += chunk) {
       auto len = std::min(chunk, n - s);
-      auto z = at::linear(hidden.narrow(0, s, len), weight).div_(temperature);
+      auto z =
+          head_logits(hidden.narrow(0, s, len), weight, lora_a, lora_b, scaling).div_(temperature);
       auto logp = at::log_softmax(z, -1);
-      logprobs.narrow(0, s, len).copy_(logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
+      logprobs.narrow(0, s, len).copy_(
+          logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
       if (with_entropy)
         entropy.narrow(0, s, len).copy_(-(logp.exp() * logp).sum(-1));
     }
-    ctx->save_for_backward({hidden, weight, targets});
+    ctx->save_for_backward({hidden, weight, targets, lora_a, lora_b});
+    ctx->saved_data["scaling"] = scaling;
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["with_entropy"] = with_entropy;
@@ -50,24 +68,34 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
     const auto& hidden = saved[0];
     const auto& weight = saved[1];
     const auto& targets = saved[2];
+    const auto& lora_a = saved[3];
+    const auto& lora_b = saved[4];
+    const double scaling = ctx->saved_data["scaling"].toDouble();
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const bool adapted = lora_a.numel() > 0;
     const bool need_hidden = ctx->needs_input_grad(0);
     const bool need_weight = ctx->needs_input_grad(1);
-    at::Tensor grad_hidden, grad_weight;
+    const bool need_a = adapted && ctx->needs_input_grad(2);
+    const bool need_b = adapted && ctx->needs_input_grad(3);
+    at::Tensor grad_hidden, grad_weight, grad_a, grad_b;
     if (need_hidden)
       grad_hidden = at::empty_like(hidden);
     if (need_weight)
       grad_weight = at::zeros_like(weight);
+    if (need_a)
+      grad_a = at::zeros_like(lora_a);
+    if (need_b)
+      grad_b = at::zeros_like(lora_b);
     const auto& g_lp = grads[0];
     const auto& g_ent = grads[1];
     const bool entropy_grad = with_entropy && g_ent.defined();
     const int64_t n = hidden.size(0);
-    for (int64_t s = 0; s < n && (need_hidden || need_weight); s += chunk) {
+    for (int64_t s = 0; s < n && (need_hidden || need_weight || need_a || need_b); s += chunk) {
       auto len = std::min(chunk, n - s);
       auto h = hidden.narrow(0, s, len);
-      auto z = at::linear(h, weight).div_(temperature);
+      auto z = head_logits(h, weight, lora_a, lora_b, scaling).div_(temperature);
       auto logp = at::log_softmax(z, -1);
       auto p = logp.exp();
       at::Tensor gz;
@@ -83,12 +111,24 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
         gz -= p * (logp + ent) * g_ent.narrow(0, s, len).unsqueeze(1);
       }
       gz.div_(temperature);
-      if (need_hidden)
-        grad_hidden.narrow(0, s, len).copy_(at::matmul(gz, weight));
+      at::Tensor gz_b; // gz B: [len, r]
+      if (adapted && (need_hidden || need_a))
+        gz_b = at::matmul(gz, lora_b);
+      if (need_hidden) {
+        auto gh = at::matmul(gz, weight);
+        if (adapted)
+          gh.add_(at::matmul(gz_b, lora_a), scaling);
+        grad_hidden.narrow(0, s, len).copy_(gh);
+      }
       if (need_weight)
         grad_weight.addmm_(gz.t(), h);
+      if (need_b)
+        grad_b.addmm_(gz.t(), at::linear(h, lora_a), 1.0, scaling);
+      if (need_a)
+        grad_a.addmm_(gz_b.t(), h, 1.0, scaling);
     }
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden,  grad_weight,  grad_a,       grad_b,      at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -104,7 +144,8 @@ std::string shape_string(at::IntArrayRef s) {
 token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                                              const at::Tensor& targets, double temperature,
                                              int64_t chunk_size, bool with_entropy,
-                                             int64_t max_positions) {
+                                             int64_t max_positions,
+                                             const causal_lm::head_adapter& adapter) {
   if (std::isnan(temperature) || temperature <= 0)
     fail(error_code::invalid_argument,
          "token_logprobs: temperature must be > 0, got " + std::to_string(temperature));
@@ -113,39 +154,51 @@ token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at:
          "token_logprobs: chunk_size must be >= 1, got " + std::to_string(chunk_size));
   if (!hidden.defined() || hidden.dim() != 3)
     fail(error_code::invalid_argument,
-         "token_logprobs: hidden must be [B, T, H], got "
-           + (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+         "token_logprobs: hidden must be [B, T, H], got " +
+             (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
   if (!weight.defined() || weight.dim() != 2 || weight.size(1) != hidden.size(2))
     fail(error_code::invalid_argument,
-         "token_logprobs: weight must be [vocab, " + std::to_string(hidden.size(2)) + "], got "
-           + (weight.defined() ? shape_string(weight.sizes()) : std::string("undefined")));
-  if (!targets.defined() || targets.dim() != 2 || targets.size(0) != hidden.size(0)
-      || targets.size(1) != hidden.size(1))
+         "token_logprobs: weight must be [vocab, " + std::to_string(hidden.size(2)) + "], got " +
+             (weight.defined() ? shape_string(weight.sizes()) : std::string("undefined")));
+  if (!targets.defined() || targets.dim() != 2 || targets.size(0) != hidden.size(0) ||
+      targets.size(1) != hidden.size(1))
     fail(error_code::invalid_argument,
-         "token_logprobs: targets must be [" + std::to_string(hidden.size(0)) + ", "
-           + std::to_string(hidden.size(1)) + "], got "
-           + (targets.defined() ? shape_string(targets.sizes()) : std::string("undefined")));
+         "token_logprobs: targets must be [" + std::to_string(hidden.size(0)) + ", " +
+             std::to_string(hidden.size(1)) + "], got " +
+             (targets.defined() ? shape_string(targets.sizes()) : std::string("undefined")));
   if (!at::isIntegralType(targets.scalar_type(), /*includeBool=*/false))
     fail(error_code::invalid_argument, "token_logprobs: targets must be an integer tensor");
   const int64_t len = hidden.size(1);
   if (max_positions >= 0 && len > max_positions)
-    fail(error_code::invalid_argument,
-         "token_logprobs: sequence length " + std::to_string(len)
-           + " exceeds max_position_embeddings " + std::to_string(max_positions));
+    fail(error_code::invalid_argument, "token_logprobs: sequence length " + std::to_string(len) +
+                                           " exceeds max_position_embeddings " +
+                                           std::to_string(max_positions));
   const int64_t vocab = weight.size(0);
   auto flat_targets = targets.to(at::kLong).reshape({-1}).contiguous();
   if (flat_targets.numel() > 0) {
     auto lo = flat_targets.min().item<int64_t>();
     auto hi = flat_targets.max().item<int64_t>();
     if (lo < 0 || hi >= vocab)
-      fail(error_code::out_of_range, "token_logprobs: token id " + std::to_string(lo < 0 ? lo : hi)
-                                       + " outside the vocabulary of size "
-                                       + std::to_string(vocab));
+      fail(error_code::out_of_range,
+           "token_logprobs: token id " + std::to_string(lo < 0 ? lo : hi) +
+               " outside the vocabulary of size " + std::to_string(vocab));
   }
   const int64_t batch = hidden.size(0);
   auto flat_hidden = hidden.reshape({batch * len, hidden.size(2)});
-  auto out = chunked_logprob_fn::apply(flat_hidden, weight, flat_targets, temperature, chunk_size,
-                                       with_entropy);
+  if (adapter.a.defined() && (adapter.a.dim() != 2 || adapter.a.size(1) != hidden.size(2) ||
+                              !adapter.b.defined() || adapter.b.dim() != 2 ||
+                              adapter.b.size(0) != vocab || adapter.b.size(1) != adapter.a.size(0)))
+    fail(error_code::invalid_argument,
+         "token_logprobs: the lm_head adapter must be A [r, " + std::to_string(hidden.size(2)) +
+             "] and B [" + std::to_string(vocab) + ", r], got A " +
+             shape_string(adapter.a.sizes()) +
+             (adapter.b.defined() ? " and B " + shape_string(adapter.b.sizes()) : ""));
+  // Without an adapter, empty tensors stand in for A and B (autograd functions take no
+  // undefined inputs).
+  auto none = at::empty({0}, hidden.options());
+  auto out = chunked_logprob_fn::apply(flat_hidden, weight, adapter.a.defined() ? adapter.a : none,
+                                       adapter.b.defined() ? adapter.b : none, flat_targets,
+                                       temperature, chunk_size, with_entropy, adapter.scaling);
   token_logprobs_result r;
   r.logprobs = out[0].view({batch, len});
   if (with_entropy)
@@ -157,7 +210,8 @@ token_logprobs_result token_logprobs(causal_lm& model, const at::Tensor& hidden,
                                      const at::Tensor& targets, double temperature,
                                      int64_t chunk_size, bool with_entropy) {
   return chunked_token_logprobs(hidden, model.lm_head_weight(), targets, temperature, chunk_size,
-                                with_entropy, model.config().max_position_embeddings);
+                                with_entropy, model.config().max_position_embeddings,
+                                model.lm_head_adapter());
 }
 
 token_logprobs_result sequence_logprobs(causal_lm& model, const at::Tensor& input_ids,
@@ -165,12 +219,12 @@ token_logprobs_result sequence_logprobs(causal_lm& model, const at::Tensor& inpu
                                         int64_t chunk_size, bool with_entropy) {
   if (!input_ids.defined() || input_ids.dim() != 2 || input_ids.size(1) < 2)
     fail(error_code::invalid_argument,
-         "sequence_logprobs: input_ids must be [B, S] with S >= 2, got "
-           + (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+         "sequence_logprobs: input_ids must be [B, S] with S >= 2, got " +
+             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
   if (!attention_mask.defined() || attention_mask.sizes() != input_ids.sizes())
     fail(error_code::invalid_argument,
-         "sequence_logprobs: attention_mask must have the shape of input_ids "
-           + shape_string(input_ids.sizes()));
+         "sequence_logprobs: attention_mask must have the shape of input_ids " +
+             shape_string(input_ids.sizes()));
   auto mask = attention_mask.to(at::kLong);
   auto positions = (mask.cumsum(1) - 1).clamp_min(0);
   auto hidden = model.forward_hidden(input_ids, mask, positions);
@@ -182,8 +236,8 @@ token_logprobs_result sequence_logprobs(causal_lm& model, const at::Tensor& inpu
 std::vector<double> score_tokens(causal_lm& model, const std::vector<int64_t>& tokens,
                                  double temperature) {
   if (tokens.size() < 2)
-    fail(error_code::invalid_argument, "score_tokens: need at least 2 tokens, got "
-                                         + std::to_string(tokens.size()));
+    fail(error_code::invalid_argument,
+         "score_tokens: need at least 2 tokens, got " + std::to_string(tokens.size()));
   at::NoGradGuard no_grad;
   auto ids = at::tensor(at::ArrayRef<int64_t>(tokens), at::kLong).unsqueeze(0);
   auto r = sequence_logprobs(model, ids, at::ones_like(ids), temperature);

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace rlforge::backends {
+#include "backends/model/causal_lm.hpp"
 
-class causal_lm;
+namespace rlforge::backends {
 
 /// Per-token log-probabilities of given targets and, optionally, the entropy of each position's
 /// token distribution.
@@ -16,20 +16,23 @@ struct token_logprobs_result {
   at::Tensor entropy;  ///< [B, T] -(p * log p).sum(-1); undefined unless requested
 };
 
-/// Log-probs of `targets` (int64 [B, T], ids in [0, vocab)) under `softmax(hidden W^T / temperature)`
-/// with `hidden` [B, T, H] and `weight` the lm_head matrix [vocab, H], computed `chunk_size`
-/// positions at a time so the [B, T, vocab] logits never exist at once, neither in the forward
-/// pass nor in the backward pass (which recomputes each chunk's logits). Differentiable with
-/// respect to `hidden` and `weight` (first order).
-/// Throws `backends::error`: `out_of_range` naming a target id outside the vocabulary and the
-/// vocabulary size; `invalid_argument` for temperature ≤ 0 or NaN, chunk_size < 1, shapes that
-/// disagree, or T > `max_positions` (naming both numbers; -1 = no limit).
+/// Log-probs of `targets` (int64 [B, T], ids in [0, vocab)) under `softmax(hidden W^T /
+/// temperature)` with `hidden` [B, T, H] and `weight` the lm_head matrix [vocab, H], computed
+/// `chunk_size` positions at a time so the [B, T, vocab] logits never exist at once, neither in the
+/// forward pass nor in the backward pass (which recomputes each chunk's logits). With an `adapter`
+/// (A, B defined) the logits gain its low-rank term `scaling · (h Aᵀ) Bᵀ`. Differentiable with
+/// respect to `hidden`, `weight` and the adapter (first order). Throws `backends::error`:
+/// `out_of_range` naming a target id outside the vocabulary and the vocabulary size;
+/// `invalid_argument` for temperature ≤ 0 or NaN, chunk_size < 1, shapes that disagree, or T >
+/// `max_positions` (naming both numbers; -1 = no limit).
 token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                                              const at::Tensor& targets, double temperature,
                                              int64_t chunk_size, bool with_entropy,
-                                             int64_t max_positions = -1);
+                                             int64_t max_positions = -1,
+                                             const causal_lm::head_adapter& adapter = {});
 
-/// `chunked_token_logprobs` with the model's lm_head and its max_position_embeddings limit.
+/// `chunked_token_logprobs` with the model's lm_head (and its adapter, when LoRA targets it) and
+/// its max_position_embeddings limit.
 token_logprobs_result token_logprobs(causal_lm& model, const at::Tensor& hidden,
                                      const at::Tensor& targets, double temperature = 1.0,
                                      int64_t chunk_size = 128, bool with_entropy = false);

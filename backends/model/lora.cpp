@@ -14,9 +14,20 @@ namespace rlforge::backends {
 
 namespace {
 
-const std::vector<std::string>& all_targets() {
-  static const std::vector<std::string> names{"q_proj",    "k_proj", "v_proj",   "o_proj",
+/// The seven projections of a decoder layer (the default targets).
+const std::vector<std::string>& layer_targets() {
+  static const std::vector<std::string> names{"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                               "gate_proj", "up_proj", "down_proj"};
+  return names;
+}
+
+/// Every module an adapter may target: the layer projections and the unembedding.
+const std::vector<std::string>& all_targets() {
+  static const std::vector<std::string> names = [] {
+    auto n = layer_targets();
+    n.push_back("lm_head");
+    return n;
+  }();
   return names;
 }
 
@@ -24,6 +35,8 @@ std::string normalise_target(const std::string& name) {
   for (auto& t : all_targets())
     if (name == t || name + "_proj" == t)
       return t;
+  if (name == "unembed")
+    return "lm_head";
   std::string known;
   for (auto& t : all_targets())
     known += (known.empty() ? "" : ", ") + t;
@@ -34,7 +47,7 @@ std::string normalise_target(const std::string& name) {
 } // namespace
 
 std::vector<std::string> lora_config::default_targets() {
-  return all_targets();
+  return layer_targets();
 }
 
 double lora_config::scaling() const {
@@ -63,16 +76,16 @@ void lora_config::validate() {
 
 nlohmann::json to_peft_json(const lora_config& config, const std::string& base_model) {
   return nlohmann::json{
-    {"peft_type", "LORA"},
-    {"task_type", "CAUSAL_LM"},
-    {"r", config.rank},
-    {"lora_alpha", config.alpha},
-    {"lora_dropout", config.dropout},
-    {"target_modules", config.target_modules},
-    {"bias", "none"},
-    {"fan_in_fan_out", false},
-    {"inference_mode", false},
-    {"base_model_name_or_path", base_model},
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"r", config.rank},
+      {"lora_alpha", config.alpha},
+      {"lora_dropout", config.dropout},
+      {"target_modules", config.target_modules},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"inference_mode", false},
+      {"base_model_name_or_path", base_model},
   };
 }
 
@@ -103,12 +116,13 @@ lora_config parse_peft_config(const nlohmann::json& j) {
       auto& t = j.at("target_modules");
       if (t.is_string())
         fail(error_code::invalid_argument,
-             "adapter_config.json: target_modules as a regular expression ('"
-               + t.get<std::string>() + "') is not supported; list the module names");
+             "adapter_config.json: target_modules as a regular expression ('" +
+                 t.get<std::string>() + "') is not supported; list the module names");
       c.target_modules = t.get<std::vector<std::string>>();
     }
   } catch (const nlohmann::json::exception& e) {
-    fail(error_code::decode_error, std::string("adapter_config.json: ill-typed field: ") + e.what());
+    fail(error_code::decode_error,
+         std::string("adapter_config.json: ill-typed field: ") + e.what());
   }
   c.validate();
   return c;
@@ -137,7 +151,8 @@ lora_adapter load_lora_adapter(const std::string& dir) {
   try {
     in >> j;
   } catch (const nlohmann::json::exception& e) {
-    fail(error_code::decode_error, "load_lora_adapter: " + config_path + " is not JSON: " + e.what());
+    fail(error_code::decode_error,
+         "load_lora_adapter: " + config_path + " is not JSON: " + e.what());
   }
   lora_adapter adapter;
   adapter.config = parse_peft_config(j);
@@ -167,12 +182,12 @@ at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::
   };
   const int64_t in = weight.size(1), out = weight.size(0);
   if (!a.defined() || a.dim() != 2 || a.size(1) != in)
-    fail(error_code::invalid_argument, "lora_linear: lora_A must be [rank, " + std::to_string(in)
-                                         + "], got " + shape(a));
-  if (!b_up.defined() || b_up.dim() != 2 || b_up.size(0) != out || b_up.size(1) != a.size(0))
     fail(error_code::invalid_argument,
-         "lora_linear: lora_B must be [" + std::to_string(out) + ", " + std::to_string(a.size(0))
-           + "], got " + shape(b_up));
+         "lora_linear: lora_A must be [rank, " + std::to_string(in) + "], got " + shape(a));
+  if (!b_up.defined() || b_up.dim() != 2 || b_up.size(0) != out || b_up.size(1) != a.size(0))
+    fail(error_code::invalid_argument, "lora_linear: lora_B must be [" + std::to_string(out) +
+                                           ", " + std::to_string(a.size(0)) + "], got " +
+                                           shape(b_up));
   auto xa = training && dropout > 0 ? at::dropout(x, dropout, true) : x;
   return y + at::linear(at::linear(xa, a), b_up) * scaling;
 }

@@ -18,8 +18,9 @@ struct lora_config {
   int64_t rank = 0;
   /// Scale numerator: the update is multiplied by `alpha / rank`.
   double alpha = 16.0;
-  /// Which projections get an adapter, in PEFT naming (`q_proj`, ..., `down_proj`). Short
-  /// names (`q`, `gate`, ...) are accepted by `validate()` and normalised to PEFT naming.
+  /// Which projections get an adapter, in PEFT naming (`q_proj`, ..., `down_proj`, and
+  /// `lm_head`, the unembedding: Tinker's `train_unembed`). Short names (`q`, `gate`, ...,
+  /// `unembed`) are accepted by `validate()` and normalised to PEFT naming.
   std::vector<std::string> target_modules = default_targets();
   /// Dropout probability applied to the adapter's input while training (0 = off).
   double dropout = 0.0;
@@ -31,7 +32,7 @@ struct lora_config {
   /// short target names. Throws `backends::error(invalid_argument)` naming the bad value.
   void validate();
 
-  /// All seven projections of a Llama/Qwen decoder layer, in PEFT naming.
+  /// All seven projections of a Llama/Qwen decoder layer, in PEFT naming (not the lm_head).
   static std::vector<std::string> default_targets();
 };
 

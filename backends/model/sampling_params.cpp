@@ -39,6 +39,23 @@ double log_sum_exp(const double* x, const std::vector<int64_t>& ids, size_t n) {
 
 } // namespace
 
+namespace {
+
+uint64_t splitmix64(uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+} // namespace
+
+uint64_t sample_seed(uint64_t seed, uint64_t sample_index) noexcept {
+  // Two rounds: the index is mixed on its own before it meets the mixed seed, so no linear
+  // relation between (seed, index) pairs survives.
+  return splitmix64(splitmix64(seed) ^ splitmix64(sample_index ^ 0x6A09E667F3BCC909ull));
+}
+
 void validate(const sampling_params& p, int64_t vocab_size) {
   if (p.max_tokens <= 0)
     bad("max_tokens must be >= 1, got " + std::to_string(p.max_tokens));

@@ -39,6 +39,11 @@ struct sample_result {
   std::vector<double> prompt_logprobs;
 };
 
+/// The seed of sample `sample_index` of a request seeded with `seed`: a splitmix64 mix of both,
+/// so that distinct (seed, index) pairs give unrelated generator streams (sample j of seed S and
+/// sample j-1 of seed S+1 share nothing) and a sample's stream depends only on the pair.
+uint64_t sample_seed(uint64_t seed, uint64_t sample_index) noexcept;
+
 /// Throws `backends::error(invalid_argument)` naming the field and value when `p` is not a
 /// valid request for a model with `vocab_size` tokens: max_tokens <= 0, temperature negative or
 /// not finite, top_k == 0 or < -1, top_p not in (0, 1], a stop token id outside [0, vocab_size).

@@ -83,7 +83,7 @@ bool is_response_key(const std::string& key) {
 
 at::ScalarType expected_dtype(const std::string& key) {
   if (key == batch_keys::sequences || key == batch_keys::attention_mask ||
-      key == batch_keys::response_mask)
+      key == batch_keys::response_mask || key == batch_keys::target_tokens)
     return at::kLong;
   return at::kFloat;
 }
@@ -167,52 +167,6 @@ training_batch build(const std::vector<std::vector<int64_t>>& prompts,
   return batch;
 }
 
-// Datum conversion ----------------------------------------------------------------------------
-
-std::string datum_field(size_t index, const std::string& key) {
-  return "datum " + std::to_string(index) + ": loss_fn_inputs." + key;
-}
-
-// The values of one loss_fn_inputs entry after checking dtype, shape and length.
-const std::vector<double>& checked_values(size_t index, const std::string& key,
-                                          const tensor_data& td, size_t expected_len) {
-  auto field = datum_field(index, key);
-  if (td.dtype != "float32" && td.dtype != "int64")
-    invalid(field + " has dtype " + in_quotes(td.dtype) + " (expected \"float32\" or \"int64\")");
-  std::vector<int64_t> shape = td.shape;
-  if (shape.empty())
-    shape.push_back(static_cast<int64_t>(td.data.size()));
-  int64_t product = 1;
-  for (auto d : shape) {
-    if (d < 0)
-      invalid(field + " has a negative dimension in shape " + shape_text(shape));
-    product *= d;
-  }
-  if (product != static_cast<int64_t>(td.data.size()))
-    invalid(field + " has shape " + shape_text(shape) + " (" + std::to_string(product) +
-            " values) but " + std::to_string(td.data.size()) + " data values");
-  if (shape.size() != 1 || shape[0] != static_cast<int64_t>(expected_len))
-    invalid(field + " has shape " + shape_text(shape) + ", expected [" +
-            std::to_string(expected_len) + "] (one value per model input token)");
-  return td.data;
-}
-
-std::vector<float> float_values(size_t index, const std::string& key, const tensor_data& td,
-                                size_t n, bool non_negative) {
-  const auto& data = checked_values(index, key, td, n);
-  std::vector<float> out(data.size());
-  for (size_t k = 0; k < data.size(); ++k) {
-    out[k] = static_cast<float>(data[k]);
-    if (!std::isfinite(out[k]) || (non_negative && out[k] < 0)) {
-      std::ostringstream msg;
-      msg << datum_field(index, key) << '[' << k << "] = " << data[k]
-          << (std::isfinite(out[k]) ? " is negative" : " is not a finite float32");
-      invalid(msg.str());
-    }
-  }
-  return out;
-}
-
 } // namespace
 
 const std::vector<std::string>& optional_response_keys() {
@@ -225,7 +179,8 @@ const std::vector<std::string>& optional_response_keys() {
 
 const std::vector<std::string>& response_keys() {
   static const std::vector<std::string> keys = [] {
-    std::vector<std::string> k = {batch_keys::loss_mask, batch_keys::response_mask};
+    std::vector<std::string> k = {batch_keys::loss_mask, batch_keys::response_mask,
+                                  batch_keys::target_tokens};
     for (const auto& x : optional_response_keys())
       k.push_back(x);
     return k;
@@ -340,13 +295,17 @@ void training_batch::validate(const batch_checks& checks) const {
     report_first(batch_keys::loss_mask, loss, loss_outside, "is nonzero where response_mask is 0",
                  error_code::invalid_argument);
 
-  if ((seq < 0).any().item<bool>())
-    report_first(batch_keys::sequences, seq, seq < 0, "is a negative token id",
-                 error_code::out_of_range);
-  if (checks.vocab_size > 0 && (seq >= checks.vocab_size).any().item<bool>())
-    report_first(batch_keys::sequences, seq, seq >= checks.vocab_size,
-                 "is outside the vocabulary [0, " + std::to_string(checks.vocab_size) + ")",
-                 error_code::out_of_range);
+  for (const char* key : {batch_keys::sequences, batch_keys::target_tokens}) {
+    if (!has(key))
+      continue;
+    const auto& ids = get(key);
+    if ((ids < 0).any().item<bool>())
+      report_first(key, ids, ids < 0, "is a negative token id", error_code::out_of_range);
+    if (checks.vocab_size > 0 && (ids >= checks.vocab_size).any().item<bool>())
+      report_first(key, ids, ids >= checks.vocab_size,
+                   "is outside the vocabulary [0, " + std::to_string(checks.vocab_size) + ")",
+                   error_code::out_of_range);
+  }
 }
 
 at::Tensor response_columns(const at::Tensor& per_position, int64_t response_length) {
@@ -398,83 +357,6 @@ training_batch from_sequences(const std::vector<std::vector<int64_t>>& prompts,
   }
   auto batch = build(prompts, responses, per_token, pad_token_id);
   batch.validate();
-  return batch;
-}
-
-training_batch from_datums(const std::vector<datum>& datums, int64_t pad_token_id) {
-  if (datums.empty())
-    invalid("from_datums: no datums");
-  static const std::set<std::string> float_keys = {"weights", "logprobs", "advantages", "values",
-                                                   "returns"};
-  std::vector<std::vector<int64_t>> prompts, responses;
-  per_token_values per_token;
-  auto column = [&](const std::string& key) -> std::vector<std::vector<float>>& {
-    auto& rows = per_token[key];
-    rows.resize(datums.size());
-    return rows;
-  };
-  // Every datum fills the keys any datum has; absent entries stay empty rows, caught below.
-  std::set<std::string> seen_keys;
-  for (size_t i = 0; i < datums.size(); ++i) {
-    const auto& d = datums[i];
-    const auto& input = d.model_input_tokens;
-    const size_t n = input.size();
-    if (n == 0)
-      invalid("from_datums: datum " + std::to_string(i) + " has no model input tokens");
-    auto target_it = d.loss_fn_inputs.find("target_tokens");
-    if (target_it == d.loss_fn_inputs.end())
-      invalid("from_datums: datum " + std::to_string(i) + " lacks loss_fn_inputs.target_tokens");
-    for (const auto& [key, td] : d.loss_fn_inputs)
-      if (key != "target_tokens" && float_keys.count(key) == 0)
-        invalid("from_datums: datum " + std::to_string(i) + " has unknown loss_fn_inputs key " +
-                in_quotes(key) +
-                " (known: target_tokens, weights, logprobs, advantages, values, returns)");
-    const auto& target_td = target_it->second;
-    if (target_td.dtype != "int64")
-      invalid(datum_field(i, "target_tokens") + " has dtype " + in_quotes(target_td.dtype) +
-              " (expected \"int64\")");
-    const auto& target_values = checked_values(i, "target_tokens", target_td, n);
-    std::vector<int64_t> targets(n);
-    for (size_t k = 0; k < n; ++k) {
-      double v = target_values[k];
-      if (!(std::floor(v) == v && std::fabs(v) <= 9007199254740992.0)) {
-        std::ostringstream msg;
-        msg << datum_field(i, "target_tokens") << '[' << k << "] = " << v
-            << " is not an integer token id";
-        invalid(msg.str());
-      }
-      targets[k] = static_cast<int64_t>(v);
-      if (k + 1 < n && targets[k] != input[k + 1])
-        invalid(datum_field(i, "target_tokens") + "[" + std::to_string(k) +
-                "] = " + std::to_string(targets[k]) + " differs from model input token " +
-                std::to_string(k + 1) + " = " + std::to_string(input[k + 1]) +
-                " (targets must be the inputs shifted by one)");
-    }
-    prompts.push_back({input[0]});
-    responses.push_back(targets);
-    for (const auto& [key, td] : d.loss_fn_inputs) {
-      if (key == "target_tokens")
-        continue;
-      seen_keys.insert(key);
-      auto values = float_values(i, key, td, n, key == "weights");
-      if (key == "weights") {
-        column(batch_keys::loss_mask)[i] = values;
-      } else if (key == "logprobs") {
-        column(batch_keys::action_log_probs)[i] = values;
-        column(batch_keys::rollout_logprobs)[i] = std::move(values);
-      } else {
-        column(key)[i] = std::move(values);
-      }
-    }
-  }
-  // A key given for some datums but not others cannot be filled in meaningfully.
-  for (size_t i = 0; i < datums.size(); ++i)
-    for (const auto& key : seen_keys)
-      if (datums[i].loss_fn_inputs.count(key) == 0)
-        invalid("from_datums: datum " + std::to_string(i) + " lacks loss_fn_inputs." + key +
-                ", which other datums have");
-  auto batch = build(prompts, responses, per_token, pad_token_id);
-  batch.validate(batch_checks{-1, true});
   return batch;
 }
 

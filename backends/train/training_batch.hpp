@@ -15,6 +15,10 @@ namespace batch_keys {
 inline constexpr const char* sequences = "sequences";
 /// `[B, S]` int64: 1 = real token, 0 = left padding.
 inline constexpr const char* attention_mask = "attention_mask";
+/// `[B, R]` int64, optional: the token each response position is scored on. When absent a
+/// position is scored on the sequence's next token (column j on `sequences[:, S-R+j]`); a Tinker
+/// datum's targets need not be its shifted inputs, so its batch carries them (tinker_batch.hpp).
+inline constexpr const char* target_tokens = "target_tokens";
 /// `[B, R]` float32: 0/1 per response token (0 = ignored by the loss; padding rows are all 0).
 inline constexpr const char* loss_mask = "loss_mask";
 /// `[B, R]` int64: 1 = a real response token, 0 = the left filler of a shorter response.
@@ -35,7 +39,7 @@ inline constexpr const char* rewards = "rewards";
 /// The float32 `[B, R]` tensors that are optional (every response tensor but the two masks).
 const std::vector<std::string>& optional_response_keys();
 
-/// Every `[B, R]` key: the two masks, then `optional_response_keys()`.
+/// Every `[B, R]` key: the two masks, `target_tokens`, then `optional_response_keys()`.
 const std::vector<std::string>& response_keys();
 
 /// What `training_batch::validate` checks beyond the layout.
@@ -79,9 +83,10 @@ struct training_batch {
   /// tensor has B rows, every response tensor exactly R columns; masks 0/1 (see `batch_checks`);
   /// response tokens are real tokens (`response_mask` = 1 implies `attention_mask` = 1) and
   /// `loss_mask` is 0 where `response_mask` is 0; token ids inside the vocabulary when given; no
-  /// NaN/inf in float tensors; 0 ≤ pad_size ≤ B (a shard may be all padding); ids empty or one per
-  /// row. Throws `error{invalid_argument}` (`out_of_range` for a token id) naming the tensor, the
-  /// expected and actual shape or the bad value and its position.
+  /// NaN/inf in float tensors; ids of `sequences` and `target_tokens` ≥ 0; 0 ≤ pad_size ≤ B (a
+  /// shard may be all padding); ids empty or one per row. Throws `error{invalid_argument}`
+  /// (`out_of_range` for a token id) naming the tensor, the expected and actual shape or the bad
+  /// value and its position.
   void validate(const batch_checks& checks = {}) const;
 };
 
@@ -105,33 +110,6 @@ using per_token_values = std::map<std::string, std::vector<std::vector<float>>>;
 training_batch from_sequences(const std::vector<std::vector<int64_t>>& prompts,
                               const std::vector<std::vector<int64_t>>& responses,
                               const per_token_values& per_token = {}, int64_t pad_token_id = 0);
-
-/// Tinker `TensorData`: flat values in row-major order, a dtype and a shape (an empty shape
-/// means one dimension of `data.size()`).
-struct tensor_data {
-  std::vector<double> data;
-  std::string dtype = "float32"; ///< "float32" or "int64"
-  std::vector<int64_t> shape;
-};
-
-/// Tinker `Datum`: the model input tokens and the loss function inputs (`target_tokens`
-/// required; `weights`, `logprobs`, `advantages`, `values`, `returns` optional).
-struct datum {
-  std::vector<int64_t> model_input_tokens;
-  std::map<std::string, tensor_data> loss_fn_inputs;
-};
-
-/// Builds a batch from Tinker datums (REFERENCE.md). For N input tokens, `target_tokens` has N
-/// entries and must be the inputs shifted by one (`target[k] == input[k+1]`); the full sequence
-/// is `input + [target[N-1]]`, the "prompt" is `input[0]` and the response is the N targets.
-/// `weights` → `loss_mask` (ones when absent), `logprobs` → `action_log_probs` and
-/// `rollout_logprobs`, `advantages` / `values` / `returns` as given. `uids` are the datum
-/// indices. The result accepts weighted loss masks (`batch_checks::weighted_loss_mask`).
-/// Throws `error{invalid_argument}` naming the datum index and key for: an empty list, empty
-/// input tokens, an unknown key or dtype, a shape whose product differs from the data size, a
-/// non-1-D shape or a length other than N, a non-integral or unshifted target, a non-finite or
-/// negative weight, a non-finite value.
-training_batch from_datums(const std::vector<datum>& datums, int64_t pad_token_id = 0);
 
 /// Appends copies of real rows (cycling through them in order) with `loss_mask` = 0 until the
 /// row count is a multiple of `multiple`; `pad_size` grows by the rows added. Throws

@@ -424,7 +424,8 @@ TEST(AlgoLosses, ClipCovDropsHighCovarianceTokensDeterministically) {
   EXPECT_EQ(v(out.elementwise, 0, 3), 0.0);
   expect_close(v(out.elementwise, 0, 4), -3.6);
   expect_close(out.loss.item<double>(), -1.0 + 0.0 - 3.6);
-  expect_close(out.metrics.at("clip_ratio:mean"), 2.0 / 5.0);
+  // Metrics average over the tokens the loss weighs: token 2 has A = 0, so 2 of 4.
+  expect_close(out.metrics.at("clip_ratio:mean"), 2.0 / 4.0);
   // Default clip_ratio → budget 1: one of the two is dropped, the same one for the same seed.
   auto one = compute_loss("clip_cov", in);
   const double l1 = one.loss.item<double>();
@@ -432,11 +433,42 @@ TEST(AlgoLosses, ClipCovDropsHighCovarianceTokensDeterministically) {
   const double drop3 = -2.0 - 1.0 + 0.0 - 3.6;
   EXPECT_TRUE(std::abs(l1 - drop0) < 1e-5 || std::abs(l1 - drop3) < 1e-5) << l1;
   EXPECT_EQ(compute_loss("clip_cov", in).loss.item<double>(), l1);
-  expect_close(one.metrics.at("clip_ratio:mean"), 1.0 / 5.0);
+  expect_close(one.metrics.at("clip_ratio:mean"), 1.0 / 4.0);
   // Bounds that exclude every token: plain max(pg1, pg2).
   auto none = compute_loss("clip_cov", in, values({{"clip_cov_lb", 10.0}, {"clip_cov_ub", 20.0}}));
   expect_close(none.loss.item<double>(), -2 - 1 + 0 + 1.5 - 3.6);
   EXPECT_EQ(none.metrics.at("clip_ratio:mean"), 0.0);
+}
+
+// A Tinker RL datum carries placeholder log-probs 0 and advantages 0 at its prompt positions and
+// often no weights: the ratio metrics must average over the tokens the loss weighs, so a batch
+// that is exactly on-policy reports a ratio of 1 and no clipping.
+TEST(AlgoLosses, RatioMetricsAverageOverWeightedTokensOnly) {
+  // Two prompt positions (old = 0, A = 0) and three sampled tokens (old = logp).
+  const std::vector<double> lp = {-2.0, -3.0, -0.5, -1.25, -0.75};
+  const std::vector<double> old = {0.0, 0.0, -0.5, -1.25, -0.75};
+  const std::vector<double> adv = {0.0, 0.0, 1.0, -1.0, 0.5};
+  loss_inputs in;
+  in.logprobs = t2({lp});
+  in.old_logprobs = t2({old});
+  in.advantages = t2({adv});
+  auto is = compute_loss("importance_sampling", in);
+  expect_close(is.metrics.at("importance_ratio:mean"), 1.0);
+  EXPECT_EQ(is.metric_weight, 3.0);
+  auto ppo = compute_loss("regular", in);
+  EXPECT_EQ(ppo.metrics.at("clip_ratio:mean"), 0.0);
+  in.entropy = t2({{9.0, 9.0, 1.0, 2.0, 3.0}});
+  expect_close(compute_loss("regular", in).metrics.at("entropy:mean"), 2.0);
+  // With weights the weighted tokens decide (and A = 0 still contributes nothing).
+  in.loss_mask = t2({{0.0, 0.0, 1.0, 1.0, 0.0}});
+  expect_close(compute_loss("importance_sampling", in).metrics.at("importance_ratio:mean"), 1.0);
+  EXPECT_EQ(compute_loss("importance_sampling", in).metric_weight, 2.0);
+  // All advantages 0: the mask alone selects the tokens, so the ratio is still reported.
+  in.loss_mask = at::Tensor();
+  in.advantages = t2({{0.0, 0.0, 0.0, 0.0, 0.0}});
+  auto flat = compute_loss("importance_sampling", in);
+  EXPECT_EQ(flat.metric_weight, 5.0);
+  EXPECT_GT(flat.metrics.at("importance_ratio:mean"), 0.0);
 }
 
 TEST(AlgoLosses, KlCovPenalisesTheLargestCovarianceTokens) {
@@ -566,61 +598,7 @@ TEST(AlgoLosses, RegistryNamesAndKinds) {
   EXPECT_FALSE(is_value_loss("regular"));
   EXPECT_FALSE(is_value_loss("nope"));
   EXPECT_TRUE(is_loss_name("kl_cov"));
-  EXPECT_FALSE(is_loss_name("ppo")); // the Tinker alias is mapped by tinker_to_loss_config
-}
-
-TEST(AlgoLosses, TinkerConfigsMapOntoRegistryLosses) {
-  auto ppo = tinker_to_loss_config("ppo", {});
-  EXPECT_EQ(ppo.name, "regular");
-  EXPECT_TRUE(ppo.config.values.empty());
-  auto custom =
-      tinker_to_loss_config("ppo", {{"clip_low_threshold", 0.7}, {"clip_high_threshold", 1.3}});
-  expect_close(custom.config.values.at("eps_clip_low"), 0.3, 1e-12);
-  expect_close(custom.config.values.at("eps_clip_high"), 0.3, 1e-12);
-  auto cispo = tinker_to_loss_config("cispo", {});
-  EXPECT_EQ(cispo.name, "cispo");
-  EXPECT_EQ(cispo.config.values.at("cispo_eps_clip_low"), 1.0);
-  EXPECT_EQ(cispo.config.values.at("cispo_eps_clip_high"), 3.0);
-  auto cispo2 =
-      tinker_to_loss_config("cispo", {{"clip_low_threshold", 0.5}, {"clip_high_threshold", 2.0}});
-  EXPECT_EQ(cispo2.config.values.at("cispo_eps_clip_low"), 0.5);
-  EXPECT_EQ(cispo2.config.values.at("cispo_eps_clip_high"), 1.0);
-  auto critic = tinker_to_loss_config("ppo", {{"value_clip", 0.5}}, /*critic=*/true);
-  EXPECT_EQ(critic.name, "ppo_critic");
-  EXPECT_EQ(critic.config.values.at("value_clip"), 0.5);
-  auto policy_vc = tinker_to_loss_config("ppo", {{"value_clip", 0.5}});
-  EXPECT_EQ(policy_vc.name, "regular");
-  EXPECT_TRUE(policy_vc.config.values.empty());
-  EXPECT_EQ(tinker_to_loss_config("gspo", {{"clip_high_threshold", 1.1}}).name, "gspo");
-  EXPECT_EQ(tinker_to_loss_config("dro", {{"beta", 0.1}}).config.values.at("beta"), 0.1);
-  EXPECT_EQ(tinker_to_loss_config("cross_entropy", {}).name, "cross_entropy");
-  EXPECT_EQ(tinker_to_loss_config("dppo", {{"delta_low", 0.1}}).config.values.at("delta_low"), 0.1);
-
-  expect_error([] { tinker_to_loss_config("ppo2", {}); }, {"ppo2", "cispo", "importance_sampling"});
-  expect_error(
-      [] {
-        tinker_to_loss_config("ppo", {{"eps", 0.1}});
-      },
-      {"'eps'", "clip_low_threshold"});
-  expect_error(
-      [] {
-        tinker_to_loss_config("ppo", {{"clip_low_threshold", 1.2}});
-      },
-      {"clip_low_threshold", "1.2"});
-  expect_error(
-      [] {
-        tinker_to_loss_config("ppo", {{"clip_high_threshold", 0.9}});
-      },
-      {"clip_high_threshold", "0.9"});
-  expect_error(
-      [] {
-        tinker_to_loss_config("cispo", {{"clip_high_threshold", nan_v}});
-      },
-      {"clip_high_threshold", "nan"});
-  expect_error([] { tinker_to_loss_config("cross_entropy", {{"beta", 1}}); }, {"'beta'"});
-  expect_error([] { tinker_to_loss_config("ppo_critic", {}); }, {"ppo_critic"});
-  expect_error([] { tinker_to_loss_config("cispo", {}, true); }, {"critic", "cispo"});
-  expect_error([] { tinker_to_loss_config("dro", {}); }, {"beta", "dro"});
+  EXPECT_FALSE(is_loss_name("ppo")); // the Tinker name is mapped by tinker/loss_catalog.hpp
 }
 
 TEST(AlgoLosses, BadConfigsAreRejectedNamingKeyAndValue) {

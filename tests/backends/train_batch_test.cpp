@@ -36,25 +36,6 @@ training_batch two_rows() {
                         {{batch_keys::advantages, {{0.5f, -1.f}, {1.f, 2.f, 3.f}}}});
 }
 
-tensor_data floats(std::vector<double> v) {
-  return tensor_data{std::move(v), "float32", {}};
-}
-
-tensor_data ints(std::vector<double> v) {
-  return tensor_data{std::move(v), "int64", {}};
-}
-
-datum make_datum(std::vector<int64_t> input) {
-  datum d;
-  d.model_input_tokens = input;
-  std::vector<double> targets;
-  for (size_t k = 1; k < input.size(); ++k)
-    targets.push_back(static_cast<double>(input[k]));
-  targets.push_back(static_cast<double>(input.back() + 1));
-  d.loss_fn_inputs["target_tokens"] = ints(targets);
-  return d;
-}
-
 // A batch of five rows with every optional key, uids and group ids.
 training_batch five_rows() {
   std::vector<std::vector<int64_t>> prompts = {{1, 2}, {3}, {4, 5, 6}, {7}, {8, 9}};
@@ -338,104 +319,6 @@ TEST(TrainingBatch, GetNamesMissingKeyAndPresentOnes) {
   expect_error([&] { b.get("returns"); }, error_code::not_found, {"'returns'", "advantages"});
   EXPECT_TRUE(b.has(batch_keys::loss_mask));
   EXPECT_FALSE(b.has(batch_keys::returns));
-}
-
-TEST(TrainingBatch, FromDatumsBuildsTheFullSequenceAndMapsInputs) {
-  auto d0 = make_datum({10, 11, 12});
-  d0.loss_fn_inputs["weights"] = floats({0, 1, 0.5});
-  d0.loss_fn_inputs["logprobs"] = floats({-0.1, -0.2, -0.3});
-  d0.loss_fn_inputs["advantages"] = floats({1, 2, 3});
-  auto d1 = make_datum({20});
-  d1.loss_fn_inputs["weights"] = tensor_data{{1}, "int64", {1}};
-  d1.loss_fn_inputs["logprobs"] = floats({-0.7});
-  d1.loss_fn_inputs["advantages"] = floats({4});
-  auto b = from_datums({d0, d1});
-  EXPECT_EQ(b.response_length, 3);
-  EXPECT_EQ(row_of(b.get(batch_keys::sequences), 0), (std::vector<int64_t>{10, 11, 12, 13}));
-  EXPECT_EQ(row_of(b.get(batch_keys::sequences), 1), (std::vector<int64_t>{0, 0, 20, 21}));
-  EXPECT_EQ(row_of(b.get(batch_keys::attention_mask), 1), (std::vector<int64_t>{0, 0, 1, 1}));
-  EXPECT_EQ(row_of(b.get(batch_keys::response_mask), 1), (std::vector<int64_t>{0, 0, 1}));
-  EXPECT_EQ(frow_of(b.get(batch_keys::loss_mask), 0), (std::vector<float>{0, 1, 0.5}));
-  EXPECT_EQ(frow_of(b.get(batch_keys::loss_mask), 1), (std::vector<float>{0, 0, 1}));
-  auto lp = std::vector<float>{-0.1f, -0.2f, -0.3f};
-  EXPECT_EQ(frow_of(b.get(batch_keys::action_log_probs), 0), lp);
-  EXPECT_EQ(frow_of(b.get(batch_keys::rollout_logprobs), 0), lp);
-  EXPECT_EQ(frow_of(b.get(batch_keys::rollout_logprobs), 1), (std::vector<float>{0, 0, -0.7f}));
-  EXPECT_EQ(frow_of(b.get(batch_keys::advantages), 1), (std::vector<float>{0, 0, 4}));
-  EXPECT_FALSE(b.has(batch_keys::values));
-  EXPECT_EQ(b.uids, (std::vector<int64_t>{0, 1}));
-  // Without weights every target counts.
-  auto c = from_datums({make_datum({5, 6})});
-  EXPECT_EQ(frow_of(c.get(batch_keys::loss_mask), 0), (std::vector<float>{1, 1}));
-}
-
-TEST(TrainingBatch, FromDatumsRejectsBadTensorData) {
-  expect_error([] { from_datums({}); }, error_code::invalid_argument, {"no datums"});
-  auto d = make_datum({1, 2, 3});
-  d.model_input_tokens.clear();
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"datum 0", "no model input tokens"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs.erase("target_tokens");
-  expect_error(
-      [&] {
-        from_datums({make_datum({4}), d});
-      },
-      error_code::invalid_argument, {"datum 1", "target_tokens"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["weights"] = tensor_data{{1, 1, 1}, "bfloat16", {}};
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"datum 0", "weights", "'bfloat16'"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["weights"] = tensor_data{{1, 1, 1}, "float32", {2, 2}};
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"weights", "[2, 2]", "4 values", "3 data values"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["weights"] = tensor_data{{1, 1, 1, 1}, "float32", {2, 2}};
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"weights", "[2, 2]", "expected [3]"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["advantages"] = floats({1, 2});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"advantages", "[2]", "expected [3]"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["target_tokens"] = floats({2, 3, 4});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"target_tokens", "'float32'", "int64"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["target_tokens"] = ints({2, 3.5, 4});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"target_tokens[1] = 3.5", "not an integer"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["target_tokens"] = ints({2, 7, 4});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"target_tokens[1] = 7", "model input token 2 = 3"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["mask"] = floats({1, 1, 1});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument, {"unknown", "'mask'"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["logprobs"] = floats({-1, NAN, -1});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"logprobs[1]", "not a finite float32"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["returns"] = floats({1e300, 0, 0});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"returns[0]", "not a finite float32"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["weights"] = floats({1, -1, 1});
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"weights[1] = -1", "negative"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["values"] = floats({1, 1, 1});
-  expect_error(
-      [&] {
-        from_datums({d, make_datum({4, 5})});
-      },
-      error_code::invalid_argument, {"datum 1 lacks loss_fn_inputs.values"});
-  d = make_datum({1, 2, 3});
-  d.loss_fn_inputs["weights"] = tensor_data{{1, 1, 1}, "float32", {-3}};
-  expect_error([&] { from_datums({d}); }, error_code::invalid_argument,
-               {"weights", "negative dimension"});
 }
 
 TEST(TrainingBatch, PadShardConcatTrimRoundTripGivesTheOriginal) {
