@@ -48,7 +48,6 @@ struct dispatcher_state {
   std::set<std::string> colocated;
   std::string transport = "auto";
   int64_t weight_version = 0;
-  uint64_t sync_counter = 0;
   bool busy = false;
   std::deque<serial_job> waiting;
   static const char* name;
@@ -66,8 +65,7 @@ std::string prefix(const std::string& role, const std::string& op) {
 caf::error wrap(self_ptr self, const std::string& role, const std::string& op,
                 const caf::error& err) {
   if (err.category() == errc_category)
-    return make_error(static_cast<errc>(err.code()),
-                      prefix(role, op) + ": " + error_message(err));
+    return make_error(static_cast<errc>(err.code()), prefix(role, op) + ": " + error_message(err));
   if (err == caf::sec::request_timeout)
     return make_error(errc::timeout, prefix(role, op) + ": the group did not answer in time");
   if (err == caf::sec::request_receiver_down)
@@ -129,19 +127,18 @@ void serialize(self_ptr self, serial_job job) {
 /// `op(args)` on every rank of `group`; results in rank order.
 void group_all(self_ptr self, const caf::actor& group, const std::string& op, caf::message args,
                int64_t timeout_ms, results_fn k) {
-  self
-    ->request(group, std::chrono::milliseconds{timeout_ms + 1000}, all_atom::value, op,
-              std::move(args), timeout_ms)
-    .then([k](std::vector<caf::message>& r) { k(std::move(r)); },
-          [k](caf::error& err) { k(std::move(err)); });
+  self->request(group, std::chrono::milliseconds{timeout_ms + 1000}, all_atom::value, op,
+                std::move(args), timeout_ms)
+      .then([k](std::vector<caf::message>& r) { k(std::move(r)); },
+            [k](caf::error& err) { k(std::move(err)); });
 }
 
 /// `op(args)` on one rank actor; its answer.
 void rank_call(self_ptr self, const caf::actor& rank, const std::string& op, caf::message args,
                int64_t timeout_ms, std::function<void(caf::expected<caf::message>)> k) {
   self->request(rank, std::chrono::milliseconds{timeout_ms}, call_atom::value, op, std::move(args))
-    .then([k](op_result& r) { k(std::move(r.value)); },
-          [k](caf::error& err) { k(std::move(err)); });
+      .then([k](op_result& r) { k(std::move(r.value)); },
+            [k](caf::error& err) { k(std::move(err)); });
 }
 
 role_entry* find_role(self_ptr self, const std::string& role) {
@@ -160,8 +157,8 @@ caf::error with_context(self_ptr self, const std::string& context, const caf::er
   if (err.category() == errc_category)
     return make_error(static_cast<errc>(err.code()), context + ": " + error_message(err));
   if (err == caf::sec::request_timeout)
-    return make_error(errc::timeout, context + ": no answer within " + std::to_string(timeout_ms)
-                                       + " ms");
+    return make_error(errc::timeout,
+                      context + ": no answer within " + std::to_string(timeout_ms) + " ms");
   if (err == caf::sec::request_receiver_down)
     return make_error(errc::rank_failed, context + ": the rank is gone");
   return make_error(errc::rank_failed, context + ": " + self->system().render(err));
@@ -171,8 +168,8 @@ caf::error with_context(self_ptr self, const std::string& context, const caf::er
 
 /// Moves `tags` of `role` on or off the device and records it (workers: offload/onload of
 /// model/optimizer; engines: sleep/wake_up of weights/kv_cache). Empty tags: everything.
-step residency_step(self_ptr self, const std::string& role, bool on,
-                    std::vector<std::string> tags, int64_t timeout_ms) {
+step residency_step(self_ptr self, const std::string& role, bool on, std::vector<std::string> tags,
+                    int64_t timeout_ms) {
   return [=](done_fn done) {
     auto* e = find_role(self, role);
     if (!e) {
@@ -230,27 +227,28 @@ std::vector<step> prepare_steps(self_ptr self, const std::string& role, bool nee
 /// Checks the arguments of a batch op before anything moves.
 caf::error check_batch_args(const std::string& role, const std::string& op,
                             const caf::message& args) {
-  bool ok = op == "forward" ? args.match_elements<batch_payload>()
-                            : args.match_elements<batch_payload, loss_request>();
+  bool with_loss = args.match_elements<batch_payload, loss_request>();
+  bool ok = with_loss || (op == "forward" && args.match_elements<batch_payload>());
   if (!ok)
-    return make_error(errc::invalid_argument,
-                      prefix(role, op) + ": expects ("
-                        + (op == "forward" ? "batch_payload" : "batch_payload, loss_request")
-                        + "), got " + caf::to_string(args));
+    return make_error(
+        errc::invalid_argument,
+        prefix(role, op) + ": expects (" +
+            (op == "forward" ? "batch_payload[, loss_request]" : "batch_payload, loss_request") +
+            "), got " + caf::to_string(args));
   const auto& payload = args.get_as<batch_payload>(0);
   auto rows = payload_rows(payload);
   if (!rows)
-    return make_error(errc::invalid_argument, prefix(role, op) + ": " + error_message(rows.error()));
+    return make_error(errc::invalid_argument,
+                      prefix(role, op) + ": " + error_message(rows.error()));
   if (*rows - payload.pad_size < 1)
     return make_error(errc::invalid_argument,
-                      prefix(role, op) + ": empty batch (" + std::to_string(*rows)
-                        + " rows, " + std::to_string(payload.pad_size) + " of them padding)");
+                      prefix(role, op) + ": empty batch (" + std::to_string(*rows) + " rows, " +
+                          std::to_string(payload.pad_size) + " of them padding)");
   return caf::error{};
 }
 
 void batch_call(self_ptr self, const role_entry& entry, const std::string& role,
-                const std::string& op, const caf::message& args, int64_t timeout_ms,
-                reply_fn k) {
+                const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
   const auto& payload = args.get_as<batch_payload>(0);
   std::vector<caf::message> chunks;
   int64_t added = 0;
@@ -267,34 +265,34 @@ void batch_call(self_ptr self, const role_entry& entry, const std::string& role,
       return k(make_error(errc::invalid_argument,
                           prefix(role, op) + ": " + error_message(shards.error())));
     for (auto& s : *shards) {
-      if (op == "forward")
+      if (args.size() == 1)
         chunks.push_back(caf::make_message(std::move(s)));
       else
         chunks.push_back(caf::make_message(std::move(s), args.get_as<loss_request>(1)));
     }
   }
-  self
-    ->request(entry.group, std::chrono::milliseconds{timeout_ms + 1000}, mesh_atom::value, op,
-              std::move(chunks), timeout_ms)
-    .then(
-      [=](std::vector<caf::message>& results) {
-        std::vector<batch_result> parts;
-        parts.reserve(results.size());
-        for (size_t r = 0; r < results.size(); ++r) {
-          if (!results[r].match_elements<batch_result>())
-            return k(make_error(errc::internal, prefix(role, op) + ": rank " + std::to_string(r)
-                                                  + " answered " + caf::to_string(results[r])));
-          parts.push_back(std::move(results[r].get_mutable_as<batch_result>(0)));
-        }
-        if (parts.size() == 1 && added == 0)
-          return k(op_result{caf::make_message(std::move(parts[0]))});
-        auto merged = merge_results(parts, added);
-        if (!merged)
-          return k(make_error(errc::internal,
-                              prefix(role, op) + ": " + error_message(merged.error())));
-        k(op_result{caf::make_message(std::move(*merged))});
-      },
-      [=](caf::error& err) { k(wrap(self, role, op, err)); });
+  self->request(entry.group, std::chrono::milliseconds{timeout_ms + 1000}, mesh_atom::value, op,
+                std::move(chunks), timeout_ms)
+      .then(
+          [=](std::vector<caf::message>& results) {
+            std::vector<batch_result> parts;
+            parts.reserve(results.size());
+            for (size_t r = 0; r < results.size(); ++r) {
+              if (!results[r].match_elements<batch_result>())
+                return k(make_error(errc::internal, prefix(role, op) + ": rank " +
+                                                        std::to_string(r) + " answered " +
+                                                        caf::to_string(results[r])));
+              parts.push_back(std::move(results[r].get_mutable_as<batch_result>(0)));
+            }
+            if (parts.size() == 1 && added == 0)
+              return k(op_result{caf::make_message(std::move(parts[0]))});
+            auto merged = merge_results(parts, added);
+            if (!merged)
+              return k(make_error(errc::internal,
+                                  prefix(role, op) + ": " + error_message(merged.error())));
+            k(op_result{caf::make_message(std::move(*merged))});
+          },
+          [=](caf::error& err) { k(wrap(self, role, op, err)); });
 }
 
 void all_call(self_ptr self, const role_entry& entry, const std::string& role,
@@ -311,8 +309,8 @@ void all_call(self_ptr self, const role_entry& entry, const std::string& role,
                 if (op == "offload" || op == "onload" || op == "sleep" || op == "wake_up") {
                   bool on = op == "onload" || op == "wake_up";
                   const auto& tags = args.match_elements<std::vector<std::string>>()
-                                       ? args.get_as<std::vector<std::string>>(0)
-                                       : std::vector<std::string>{};
+                                         ? args.get_as<std::vector<std::string>>(0)
+                                         : std::vector<std::string>{};
                   auto has = [&](const char* t) {
                     return tags.empty() || std::find(tags.begin(), tags.end(), t) != tags.end();
                   };
@@ -331,9 +329,9 @@ void all_call(self_ptr self, const role_entry& entry, const std::string& role,
 caf::error check_generate_args(const std::string& role, const caf::message& args) {
   const char* op = "generate";
   if (!args.match_elements<std::vector<sample_request>>())
-    return make_error(errc::invalid_argument, prefix(role, op)
-                                                + ": expects (std::vector<sample_request>), got "
-                                                + caf::to_string(args));
+    return make_error(errc::invalid_argument, prefix(role, op) +
+                                                  ": expects (std::vector<sample_request>), got " +
+                                                  caf::to_string(args));
   const auto& requests = args.get_as<std::vector<sample_request>>(0);
   if (requests.empty())
     return make_error(errc::invalid_argument, prefix(role, op) + ": no requests");
@@ -413,19 +411,19 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
     std::vector<sample_request> share;
     for (auto i : assigned[j])
       share.push_back(requests[i]);
-    auto context = prefix(role, op) + ": engine rank " + std::to_string(j) + " (requests "
-                   + index_list(assigned[j]) + " of the call)";
+    auto context = prefix(role, op) + ": engine rank " + std::to_string(j) + " (requests " +
+                   index_list(assigned[j]) + " of the call)";
     rank_call(self, e->ranks[j], op, caf::make_message(std::move(share)), timeout_ms,
               [=](caf::expected<caf::message> r) {
                 if (!r) {
                   if (!g->error)
                     g->error = with_context(self, context, r.error(), timeout_ms);
-                } else if (!r->match_elements<std::vector<sample_output>>()
-                           || r->get_as<std::vector<sample_output>>(0).size() != rows[j]) {
+                } else if (!r->match_elements<std::vector<sample_output>>() ||
+                           r->get_as<std::vector<sample_output>>(0).size() != rows[j]) {
                   if (!g->error)
-                    g->error = make_error(errc::internal, context + ": answered "
-                                                            + caf::to_string(*r) + ", expected "
-                                                            + std::to_string(rows[j]) + " rows");
+                    g->error = make_error(errc::internal, context + ": answered " +
+                                                              caf::to_string(*r) + ", expected " +
+                                                              std::to_string(rows[j]) + " rows");
                 } else {
                   g->parts[j] = std::move(r->get_mutable_as<std::vector<sample_output>>(0));
                 }
@@ -463,15 +461,14 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
     };
     std::vector<receiver> receivers;
     std::vector<size_t> gloo;
-    auto base = "rlforge-sync-" + std::to_string(this_process().pid) + "-"
-                + std::to_string(++st.sync_counter);
+    auto base = new_sync_channel();
     for (auto& name : engine_roles(self)) {
       auto& e = st.roles.at(name);
       for (size_t r = 0; r < e.ranks.size(); ++r) {
         weight_sync_spec spec;
         spec.transport = st.transport != "auto" ? st.transport
-                         : r < e.where.size() ? choose_transport(from, e.where[r])
-                                              : std::string{"in_process"};
+                         : r < e.where.size()   ? choose_transport(from, e.where[r])
+                                                : std::string{"in_process"};
         spec.channel = base + "-" + std::to_string(receivers.size());
         spec.version = *version;
         spec.timeout_ms = timeout_ms;
@@ -481,7 +478,8 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
       }
     }
     if (receivers.empty())
-      return done(make_error(errc::not_found, prefix(source, op) + ": the engine groups have no ranks"));
+      return done(
+          make_error(errc::not_found, prefix(source, op) + ": the engine groups have no ranks"));
     auto launch = [=](std::vector<receiver> rs) {
       std::vector<weight_sync_spec> sends;
       bool gloo_sent = false;
@@ -513,15 +511,15 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
       auto* s = find_role(self, source);
       if (!s)
         return done(role_gone(source, op));
-      group_all(self, s->group, "send_weights", caf::make_message(std::move(sends)),
-                timeout_ms, [=](caf::expected<std::vector<caf::message>> r) {
+      group_all(self, s->group, "send_weights", caf::make_message(std::move(sends)), timeout_ms,
+                [=](caf::expected<std::vector<caf::message>> r) {
                   if (!r)
                     g->sender_error = wrap(self, source, op, r.error());
                   finish();
                 });
       for (auto& r : rs) {
-        auto context = prefix(source, op) + ": engine role '" + r.role + "' rank "
-                       + std::to_string(r.index) + " (" + r.spec.transport + ")";
+        auto context = prefix(source, op) + ": engine role '" + r.role + "' rank " +
+                       std::to_string(r.index) + " (" + r.spec.transport + ")";
         rank_call(self, r.rank, "receive_weights", caf::make_message(r.spec), timeout_ms + 1000,
                   [=](caf::expected<caf::message> x) {
                     if (!x && !g->receiver_error)
@@ -541,10 +539,10 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
                 if (!r)
                   return done(wrap(self, source, op, r.error()));
                 if (r->empty() || !(*r)[0].match_elements<int32_t>())
-                  return done(make_error(errc::internal, prefix(source, op)
-                                                           + ": open_sync_store answered "
-                                                           + (r->empty() ? std::string{"nothing"}
-                                                                         : caf::to_string((*r)[0]))));
+                  return done(make_error(
+                      errc::internal,
+                      prefix(source, op) + ": open_sync_store answered " +
+                          (r->empty() ? std::string{"nothing"} : caf::to_string((*r)[0]))));
                 auto port = (*r)[0].get_as<int32_t>(0);
                 int32_t rank = 1;
                 for (auto i : gloo) {
@@ -700,7 +698,7 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
       return sync_call(self, role, timeout_ms, k);
     auto need = needs_of(*e, op);
     auto steps = std::make_shared<std::vector<step>>(
-      prepare_steps(self, role, need.model, need.optimizer, timeout_ms));
+        prepare_steps(self, role, need.model, need.optimizer, timeout_ms));
     run_steps(steps, 0, [=](caf::error err) {
       if (err)
         return k(std::move(err));
@@ -763,8 +761,8 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
                 auto& d = *doc;
                 if (!r) {
                   d["roles"][name]["memory_error"] = error_message(r.error()).empty()
-                                                       ? self->system().render(r.error())
-                                                       : error_message(r.error());
+                                                         ? self->system().render(r.error())
+                                                         : error_message(r.error());
                 } else {
                   int64_t resident = 0;
                   for (size_t i = 0; i < r->size(); ++i) {
@@ -795,115 +793,119 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
     return make_error(errc::invalid_argument,
                       "dispatcher: role '" + role + "' registered with an invalid group");
   if (kind != "worker" && kind != "engine")
-    return make_error(errc::invalid_argument, "dispatcher: role '" + role + "': unknown kind '"
-                                                + kind + "' (kinds: worker, engine)");
+    return make_error(errc::invalid_argument, "dispatcher: role '" + role + "': unknown kind '" +
+                                                  kind + "' (kinds: worker, engine)");
   auto promise = self->make_response_promise<int32_t>();
   auto fail = [=](caf::error err) mutable { promise.deliver(wrap(self, role, "register", err)); };
   self->request(group, std::chrono::seconds(30), ranks_atom::value)
-    .then(
-      [=](std::vector<rank_info>& ranks) mutable {
-        if (ranks.empty()) {
-          promise.deliver(
-            make_error(errc::invalid_argument, "dispatcher: role '" + role + "' has no ranks"));
-          return;
-        }
-        self->request(group, std::chrono::seconds(30), handles_atom::value)
-          .then(
-            [=](std::vector<caf::actor>& handles) mutable {
-              group_all(self, group, "location", caf::message{}, 30000,
-                        [=](caf::expected<std::vector<caf::message>> where) mutable {
-                          if (!where)
-                            return fail(where.error());
-                          role_entry e;
-                          e.group = group;
-                          e.world_size = static_cast<int32_t>(ranks.size());
-                          e.engine = kind == "engine";
-                          e.ranks = handles;
-                          e.infos = ranks;
-                          for (auto& m : *where)
-                            if (m.match_elements<std::string, int64_t>())
-                              e.where.push_back({m.get_as<std::string>(0), m.get_as<int64_t>(1)});
-                          e.load.assign(handles.size(), 0);
-                          self->state.roles[role] = std::move(e);
-                          runtime::logger("actors.dispatch")
-                            ->info("register role={} kind={} ranks={}", role, kind, ranks.size());
-                          promise.deliver(static_cast<int32_t>(ranks.size()));
-                        });
-            },
-            [=](caf::error& err) mutable { fail(err); });
-      },
-      [=](caf::error& err) mutable { fail(err); });
+      .then(
+          [=](std::vector<rank_info>& ranks) mutable {
+            if (ranks.empty()) {
+              promise.deliver(make_error(errc::invalid_argument,
+                                         "dispatcher: role '" + role + "' has no ranks"));
+              return;
+            }
+            self->request(group, std::chrono::seconds(30), handles_atom::value)
+                .then(
+                    [=](std::vector<caf::actor>& handles) mutable {
+                      group_all(
+                          self, group, "location", caf::message{}, 30000,
+                          [=](caf::expected<std::vector<caf::message>> where) mutable {
+                            if (!where)
+                              return fail(where.error());
+                            role_entry e;
+                            e.group = group;
+                            e.world_size = static_cast<int32_t>(ranks.size());
+                            e.engine = kind == "engine";
+                            e.ranks = handles;
+                            e.infos = ranks;
+                            for (auto& m : *where)
+                              if (m.match_elements<std::string, int64_t>())
+                                e.where.push_back({m.get_as<std::string>(0), m.get_as<int64_t>(1)});
+                            e.load.assign(handles.size(), 0);
+                            self->state.roles[role] = std::move(e);
+                            runtime::logger("actors.dispatch")
+                                ->info("register role={} kind={} ranks={}", role, kind,
+                                       ranks.size());
+                            promise.deliver(static_cast<int32_t>(ranks.size()));
+                          });
+                    },
+                    [=](caf::error& err) mutable { fail(err); });
+          },
+          [=](caf::error& err) mutable { fail(err); });
   return promise;
 }
 
 caf::behavior dispatcher(self_ptr self) {
   return {
-    [=](dispatcher_register_atom, const std::string& role, const caf::actor& group) {
-      return register_role(self, role, group, "worker");
-    },
-    [=](dispatcher_register_atom, const std::string& role, const caf::actor& group,
-        const std::string& kind) { return register_role(self, role, group, kind); },
-    [=](dispatcher_unregister_atom, const std::string& role) -> caf::result<void> {
-      auto& st = self->state;
-      if (!st.roles.count(role))
-        return make_error(errc::not_found, "dispatcher: unregister: no group registered for role '"
-                                             + role + "' (registered: " + role_list(st) + ")");
-      st.roles.erase(role);
-      runtime::logger("actors.dispatch")->info("unregister role={}", role);
-      return caf::unit;
-    },
-    [=](dispatcher_call_atom, const std::string& role, const std::string& op,
-        const caf::message& args, int64_t timeout_ms) -> caf::result<op_result> {
-      auto& st = self->state;
-      if (!st.roles.count(role))
-        return make_error(errc::not_found, prefix(role, op) + ": no group registered for role '"
-                                             + role + "' (registered: " + role_list(st) + ")");
-      if (timeout_ms <= 0)
-        return make_error(errc::invalid_argument, prefix(role, op) + ": timeout must be > 0 ms, got "
-                                                    + std::to_string(timeout_ms));
-      return route(self, role, op, args, timeout_ms);
-    },
-    [=](dispatcher_colocate_atom, const std::vector<std::string>& roles) -> caf::result<void> {
-      std::set<std::string> set;
-      for (auto& r : roles) {
-        if (r.empty())
-          return make_error(errc::invalid_argument, "dispatcher: colocate: empty role name");
-        set.insert(r);
-      }
-      if (set.size() == 1)
-        return make_error(errc::invalid_argument,
-                          "dispatcher: colocate needs at least two roles, got only '"
-                            + *set.begin() + "'");
-      self->state.colocated = std::move(set);
-      return caf::unit;
-    },
-    [=](dispatcher_transport_atom, const std::string& transport) -> caf::result<void> {
-      if (transport != "auto" && transport != "in_process" && transport != "shm"
-          && transport != "gloo")
-        return make_error(errc::invalid_argument,
-                          "dispatcher: unknown weight transport '" + transport
-                            + "' (auto, in_process, shm, gloo)");
-      self->state.transport = transport;
-      return caf::unit;
-    },
-    [=](dispatcher_status_atom, int64_t timeout_ms) -> caf::result<std::string> {
-      if (timeout_ms <= 0)
-        return make_error(errc::invalid_argument, "dispatcher: status timeout must be > 0 ms");
-      return status(self, timeout_ms);
-    },
-    [=](dispatcher_lcm_atom) {
-      int32_t out = 1;
-      for (auto& [_, e] : self->state.roles)
-        if (!e.engine)
-          out = std::lcm(out, e.world_size);
-      return out;
-    },
-    [=](dispatcher_roles_atom) {
-      std::vector<std::string> out;
-      for (auto& [name, _] : self->state.roles)
-        out.push_back(name);
-      return out;
-    },
+      [=](dispatcher_register_atom, const std::string& role, const caf::actor& group) {
+        return register_role(self, role, group, "worker");
+      },
+      [=](dispatcher_register_atom, const std::string& role, const caf::actor& group,
+          const std::string& kind) { return register_role(self, role, group, kind); },
+      [=](dispatcher_unregister_atom, const std::string& role) -> caf::result<void> {
+        auto& st = self->state;
+        if (!st.roles.count(role))
+          return make_error(errc::not_found,
+                            "dispatcher: unregister: no group registered for role '" + role +
+                                "' (registered: " + role_list(st) + ")");
+        st.roles.erase(role);
+        runtime::logger("actors.dispatch")->info("unregister role={}", role);
+        return caf::unit;
+      },
+      [=](dispatcher_call_atom, const std::string& role, const std::string& op,
+          const caf::message& args, int64_t timeout_ms) -> caf::result<op_result> {
+        auto& st = self->state;
+        if (!st.roles.count(role))
+          return make_error(errc::not_found, prefix(role, op) + ": no group registered for role '" +
+                                                 role + "' (registered: " + role_list(st) + ")");
+        if (timeout_ms <= 0)
+          return make_error(errc::invalid_argument, prefix(role, op) +
+                                                        ": timeout must be > 0 ms, got " +
+                                                        std::to_string(timeout_ms));
+        return route(self, role, op, args, timeout_ms);
+      },
+      [=](dispatcher_colocate_atom, const std::vector<std::string>& roles) -> caf::result<void> {
+        std::set<std::string> set;
+        for (auto& r : roles) {
+          if (r.empty())
+            return make_error(errc::invalid_argument, "dispatcher: colocate: empty role name");
+          set.insert(r);
+        }
+        if (set.size() == 1)
+          return make_error(errc::invalid_argument,
+                            "dispatcher: colocate needs at least two roles, got only '" +
+                                *set.begin() + "'");
+        self->state.colocated = std::move(set);
+        return caf::unit;
+      },
+      [=](dispatcher_transport_atom, const std::string& transport) -> caf::result<void> {
+        if (transport != "auto" && transport != "in_process" && transport != "shm" &&
+            transport != "gloo")
+          return make_error(errc::invalid_argument, "dispatcher: unknown weight transport '" +
+                                                        transport +
+                                                        "' (auto, in_process, shm, gloo)");
+        self->state.transport = transport;
+        return caf::unit;
+      },
+      [=](dispatcher_status_atom, int64_t timeout_ms) -> caf::result<std::string> {
+        if (timeout_ms <= 0)
+          return make_error(errc::invalid_argument, "dispatcher: status timeout must be > 0 ms");
+        return status(self, timeout_ms);
+      },
+      [=](dispatcher_lcm_atom) {
+        int32_t out = 1;
+        for (auto& [_, e] : self->state.roles)
+          if (!e.engine)
+            out = std::lcm(out, e.world_size);
+        return out;
+      },
+      [=](dispatcher_roles_atom) {
+        std::vector<std::string> out;
+        for (auto& [name, _] : self->state.roles)
+          out.push_back(name);
+        return out;
+      },
   };
 }
 
@@ -924,8 +926,8 @@ std::vector<size_t> spread_requests(const std::vector<sample_request>& requests,
       if (load(j) < load(best))
         best = j;
     owner[i] = best;
-    added[best] += std::max<int64_t>(1, r.num_samples)
-                   * (static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(0, r.max_tokens));
+    added[best] += std::max<int64_t>(1, r.num_samples) *
+                   (static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(0, r.max_tokens));
   }
   return owner;
 }

@@ -61,7 +61,8 @@ using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
 /// the actor groups of the training roles and to the inference engines.
 ///
 /// Ops of `dispatcher_call_atom` on a training role:
-///  - `forward` (batch_payload) and `forward_backward` (batch_payload, loss_request) →
+///  - `forward` (batch_payload[, loss_request]) and `forward_backward` (batch_payload,
+///  loss_request) →
 ///    op_result{batch_result}: the batch is padded to a multiple of the role's DP size (copies
 ///    of real rows with loss_mask 0), shard i goes to rank i (mesh call), and the per-row
 ///    outputs come back concatenated in input order without the rows the dispatcher added (one

@@ -9,18 +9,31 @@ namespace rlforge::actors {
 /// Ops (arguments → result; wire types in runtime/messages.hpp):
 ///  - `init_model` (model_spec) → int64 number of parameters. Builds the model from exactly one
 ///    of hf_dir, preset and config_json (random weights from the seed; `lora_rank` must be 0:
-///    an engine serves merged weights). Resets the weight version to 0, wakes the engine and
-///    leaves the pause state unchanged.
-///  - `generate` (std::vector<sample_request>) → std::vector<sample_output>. All rows run as
-///    one batch. A request with `num_samples` = n becomes n consecutive output rows; with a seed
-///    s, row j draws from seed s + j (so row 0 equals a plain request with seed s). Outputs are
-///    in request order. Refused before any work, naming the request index and the bad value:
-///    an empty list, an empty prompt, a prompt that fills the model's context, a token id outside
-///    the vocabulary, max_tokens <= 0, num_samples < 1, invalid sampling parameters. On a
-///    sleeping engine: "engine is asleep (weights); call wake_up" (or `(kv_cache)`).
-///    While paused the call is queued and answered after `resume`, in arrival order (through
-///    the rank's deferred replies, `rank_context::defer_reply`); the caller's own deadline
-///    still applies, so a caller that times out before `resume` sees a timeout.
+///    an engine serves merged weights; `untie_word_embeddings` gives a tied lm_head its own
+///    copy, for the merged weights of a model whose unembedding was adapted). Resets the weight
+///    version to 0, drops retained versions, wakes the engine and leaves the pause state
+///    unchanged.
+///  - `generate` (std::vector<sample_request>) → std::vector<sample_output>. Rows on the same
+///    weights run as one batch. A request with `num_samples` = n becomes n consecutive output
+///    rows, samples `first_sample .. first_sample + n - 1`; with a seed s, sample j draws from
+///    `sample_seed(s, j)` (backends/model/sampling_params.hpp), so a sample's tokens depend only
+///    on (s, j), not on its batch-mates or on how the request was sliced. A request's
+///    `weight_version` v > 0 other than the current version runs on the retained snapshot of v
+///    (see `retain_weights`; swapped in for that batch only, so a forward pass never mixes two
+///    versions) and is refused (`not_found`, naming both versions) when v is not retained.
+///    Outputs are in request order. Refused before any work, naming the request index and the
+///    bad value: an empty list, an empty prompt, a prompt that fills the model's context, a token
+///    id outside the vocabulary, max_tokens <= 0, num_samples < 1, first_sample < 0, invalid
+///    sampling parameters. On a sleeping engine: "engine is asleep (weights); call wake_up" (or
+///    `(kv_cache)`). While paused the call is queued and answered after `resume`, in arrival
+///    order (through the rank's deferred replies, `rank_context::defer_reply`); the caller's own
+///    deadline still applies, so a caller that times out before `resume` sees a timeout.
+///  - `retain_weights` (int64 version, int64 max_retained) → std::vector<int64_t> evicted: keeps
+///    the current weights (which must be `version`) addressable by `generate` after newer weights
+///    arrive: a copy is taken when they are replaced (`receive_weights`, `set_weights`). At most
+///    `max_retained` versions stay retained; beyond that the least recently used ones (never the
+///    current) are dropped and returned. Retained copies count as resident bytes in `memory`.
+///    `init_model` drops them all.
 ///  - `sleep` (std::vector<std::string> tags) → (): `weights` moves every parameter's storage
 ///    out of the model into host buffers kept by the engine (the model's tensors become empty,
 ///    so `memory` reports ~0 resident bytes); `kv_cache` releases the key/value cache memory

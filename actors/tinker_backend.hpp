@@ -5,33 +5,41 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tinker_types.hpp"
+#include "tinker/loss_catalog.hpp"
+#include "tinker/types.hpp"
 
 namespace rlforge::actors {
 
 /// What the Tinker-compatible service (service/) computes with: the models of one base model,
 /// their training steps, sampling and checkpoints. Plain C++ (no CAF, no torch in this header).
 ///
-/// All methods may block: the server calls them from worker threads, never concurrently for one
-/// model. Bad input throws `tinker::request_error` ("user" / "not_found") naming what was wrong,
-/// and the model stays usable; other failures throw `request_error` with category "server".
+/// The service decodes request bodies (syntax only) and hands them over as they are; the backend
+/// checks them once against the model (`tinker/datum_check.hpp`, the loss catalog) before
+/// anything runs. Bad input throws `tinker::request_error` (user / not_found) naming what was
+/// wrong, and the model stays as it was; other failures throw `request_error` (server). Messages
+/// name checkpoints and samplers by their client-side names, never by server paths.
+///
+/// Thread-safety: every method may be called from any thread. Calls on one model's training
+/// state (forward_backward, optim_step, checkpoints, sampler saves) are serialised by the backend;
+/// the service also issues them in seq_id order, one at a time. `sample` runs concurrently with
+/// everything, including the training of the model whose snapshot it samples.
 class tinker_backend {
 public:
   virtual ~tinker_backend();
 
-  /// Creates a trainable model on the server's base model; `role` is "policy" or "critic".
+  /// Creates a trainable model on the server's base model.
   virtual void create_model(const std::string& model_id, const tinker::lora_config& lora,
-                            const std::string& role) = 0;
+                            tinker::model_role role) = 0;
 
   /// True when `model_id` was created and not deleted.
   virtual bool has_model(const std::string& model_id) = 0;
 
-  /// Frees the model's memory and actors.
+  /// Frees the model's memory and actors, including its sampling engine (its snapshots can no
+  /// longer be sampled).
   virtual void delete_model(const std::string& model_id) = 0;
 
-  /// Requests of ONE model, consecutive in seq_id order, same forward_only; the server batches
-  /// them (they may carry different loss_fn/config: the backend groups as it needs). One output
-  /// per request, in order.
+  /// Requests of ONE model, consecutive in seq_id order, same forward_only. One output per
+  /// request, in order; each request's result is the same whatever requests arrive with it.
   virtual std::vector<tinker::forward_backward_output>
   forward_backward(const std::vector<tinker::forward_backward_request>& batch) = 0;
 
@@ -39,24 +47,30 @@ public:
   virtual std::map<std::string, double> optim_step(const std::string& model_id,
                                                    const tinker::adam_params& p) = 0;
 
-  /// Samples every request from `model_id`'s current sampler weights; `model_id` empty = the
-  /// base model. One response per request, in order.
+  /// Binds the model's current weights to a sampler: returns the snapshot version that a
+  /// `sampler_ref{snapshot, model_id, version}` samples from then on, unaffected by later
+  /// training and saves, until the backend evicts it (a bounded cache; sampling an evicted
+  /// snapshot is refused with a not_found error saying so, never answered from other weights).
+  virtual int64_t save_sampler_snapshot(const std::string& model_id) = 0;
+
+  /// Writes an HF export of the model's weights (LoRA merged) to the existing `where.dir`, which
+  /// a `sampler_ref{checkpoint, dir}` samples from.
+  virtual void export_sampler_weights(const std::string& model_id,
+                                      const tinker::checkpoint_ref& where) = 0;
+
+  /// Samples every request on the weights its `sampler` names. One response per request, in
+  /// order.
   virtual std::vector<tinker::sample_response>
-  sample(const std::string& model_id, const std::vector<tinker::sample_request>& requests) = 0;
+  sample(const std::vector<tinker::sample_request>& requests) = 0;
 
   /// Writes the model's full training state (weights, and the optimizer state when
-  /// `with_optimizer`) into the existing directory `dir`.
-  virtual void save_checkpoint(const std::string& model_id, const std::string& dir,
+  /// `with_optimizer`) into the existing directory `where.dir`.
+  virtual void save_checkpoint(const std::string& model_id, const tinker::checkpoint_ref& where,
                                bool with_optimizer) = 0;
 
-  /// Restores what `save_checkpoint` wrote to `dir` (the optimizer state when `with_optimizer`).
-  virtual void load_checkpoint(const std::string& model_id, const std::string& dir,
+  /// Restores what `save_checkpoint` wrote (the optimizer state when `with_optimizer`).
+  virtual void load_checkpoint(const std::string& model_id, const tinker::checkpoint_ref& where,
                                bool with_optimizer) = 0;
-
-  /// persist: write an HF export (config.json + model.safetensors, LoRA merged) to dir;
-  /// otherwise sync weights to the engines and write only a marker file in dir.
-  virtual void save_sampler_checkpoint(const std::string& model_id, const std::string& dir,
-                                       bool persist) = 0;
 
   /// Name of the base model every model is created on.
   virtual std::string base_model_name() const = 0;

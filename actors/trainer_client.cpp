@@ -22,15 +22,14 @@ double train_output::metric(const std::string& name) const {
 
 trainer_client::trainer_client(caf::actor_system& sys, caf::actor dispatcher,
                                std::chrono::milliseconds timeout)
-  : sys_(&sys), dispatcher_(std::move(dispatcher)), timeout_(timeout) {
+    : sys_(&sys), dispatcher_(std::move(dispatcher)), timeout_(timeout) {
   if (timeout_.count() <= 0)
     timeout_ = std::chrono::seconds(600);
 }
 
 namespace {
 
-template <class T>
-caf::expected<T> unwrap(caf::expected<caf::message> m, const std::string& what) {
+template <class T> caf::expected<T> unwrap(caf::expected<caf::message> m, const std::string& what) {
   if (!m)
     return std::move(m.error());
   if (!m->match_elements<T>())
@@ -53,17 +52,16 @@ caf::expected<caf::message> trainer_client::call(const std::string& role, const 
   caf::scoped_actor self{*sys_};
   caf::expected<caf::message> out{caf::message{}};
   // The groups bound every rank by timeout_; the outer deadline adds routing slack.
-  self
-    ->request(dispatcher_, timeout_ + std::chrono::seconds(5), dispatcher_call_atom::value, role,
-              op, std::move(args), static_cast<int64_t>(timeout_.count()))
-    .receive([&](op_result& r) { out = std::move(r.value); },
-             [&](caf::error& e) {
-               if (e == caf::sec::request_timeout)
-                 out = make_error(errc::timeout, "dispatcher role '" + role + "' op '" + op
-                                                   + "': no answer from the dispatcher");
-               else
-                 out = std::move(e);
-             });
+  self->request(dispatcher_, timeout_ + std::chrono::seconds(5), dispatcher_call_atom::value, role,
+                op, std::move(args), static_cast<int64_t>(timeout_.count()))
+      .receive([&](op_result& r) { out = std::move(r.value); },
+               [&](caf::error& e) {
+                 if (e == caf::sec::request_timeout)
+                   out = make_error(errc::timeout, "dispatcher role '" + role + "' op '" + op +
+                                                       "': no answer from the dispatcher");
+                 else
+                   out = std::move(e);
+               });
   return out;
 }
 
@@ -73,24 +71,23 @@ caf::expected<int32_t> trainer_client::register_group(const std::string& role,
   caf::expected<int32_t> out{caf::error{}};
   self->request(dispatcher_, std::chrono::seconds(60), dispatcher_register_atom::value, role,
                 group.handle())
-    .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
+      .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
   return out;
 }
 
-caf::expected<int64_t> trainer_client::init_model(const std::string& role,
-                                                  const model_spec& spec) {
+caf::expected<int64_t> trainer_client::init_model(const std::string& role, const model_spec& spec) {
   return unwrap<int64_t>(call(role, "init_model", caf::make_message(spec)), "init_model");
 }
 
-caf::expected<train_output> trainer_client::batch_op(const std::string& role,
-                                                     const std::string& op, caf::message args) {
+caf::expected<train_output> trainer_client::batch_op(const std::string& role, const std::string& op,
+                                                     caf::message args) {
   auto r = unwrap<batch_result>(call(role, op, std::move(args)), op);
   if (!r)
     return std::move(r.error());
   auto outputs = from_blobs(r->outputs);
   if (!outputs)
     return std::move(outputs.error());
-  return train_output{std::move(*outputs), std::move(r->metrics)};
+  return train_output{std::move(*outputs), std::move(r->metrics), r->tokens};
 }
 
 caf::expected<train_output> trainer_client::forward(const std::string& role,
@@ -101,6 +98,11 @@ caf::expected<train_output> trainer_client::forward(const std::string& role,
   return batch_op(role, "forward", caf::make_message(std::move(*p)));
 }
 
+caf::expected<train_output> trainer_client::forward(const std::string& role, batch_payload batch,
+                                                    const loss_request& loss) {
+  return batch_op(role, "forward", caf::make_message(std::move(batch), loss));
+}
+
 caf::expected<train_output>
 trainer_client::forward_backward(const std::string& role, const backends::training_batch& batch,
                                  const std::string& loss_fn,
@@ -108,7 +110,8 @@ trainer_client::forward_backward(const std::string& role, const backends::traini
   auto p = to_payload(batch);
   if (!p)
     return std::move(p.error());
-  return forward_backward(role, std::move(*p), loss_request{loss_fn, config.values, config.options});
+  return forward_backward(role, std::move(*p),
+                          loss_request{loss_fn, config.values, config.options});
 }
 
 caf::expected<train_output> trainer_client::forward_backward(const std::string& role,
@@ -163,8 +166,7 @@ caf::expected<void> trainer_client::save_checkpoint(const std::string& root, int
   return caf::unit;
 }
 
-caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root,
-                                                       int64_t global_step,
+caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root, int64_t global_step,
                                                        const std::vector<std::string>& roles) {
   if (roles.empty())
     return make_error(errc::invalid_argument, "load_checkpoint: no roles given");
@@ -174,8 +176,8 @@ caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root,
     if (!latest)
       return std::move(latest.error());
     if (!*latest)
-      return make_error(errc::not_found, "load_checkpoint: no committed checkpoint in '" + root
-                                           + "' (no latest_global_step.txt)");
+      return make_error(errc::not_found, "load_checkpoint: no committed checkpoint in '" + root +
+                                             "' (no latest_global_step.txt)");
     global_step = **latest;
   }
   for (const auto& role : roles) {
@@ -186,8 +188,7 @@ caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root,
   return global_step;
 }
 
-caf::expected<void> trainer_client::save_hf_model(const std::string& role,
-                                                  const std::string& dir) {
+caf::expected<void> trainer_client::save_hf_model(const std::string& role, const std::string& dir) {
   return as_void(call(role, "save_hf_model", caf::make_message(dir)));
 }
 
@@ -195,7 +196,7 @@ caf::expected<int32_t> trainer_client::lcm_dp_size() {
   caf::scoped_actor self{*sys_};
   caf::expected<int32_t> out{caf::error{}};
   self->request(dispatcher_, std::chrono::seconds(30), dispatcher_lcm_atom::value)
-    .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
+      .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
   return out;
 }
 
@@ -205,7 +206,7 @@ caf::expected<int32_t> trainer_client::register_engines(const actor_group& engin
   caf::expected<int32_t> out{caf::error{}};
   self->request(dispatcher_, std::chrono::seconds(60), dispatcher_register_atom::value, role,
                 engines.handle(), std::string{"engine"})
-    .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
+      .receive([&](int32_t n) { out = n; }, [&](caf::error& e) { out = std::move(e); });
   return out;
 }
 
@@ -213,7 +214,7 @@ caf::expected<void> trainer_client::colocate(const std::vector<std::string>& rol
   caf::scoped_actor self{*sys_};
   caf::expected<void> out{caf::unit};
   self->request(dispatcher_, std::chrono::seconds(30), dispatcher_colocate_atom::value, roles)
-    .receive([&]() {}, [&](caf::error& e) { out = std::move(e); });
+      .receive([&]() {}, [&](caf::error& e) { out = std::move(e); });
   return out;
 }
 
@@ -221,7 +222,7 @@ caf::expected<void> trainer_client::set_weight_transport(const std::string& tran
   caf::scoped_actor self{*sys_};
   caf::expected<void> out{caf::unit};
   self->request(dispatcher_, std::chrono::seconds(30), dispatcher_transport_atom::value, transport)
-    .receive([&]() {}, [&](caf::error& e) { out = std::move(e); });
+      .receive([&]() {}, [&](caf::error& e) { out = std::move(e); });
   return out;
 }
 
@@ -241,15 +242,15 @@ caf::expected<nlohmann::json> trainer_client::status() {
   caf::expected<nlohmann::json> out{caf::error{}};
   self->request(dispatcher_, timeout_ + std::chrono::seconds(5), dispatcher_status_atom::value,
                 static_cast<int64_t>(timeout_.count()))
-    .receive(
-      [&](std::string& text) {
-        try {
-          out = nlohmann::json::parse(text);
-        } catch (const std::exception& e) {
-          out = make_error(errc::internal, std::string{"status: "} + e.what());
-        }
-      },
-      [&](caf::error& e) { out = std::move(e); });
+      .receive(
+          [&](std::string& text) {
+            try {
+              out = nlohmann::json::parse(text);
+            } catch (const std::exception& e) {
+              out = make_error(errc::internal, std::string{"status: "} + e.what());
+            }
+          },
+          [&](caf::error& e) { out = std::move(e); });
   return out;
 }
 

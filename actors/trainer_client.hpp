@@ -26,6 +26,8 @@ namespace rlforge::actors {
 struct train_output {
   std::map<std::string, at::Tensor> outputs;
   std::map<std::string, double> metrics;
+  /// The weight of the `:mean` metrics (batch_result::tokens), to combine several outputs.
+  double tokens = 0;
 
   /// The metric `name`, or NaN when absent.
   double metric(const std::string& name) const;
@@ -54,6 +56,11 @@ public:
   caf::expected<train_output> forward(const std::string& role,
                                       const backends::training_batch& batch);
 
+  /// Forward pass without gradients that also computes `loss` as `forward_backward` would:
+  /// adds `elementwise_loss` and the loss's metrics (Tinker's `forward`).
+  caf::expected<train_output> forward(const std::string& role, batch_payload batch,
+                                      const loss_request& loss);
+
   /// Forward + backward of `loss_fn` (gradients accumulate until `optim_step`).
   caf::expected<train_output> forward_backward(const std::string& role,
                                                const backends::training_batch& batch,
@@ -73,14 +80,14 @@ public:
 
   caf::expected<void> set_lr(const std::string& role, double lr);
 
-  caf::expected<void> set_algorithm_config(const std::string& role,
-                                           const algorithm_config& config);
+  caf::expected<void> set_algorithm_config(const std::string& role, const algorithm_config& config);
 
   /// Saves every rank of every role in `roles` under `root/global_step_N/<role>/`, then writes
   /// `trainer_state.json` (with `trainer_state`, an object) and `latest_global_step.txt` last.
-  caf::expected<void> save_checkpoint(const std::string& root, int64_t global_step,
-                                      const std::vector<std::string>& roles,
-                                      const nlohmann::json& trainer_state = nlohmann::json::object());
+  caf::expected<void>
+  save_checkpoint(const std::string& root, int64_t global_step,
+                  const std::vector<std::string>& roles,
+                  const nlohmann::json& trainer_state = nlohmann::json::object());
 
   /// Loads step `global_step` (negative: the latest committed one) into every role of `roles`;
   /// returns the step loaded. A checkpoint saved with another DP size is an error.

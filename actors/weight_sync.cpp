@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 
 #include <ATen/ATen.h>
 #include <caf/all.hpp>
@@ -41,8 +44,8 @@ be::transport_options options_of(const weight_sync_spec& spec, const char* who) 
     be::fail(error_code::invalid_argument,
              std::string{who} + ": timeout_ms must be > 0, got " + std::to_string(spec.timeout_ms));
   if (spec.bucket_bytes < 0)
-    be::fail(error_code::invalid_argument, std::string{who} + ": bucket_bytes must be >= 0, got "
-                                             + std::to_string(spec.bucket_bytes));
+    be::fail(error_code::invalid_argument, std::string{who} + ": bucket_bytes must be >= 0, got " +
+                                               std::to_string(spec.bucket_bytes));
   if (spec.version < 1)
     be::fail(error_code::invalid_argument,
              std::string{who} + ": version must be >= 1, got " + std::to_string(spec.version));
@@ -71,9 +74,8 @@ be::store_handle take_store(const std::string& channel) {
   std::lock_guard<std::mutex> guard{r.mutex};
   auto i = r.stores.find(channel);
   if (i == r.stores.end())
-    be::fail(error_code::invalid_argument,
-             "weight sync: no store was opened for gloo transfer '" + channel
-               + "' (open_sync_store first)");
+    be::fail(error_code::invalid_argument, "weight sync: no store was opened for gloo transfer '" +
+                                               channel + "' (open_sync_store first)");
   return i->second;
 }
 
@@ -105,6 +107,19 @@ process_location this_process() {
     return p;
   }();
   return here;
+}
+
+std::string new_sync_channel() {
+  static const uint64_t nonce = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
+  static std::atomic<uint64_t> counter{0};
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "rlforge-sync-%016llx-%lld-%llu",
+                static_cast<unsigned long long>(nonce), static_cast<long long>(::getpid()),
+                static_cast<unsigned long long>(++counter));
+  return buf;
 }
 
 std::string choose_transport(const process_location& sender, const process_location& receiver) {
@@ -140,8 +155,9 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
     be::shm_sender{link, opts}.send(weights, version);
   } else if (spec.transport == "gloo") {
     if (spec.rank != 0)
-      be::fail(error_code::invalid_argument,
-               std::string{who} + ": the sender is gloo rank 0, got rank " + std::to_string(spec.rank));
+      be::fail(error_code::invalid_argument, std::string{who} +
+                                                 ": the sender is gloo rank 0, got rank " +
+                                                 std::to_string(spec.rank));
     auto store = take_store(spec.channel);
     struct closer {
       std::string channel;
@@ -150,9 +166,9 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
     auto group = join_group(store, spec);
     be::gloo_sender{*group, opts}.send(weights, version);
   } else {
-    be::fail(error_code::invalid_argument,
-             std::string{who} + ": unknown transport '" + spec.transport
-               + "' (transports: in_process, shm, gloo)");
+    be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
+                                               spec.transport +
+                                               "' (transports: in_process, shm, gloo)");
   }
   return static_cast<int64_t>(bytes_of(weights));
 }
@@ -190,22 +206,21 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   } else if (spec.transport == "gloo") {
     if (spec.rank < 1 || spec.rank >= spec.world_size)
       be::fail(error_code::invalid_argument,
-               std::string{who} + ": a receiver's gloo rank must be in [1, "
-                 + std::to_string(spec.world_size) + "), got " + std::to_string(spec.rank));
+               std::string{who} + ": a receiver's gloo rank must be in [1, " +
+                   std::to_string(spec.world_size) + "), got " + std::to_string(spec.rank));
     auto store = be::make_tcp_store(spec.store_host, static_cast<std::uint16_t>(spec.store_port),
                                     false, spec.world_size, opts.timeout);
     auto group = join_group(store, spec);
     be::gloo_receiver r{*group, opts};
     got = run(r);
   } else {
-    be::fail(error_code::invalid_argument,
-             std::string{who} + ": unknown transport '" + spec.transport
-               + "' (transports: in_process, shm, gloo)");
+    be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
+                                               spec.transport +
+                                               "' (transports: in_process, shm, gloo)");
   }
   if (got != static_cast<std::uint64_t>(spec.version))
-    be::fail(error_code::internal, std::string{who} + ": committed version "
-                                     + std::to_string(got) + ", expected "
-                                     + std::to_string(spec.version));
+    be::fail(error_code::internal, std::string{who} + ": committed version " + std::to_string(got) +
+                                       ", expected " + std::to_string(spec.version));
   return spec.version;
 }
 
@@ -260,7 +275,8 @@ caf::expected<caf::message> open_sync_store_op(rank_context& ctx, const caf::mes
   if (!args.match_elements<std::string, std::string, int32_t, int64_t>())
     be::fail(error_code::invalid_argument,
              "open_sync_store expects (std::string channel, std::string host, int32 world_size, "
-             "int64 timeout_ms), got " + caf::to_string(args));
+             "int64 timeout_ms), got " +
+                 caf::to_string(args));
   worker_model(ctx, "open_sync_store");
   if (ctx.info.rank != 0)
     return caf::make_message(int32_t{0});

@@ -27,6 +27,13 @@ struct process_location {
 /// This process's location.
 process_location this_process();
 
+/// A fresh name for one transfer's meeting point (in-process channel, shared-memory socket, Gloo
+/// store and group), unique across every process and host of a cluster: a random per-process
+/// nonce, the pid and a process-wide counter. Every transfer must use its own: two transfers
+/// meeting on one name would deliver one sender's weights to the other's receivers.
+/// Thread-safe.
+std::string new_sync_channel();
+
 /// The fastest weight transport that reaches `receiver` from `sender`: "in_process" when they
 /// share a process, "shm" when they share a host, "gloo" otherwise.
 std::string choose_transport(const process_location& sender, const process_location& receiver);

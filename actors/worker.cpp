@@ -20,10 +20,10 @@
 #include "backends/algo/losses.hpp"
 #include "backends/collective_group.hpp"
 #include "backends/error.hpp"
-#include "backends/storage_bytes.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
+#include "backends/storage_bytes.hpp"
 #include "backends/train/checkpoint.hpp"
 #include "backends/train/lr_schedule.hpp"
 #include "backends/train/optimizer.hpp"
@@ -103,7 +103,7 @@ public:
       i = copies_.emplace(src.unsafeGetStorageImpl(), to.storage()).first;
     }
     return at::empty({0}, t.options().device(to_))
-      .set_(i->second, t.storage_offset(), t.sizes(), t.strides());
+        .set_(i->second, t.storage_offset(), t.sizes(), t.strides());
   }
 
 private:
@@ -123,12 +123,12 @@ std::vector<std::string> parse_tags(const worker_state& st, const std::vector<st
   for (const auto& t : tags) {
     if (t == tag_optimizer && !is_trainable(st))
       be::fail(error_code::invalid_argument,
-               std::string{op} + ": a " + st.role
-                 + " worker has no optimizer; its only tag is 'model'");
+               std::string{op} + ": a " + st.role +
+                   " worker has no optimizer; its only tag is 'model'");
     if (t != tag_model && t != tag_optimizer)
       be::fail(error_code::invalid_argument,
-               std::string{op} + ": unknown tag '" + t + "' (tags: "
-                 + (is_trainable(st) ? "model, optimizer" : "model") + ")");
+               std::string{op} + ": unknown tag '" + t +
+                   "' (tags: " + (is_trainable(st) ? "model, optimizer" : "model") + ")");
   }
   return tags;
 }
@@ -145,8 +145,8 @@ be::causal_lm& resident_model(worker_state& st, const char* op) {
   auto& model = model_of(st, op);
   if (st.model_offloaded)
     be::fail(error_code::invalid_argument,
-             st.role + " worker: " + op
-               + " needs the model on the device but it is offloaded; call onload (the "
+             st.role + " worker: " + op +
+                 " needs the model on the device but it is offloaded; call onload (the "
                  "dispatcher does this for you)");
   return model;
 }
@@ -155,16 +155,16 @@ be::causal_lm& resident_model(worker_state& st, const char* op) {
 void require_resident_optimizer(const worker_state& st, const char* op) {
   if (st.optimizer_offloaded)
     be::fail(error_code::invalid_argument,
-             st.role + " worker: " + op
-               + " needs the optimizer state on the device but it is offloaded; call onload (the "
+             st.role + " worker: " + op +
+                 " needs the optimizer state on the device but it is offloaded; call onload (the "
                  "dispatcher does this for you)");
 }
 
 template <class... Ts>
 void expect_args(const caf::message& args, const char* op, const char* signature) {
   if (!args.match_elements<Ts...>())
-    be::fail(error_code::invalid_argument, std::string{op} + " expects (" + signature
-                                             + "), got " + caf::to_string(args));
+    be::fail(error_code::invalid_argument,
+             std::string{op} + " expects (" + signature + "), got " + caf::to_string(args));
 }
 
 void throw_if(const caf::error& err) {
@@ -172,11 +172,10 @@ void throw_if(const caf::error& err) {
     be::fail(error_code::invalid_argument, error_message(err));
 }
 
-template <class T>
-T value_or_throw(caf::expected<T> x) {
+template <class T> T value_or_throw(caf::expected<T> x) {
   if (!x) {
-    auto code = is(x.error(), errc::unsupported) ? error_code::unsupported
-                                                 : error_code::invalid_argument;
+    auto code =
+        is(x.error(), errc::unsupported) ? error_code::unsupported : error_code::invalid_argument;
     be::fail(code, error_message(x.error()));
   }
   return std::move(*x);
@@ -217,13 +216,19 @@ at::Tensor float_response_mask(const be::training_batch& b) {
   return b.get(keys::response_mask).to(at::kFloat);
 }
 
-/// Per response token: log-probs and entropy of the policy (`[b, R]` each).
+/// Per response token: log-probs and entropy of the policy (`[b, R]` each). Column j is scored
+/// on `target_tokens[:, j]` when the batch carries them, else on the sequence's next token; only
+/// the R positions that predict the response go through the lm_head.
 be::token_logprobs_result policy_logprobs(worker_state& st, const be::training_batch& mb) {
-  auto r = be::sequence_logprobs(*st.model, mb.get(keys::sequences), mb.get(keys::attention_mask),
-                                 st.algo.temperature, st.algo.logprob_chunk_size, true);
-  r.logprobs = be::response_columns(r.logprobs, mb.response_length);
-  r.entropy = be::response_columns(r.entropy, mb.response_length);
-  return r;
+  const auto& ids = mb.get(keys::sequences);
+  const auto& mask = mb.get(keys::attention_mask);
+  const int64_t s = ids.size(1), r = mb.response_length;
+  auto positions = (mask.cumsum(1) - 1).clamp_min(0);
+  auto hidden = st.model->forward_hidden(ids, mask, positions);
+  const auto& targets =
+      mb.has(keys::target_tokens) ? mb.get(keys::target_tokens) : ids.narrow(1, s - r, r);
+  return be::token_logprobs(*st.model, hidden.narrow(1, s - r - 1, r), targets, st.algo.temperature,
+                            st.algo.logprob_chunk_size, true);
 }
 
 /// Per response token: the critic's value of the state that predicts it (`[b, R]`).
@@ -327,84 +332,56 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   return caf::make_message(st.model->num_parameters());
 }
 
-caf::expected<caf::message> forward(rank_context& ctx, const caf::message& args) {
-  expect_args<batch_payload>(args, "forward", "batch_payload");
-  auto& st = ctx.as<worker_state>();
-  resident_model(st, "forward");
-  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
-  at::NoGradGuard no_grad;
-  st.model->set_training(false);
-  std::vector<at::Tensor> first, second;
-  for (auto [b0, b1] : micro_batches(st, batch.batch_size())) {
-    auto mb = be::slice_rows(batch, b0, b1);
-    auto resp = float_response_mask(mb);
-    if (st.role == "critic") {
-      first.push_back(critic_values(st, mb) * resp);
-    } else {
-      auto r = policy_logprobs(st, mb);
-      first.push_back(r.logprobs * resp);
-      second.push_back(r.entropy * resp);
-    }
-  }
-  std::map<std::string, at::Tensor> outputs;
-  if (st.role == "critic") {
-    outputs["values"] = at::cat(first, 0);
-  } else {
-    outputs["logprobs"] = at::cat(first, 0);
-    outputs["entropy"] = at::cat(second, 0);
-  }
-  auto mask = batch.get(keys::loss_mask).to(at::kFloat);
-  double tokens = mask.sum().item<double>();
-  std::map<std::string, double> metrics;
-  if (st.role != "critic")
-    metrics["entropy:mean"] =
-      (outputs["entropy"] * mask).sum().item<double>() / std::max(tokens, 1.0);
-  return caf::make_message(make_result(std::move(outputs), std::move(metrics), tokens));
-}
-
-caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::message& args) {
-  expect_args<batch_payload, loss_request>(args, "forward_backward",
-                                           "batch_payload, loss_request");
-  auto& st = ctx.as<worker_state>();
-  resident_model(st, "forward_backward");
-  const auto& req = args.get_as<loss_request>(1);
+/// Resolves and checks a loss request for this worker's role (the registry checks its config).
+void check_loss_request(const worker_state& st, const loss_request& req) {
   const bool critic = st.role == "critic";
   if (!algo::is_loss_name(req.loss_fn)) {
     std::vector<std::string> names = critic ? algo::value_loss_names() : algo::policy_loss_names();
     std::string list;
     for (auto& n : names)
       list += (list.empty() ? "" : ", ") + n;
-    be::fail(error_code::invalid_argument, "unknown loss_fn '" + req.loss_fn + "' (the "
-                                             + st.role + " takes: " + list + ")");
+    be::fail(error_code::invalid_argument,
+             "unknown loss_fn '" + req.loss_fn + "' (the " + st.role + " takes: " + list + ")");
   }
   if (critic && !algo::is_value_loss(req.loss_fn))
-    be::fail(error_code::invalid_argument, "loss_fn '" + req.loss_fn
-                                             + "' is a policy loss; a critic trains only with "
+    be::fail(error_code::invalid_argument, "loss_fn '" + req.loss_fn +
+                                               "' is a policy loss; a critic trains only with "
                                                "value losses (ppo_critic)");
   if (!critic && algo::is_value_loss(req.loss_fn))
-    be::fail(error_code::invalid_argument, "loss_fn '" + req.loss_fn
-                                             + "' is a value loss; send it to a critic, not to "
+    be::fail(error_code::invalid_argument, "loss_fn '" + req.loss_fn +
+                                               "' is a value loss; send it to a critic, not to "
                                                "a policy");
-  algo::loss_config cfg{req.values, req.options};
-  algo::validate_loss_config(req.loss_fn, cfg);
-  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
+  algo::validate_loss_config(req.loss_fn, algo::loss_config{req.values, req.options});
+}
+
+/// One pass over a batch, micro-batch by micro-batch: the model's outputs (`logprobs` and
+/// `entropy`, or `values`) and, with a loss, `elementwise_loss` and the loss's metrics. With
+/// `backward` the loss's gradients accumulate. Everything that could refuse the batch (its layout,
+/// a missing loss input, a bad config) is checked before the first micro-batch runs, so a refused
+/// call leaves the gradients as they were.
+batch_result run_pass(worker_state& st, const be::training_batch& batch, const loss_request* req,
+                      bool backward) {
+  const bool critic = st.role == "critic";
+  algo::loss_config cfg;
   auto reg = regularizers(st.algo);
-  if (!critic && reg.use_kl_loss && !batch.has(keys::base_action_log_probs))
-    be::fail(error_code::invalid_argument,
-             "use_kl_loss needs base_action_log_probs (the reference policy's) in the batch");
-  {
+  if (req) {
+    check_loss_request(st, *req);
+    cfg = algo::loss_config{req->values, req->options};
+    if (!critic && reg.use_kl_loss && !batch.has(keys::base_action_log_probs))
+      be::fail(error_code::invalid_argument,
+               "use_kl_loss needs base_action_log_probs (the reference policy's) in the batch");
     // Dry run on the whole batch with placeholder log-probs/values: a missing input or a bad
     // shape is refused here, before any micro-batch adds to the gradients.
     at::NoGradGuard no_grad;
     auto in = loss_inputs_of(batch);
     auto zeros = at::zeros_like(in.loss_mask);
-    if (critic)
-      in.values = zeros;
-    else
-      in.logprobs = zeros;
-    (void)algo::compute_loss(req.loss_fn, in, cfg);
+    (critic ? in.values : in.logprobs) = zeros;
+    (void)algo::compute_loss(req->loss_fn, in, cfg);
   }
-  st.model->set_training(true);
+  std::optional<at::NoGradGuard> no_grad;
+  if (!backward)
+    no_grad.emplace();
+  st.model->set_training(backward);
   std::vector<at::Tensor> logprobs, entropy, values, elementwise;
   std::vector<std::pair<std::map<std::string, double>, double>> parts;
   double tokens = 0;
@@ -418,29 +395,59 @@ caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::messa
     } else {
       auto r = policy_logprobs(st, mb);
       in.logprobs = r.logprobs;
-      in.entropy = reg.use_entropy_loss ? r.entropy : r.entropy.detach();
+      in.entropy = backward && reg.use_entropy_loss ? r.entropy : r.entropy.detach();
       logprobs.push_back(r.logprobs.detach() * resp);
       entropy.push_back(r.entropy.detach() * resp);
     }
-    auto out = algo::compute_loss(req.loss_fn, in, cfg);
+    if (!req) {
+      double w = in.loss_mask.sum().item<double>();
+      tokens += w;
+      if (!critic)
+        parts.push_back(
+            {{{"entropy:mean", algo::masked_mean(in.entropy, in.loss_mask).item<double>()}}, w});
+      continue;
+    }
+    auto out = algo::compute_loss(req->loss_fn, in, cfg);
     if (!critic)
       algo::apply_regularizers(out, in, reg);
-    out.loss.backward();
+    if (backward)
+      out.loss.backward();
     elementwise.push_back(out.elementwise.detach());
-    double w = in.loss_mask.sum().item<double>();
-    tokens += w;
-    parts.emplace_back(std::move(out.metrics), w);
+    tokens += out.metric_weight; // the weight of this part's `:mean` metrics
+    parts.emplace_back(std::move(out.metrics), out.metric_weight);
   }
   st.model->set_training(false);
   std::map<std::string, at::Tensor> outputs;
-  outputs["elementwise_loss"] = at::cat(elementwise, 0);
+  if (req)
+    outputs["elementwise_loss"] = at::cat(elementwise, 0);
   if (critic) {
     outputs["values"] = at::cat(values, 0);
   } else {
     outputs["logprobs"] = at::cat(logprobs, 0);
     outputs["entropy"] = at::cat(entropy, 0);
   }
-  return caf::make_message(make_result(std::move(outputs), combine_metrics(parts), tokens));
+  return make_result(std::move(outputs), combine_metrics(parts), tokens);
+}
+
+caf::expected<caf::message> forward(rank_context& ctx, const caf::message& args) {
+  if (!args.match_elements<batch_payload>() && !args.match_elements<batch_payload, loss_request>())
+    be::fail(error_code::invalid_argument,
+             "forward expects (batch_payload[, loss_request]), got " + caf::to_string(args));
+  auto& st = ctx.as<worker_state>();
+  resident_model(st, "forward");
+  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
+  const loss_request* req = args.size() > 1 ? &args.get_as<loss_request>(1) : nullptr;
+  return caf::make_message(run_pass(st, batch, req, false));
+}
+
+caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::message& args) {
+  expect_args<batch_payload, loss_request>(args, "forward_backward", "batch_payload, loss_request");
+  auto& st = ctx.as<worker_state>();
+  resident_model(st, "forward_backward");
+  const auto& req = args.get_as<loss_request>(1);
+  check_loss_request(st, req);
+  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
+  return caf::make_message(run_pass(st, batch, &req, true));
 }
 
 caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& args) {
@@ -526,12 +533,12 @@ caf::expected<caf::message> set_algorithm_config(rank_context& ctx, const caf::m
 be::checkpoint_location location_of(const rank_context& ctx, const worker_state& st,
                                     const caf::message& args, const char* op) {
   bool load = std::string{op} == "load_checkpoint";
-  if (!args.match_elements<std::string, int64_t>()
-      && !args.match_elements<std::string, int64_t, std::string>()
-      && !(load && args.match_elements<std::string, int64_t, std::string, bool>()))
+  if (!args.match_elements<std::string, int64_t>() &&
+      !args.match_elements<std::string, int64_t, std::string>() &&
+      !(load && args.match_elements<std::string, int64_t, std::string, bool>()))
     be::fail(error_code::invalid_argument,
-             std::string{op} + " expects (string root, int64 global_step[, string role"
-               + (load ? "[, bool with_optimizer]" : "") + "]), got " + caf::to_string(args));
+             std::string{op} + " expects (string root, int64 global_step[, string role" +
+                 (load ? "[, bool with_optimizer]" : "") + "]), got " + caf::to_string(args));
   auto role = args.size() >= 3 ? args.get_as<std::string>(2) : st.role;
   return be::checkpoint_location{args.get_as<std::string>(0), args.get_as<int64_t>(1), role,
                                  ctx.info.rank, ctx.info.world_size};
@@ -665,8 +672,8 @@ void offload_optimizer(worker_state& st) {
     host.last_params = state.last_params;
     for (const auto& [name, ps] : state.params) {
       device = ps.exp_avg.device();
-      host.params[name] = be::adamw_param_state{to_host(ps.exp_avg), to_host(ps.exp_avg_sq),
-                                                ps.step};
+      host.params[name] =
+          be::adamw_param_state{to_host(ps.exp_avg), to_host(ps.exp_avg_sq), ps.step};
     }
   } catch (...) {
     st.optimizer.put_state(std::move(state));
@@ -683,7 +690,7 @@ void onload_optimizer(worker_state& st) {
   state.last_params = st.host_optimizer.last_params;
   for (const auto& [name, ps] : st.host_optimizer.params)
     state.params[name] =
-      be::adamw_param_state{to_device(ps.exp_avg), to_device(ps.exp_avg_sq), ps.step};
+        be::adamw_param_state{to_device(ps.exp_avg), to_device(ps.exp_avg_sq), ps.step};
   st.optimizer.put_state(std::move(state));
   st.host_optimizer = be::adamw_state{};
   st.optimizer_offloaded = false;
@@ -730,11 +737,12 @@ caf::expected<caf::message> memory(rank_context& ctx, const caf::message& args) 
     }
   }
   std::unordered_set<const void*> seen;
-  int64_t resident = storage_bytes(params, seen) + storage_bytes(grads, seen)
-                     + storage_bytes(moments, seen);
+  int64_t resident =
+      storage_bytes(params, seen) + storage_bytes(grads, seen) + storage_bytes(moments, seen);
   std::unordered_set<const void*> seen_host;
-  int64_t host = storage_bytes(st.host_params, seen_host) + storage_bytes(st.host_grads, seen_host)
-                 + storage_bytes(moments_of(st.host_optimizer), seen_host);
+  int64_t host = storage_bytes(st.host_params, seen_host) +
+                 storage_bytes(st.host_grads, seen_host) +
+                 storage_bytes(moments_of(st.host_optimizer), seen_host);
   return caf::make_message(resident, host);
 }
 
@@ -785,8 +793,8 @@ std::unique_ptr<be::causal_lm> build_model(const model_spec& spec) {
   int sources = !spec.hf_dir.empty() + !spec.preset.empty() + !spec.config_json.empty();
   if (sources != 1)
     be::fail(error_code::invalid_argument,
-             "init_model: set exactly one of hf_dir, preset and config_json (got "
-               + std::to_string(sources) + ")");
+             "init_model: set exactly one of hf_dir, preset and config_json (got " +
+                 std::to_string(sources) + ")");
   if (!spec.hf_dir.empty())
     return be::causal_lm::load(spec.hf_dir);
   be::model_config config;

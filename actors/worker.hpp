@@ -24,8 +24,12 @@ struct rank_context;
 ///    than one rank, rank 0's weights are broadcast so every replica starts identical. With
 ///    LoRA on an HF directory the frozen base weights are shared with every other model of the
 ///    process built from that directory (base_weights.hpp: one copy, freed with the last model).
-///  - `forward` (batch_payload) → batch_result, no gradients: per row `[b, R]` outputs
-///    `logprobs` and `entropy` (policy, ref) or `values` (critic), zero outside the response.
+///  - `forward` (batch_payload[, loss_request]) → batch_result, no gradients: per row `[b, R]`
+///    outputs `logprobs` and `entropy` (policy, ref) or `values` (critic), zero outside the
+///    response; with a loss request also `elementwise_loss` and the loss's metrics, computed
+///    exactly as `forward_backward` computes them (same inputs, regularizers and checks).
+///    A position is scored on the batch's `target_tokens` when it carries them (Tinker datums),
+///    else on the sequence's next token.
 ///  - `forward_backward` (batch_payload, loss_request) → batch_result (policy, critic): runs
 ///    micro-batches (`algorithm_config::micro_batch_size` rows), accumulating gradients until
 ///    the next `optim_step`. Outputs `logprobs`, `entropy` and `elementwise_loss` (policy) or

@@ -37,8 +37,8 @@ typename Inspector::result_type inspect(Inspector& f, node_resources& x) {
 }
 
 inline bool operator==(const node_resources& a, const node_resources& b) {
-  return a.node_id == b.node_id && a.cpus == b.cpus && a.memory_bytes == b.memory_bytes
-         && a.gpus == b.gpus && a.virtual_gpus == b.virtual_gpus && a.custom == b.custom;
+  return a.node_id == b.node_id && a.cpus == b.cpus && a.memory_bytes == b.memory_bytes &&
+         a.gpus == b.gpus && a.virtual_gpus == b.virtual_gpus && a.custom == b.custom;
 }
 
 /// A request for a placement group: bundles of resources and a strategy name
@@ -57,8 +57,8 @@ typename Inspector::result_type inspect(Inspector& f, placement_group_request& x
 }
 
 inline bool operator==(const placement_group_request& a, const placement_group_request& b) {
-  return a.name == b.name && a.bundles == b.bundles && a.strategy == b.strategy
-         && a.timeout_s == b.timeout_s;
+  return a.name == b.name && a.bundles == b.bundles && a.strategy == b.strategy &&
+         a.timeout_s == b.timeout_s;
 }
 
 /// One placed bundle: where it is and which devices it owns.
@@ -76,8 +76,8 @@ typename Inspector::result_type inspect(Inspector& f, bundle_placement& x) {
 }
 
 inline bool operator==(const bundle_placement& a, const bundle_placement& b) {
-  return a.bundle_index == b.bundle_index && a.node_id == b.node_id
-         && a.device_ids == b.device_ids && a.resources == b.resources;
+  return a.bundle_index == b.bundle_index && a.node_id == b.node_id &&
+         a.device_ids == b.device_ids && a.resources == b.resources;
 }
 
 /// A placed group: its bundles ordered by (node, device), so rank i → bundles[i].
@@ -108,17 +108,16 @@ struct rank_info {
   bool virtual_gpu = true;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, rank_info& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, rank_info& x) {
   return f(caf::meta::type_name("rank_info"), x.group, x.rank, x.world_size, x.node_id,
            x.device_ids, x.gpu_fraction, x.threads, x.virtual_gpu);
 }
 
 inline bool operator==(const rank_info& a, const rank_info& b) {
-  return a.group == b.group && a.rank == b.rank && a.world_size == b.world_size
-         && a.node_id == b.node_id && a.device_ids == b.device_ids
-         && a.gpu_fraction == b.gpu_fraction && a.threads == b.threads
-         && a.virtual_gpu == b.virtual_gpu;
+  return a.group == b.group && a.rank == b.rank && a.world_size == b.world_size &&
+         a.node_id == b.node_id && a.device_ids == b.device_ids &&
+         a.gpu_fraction == b.gpu_fraction && a.threads == b.threads &&
+         a.virtual_gpu == b.virtual_gpu;
 }
 
 /// How the ranks of a group rendezvous for collectives: in one process through a named
@@ -133,13 +132,12 @@ struct collective_spec {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, collective_spec& x) {
-  return f(caf::meta::type_name("collective_spec"), x.store, x.name, x.host, x.port,
-           x.timeout_ms);
+  return f(caf::meta::type_name("collective_spec"), x.store, x.name, x.host, x.port, x.timeout_ms);
 }
 
 inline bool operator==(const collective_spec& a, const collective_spec& b) {
-  return a.store == b.store && a.name == b.name && a.host == b.host && a.port == b.port
-         && a.timeout_ms == b.timeout_ms;
+  return a.store == b.store && a.name == b.name && a.host == b.host && a.port == b.port &&
+         a.timeout_ms == b.timeout_ms;
 }
 
 /// The reply of one rank to one op: whatever the op returned, as one message. (A bare
@@ -148,8 +146,7 @@ struct op_result {
   caf::message value;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, op_result& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, op_result& x) {
   return f(caf::meta::type_name("op_result"), x.value);
 }
 
@@ -175,15 +172,14 @@ struct batch_payload {
   std::vector<int64_t> group_ids;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, batch_payload& x) {
-  return f(caf::meta::type_name("batch_payload"), x.tensors, x.response_length, x.pad_size,
-           x.uids, x.group_ids);
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, batch_payload& x) {
+  return f(caf::meta::type_name("batch_payload"), x.tensors, x.response_length, x.pad_size, x.uids,
+           x.group_ids);
 }
 
 inline bool operator==(const batch_payload& a, const batch_payload& b) {
-  return a.tensors == b.tensors && a.response_length == b.response_length
-         && a.pad_size == b.pad_size && a.uids == b.uids && a.group_ids == b.group_ids;
+  return a.tensors == b.tensors && a.response_length == b.response_length &&
+         a.pad_size == b.pad_size && a.uids == b.uids && a.group_ids == b.group_ids;
 }
 
 /// Which loss a `forward_backward` computes: a registry name (`cross_entropy`, `regular`,
@@ -194,8 +190,7 @@ struct loss_request {
   std::map<std::string, std::string> options;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, loss_request& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, loss_request& x) {
   return f(caf::meta::type_name("loss_request"), x.loss_fn, x.values, x.options);
 }
 
@@ -204,16 +199,16 @@ inline bool operator==(const loss_request& a, const loss_request& b) {
 }
 
 /// Per-row outputs of `forward` / `forward_backward` (tensors `[B, R]`, one row per input row,
-/// in input order) and metrics named `name:reduction`. `tokens` is the loss-mask weight the
-/// metrics were computed over (it weighs `:mean` metrics when results are combined).
+/// in input order) and metrics named `name:reduction`. `tokens` is the weight the `:mean` metrics
+/// were computed over (it weighs them when results are combined): the loss's metric weight
+/// (backends/algo/losses.hpp) for a pass with a loss, the loss-mask weight without.
 struct batch_result {
   std::map<std::string, tensor_blob> outputs;
   std::map<std::string, double> metrics;
   double tokens = 0;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, batch_result& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, batch_result& x) {
   return f(caf::meta::type_name("batch_result"), x.outputs, x.metrics, x.tokens);
 }
 
@@ -232,16 +227,14 @@ struct optim_request {
   double grad_clip_norm = 0.0; ///< 0 = off
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, optim_request& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, optim_request& x) {
   return f(caf::meta::type_name("optim_request"), x.learning_rate, x.beta1, x.beta2, x.eps,
            x.weight_decay, x.grad_clip_norm);
 }
 
 inline bool operator==(const optim_request& a, const optim_request& b) {
-  return a.learning_rate == b.learning_rate && a.beta1 == b.beta1 && a.beta2 == b.beta2
-         && a.eps == b.eps && a.weight_decay == b.weight_decay
-         && a.grad_clip_norm == b.grad_clip_norm;
+  return a.learning_rate == b.learning_rate && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
+         a.eps == b.eps && a.weight_decay == b.weight_decay && a.grad_clip_norm == b.grad_clip_norm;
 }
 
 /// What one optimizer step did: the global gradient norm before clipping (after the
@@ -255,15 +248,14 @@ struct optim_result {
   int64_t step = 0;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, optim_result& x) {
-  return f(caf::meta::type_name("optim_result"), x.grad_norm, x.skipped, x.clipped,
-           x.learning_rate, x.step);
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, optim_result& x) {
+  return f(caf::meta::type_name("optim_result"), x.grad_norm, x.skipped, x.clipped, x.learning_rate,
+           x.step);
 }
 
 inline bool operator==(const optim_result& a, const optim_result& b) {
-  return a.grad_norm == b.grad_norm && a.skipped == b.skipped && a.clipped == b.clipped
-         && a.learning_rate == b.learning_rate && a.step == b.step;
+  return a.grad_norm == b.grad_norm && a.skipped == b.skipped && a.clipped == b.clipped &&
+         a.learning_rate == b.learning_rate && a.step == b.step;
 }
 
 /// How a worker builds its model and optimizer. Exactly one of `hf_dir` (a Hugging Face
@@ -271,6 +263,8 @@ inline bool operator==(const optim_result& a, const optim_result& b) {
 /// object as text, randomly initialised) is set. Random weights are drawn from `seed`, so every
 /// rank of a group starts identical. `lora_rank` > 0 adds adapters (and freezes the base); the
 /// learning-rate schedule is used by `optim_step` requests with a negative learning rate.
+/// `untie_word_embeddings` gives a tied lm_head its own copy of the embedding (an engine that
+/// receives the merged weights of a model whose unembedding was adapted).
 struct model_spec {
   std::string hf_dir;
   std::string preset;
@@ -285,22 +279,22 @@ struct model_spec {
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;
   double min_lr_ratio = 0.0;
+  bool untie_word_embeddings = false;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
   return f(caf::meta::type_name("model_spec"), x.hf_dir, x.preset, x.config_json, x.seed,
            x.lora_rank, x.lora_alpha, x.lora_target_modules, x.lora_dropout, x.lr_schedule,
-           x.learning_rate, x.warmup_steps, x.total_steps, x.min_lr_ratio);
+           x.learning_rate, x.warmup_steps, x.total_steps, x.min_lr_ratio, x.untie_word_embeddings);
 }
 
 inline bool operator==(const model_spec& a, const model_spec& b) {
-  return a.hf_dir == b.hf_dir && a.preset == b.preset && a.config_json == b.config_json
-         && a.seed == b.seed && a.lora_rank == b.lora_rank && a.lora_alpha == b.lora_alpha
-         && a.lora_target_modules == b.lora_target_modules && a.lora_dropout == b.lora_dropout
-         && a.lr_schedule == b.lr_schedule && a.learning_rate == b.learning_rate
-         && a.warmup_steps == b.warmup_steps && a.total_steps == b.total_steps
-         && a.min_lr_ratio == b.min_lr_ratio;
+  return a.hf_dir == b.hf_dir && a.preset == b.preset && a.config_json == b.config_json &&
+         a.seed == b.seed && a.lora_rank == b.lora_rank && a.lora_alpha == b.lora_alpha &&
+         a.lora_target_modules == b.lora_target_modules && a.lora_dropout == b.lora_dropout &&
+         a.lr_schedule == b.lr_schedule && a.learning_rate == b.learning_rate &&
+         a.warmup_steps == b.warmup_steps && a.total_steps == b.total_steps &&
+         a.min_lr_ratio == b.min_lr_ratio && a.untie_word_embeddings == b.untie_word_embeddings;
 }
 
 /// Settings of a worker's passes that are not part of one loss: micro-batching (rows per
@@ -321,16 +315,15 @@ struct algorithm_config {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, algorithm_config& x) {
   return f(caf::meta::type_name("algorithm_config"), x.micro_batch_size, x.temperature,
-           x.logprob_chunk_size, x.use_kl_loss, x.kl_estimator, x.kl_loss_coef,
-           x.use_entropy_loss, x.entropy_loss_coef);
+           x.logprob_chunk_size, x.use_kl_loss, x.kl_estimator, x.kl_loss_coef, x.use_entropy_loss,
+           x.entropy_loss_coef);
 }
 
 inline bool operator==(const algorithm_config& a, const algorithm_config& b) {
-  return a.micro_batch_size == b.micro_batch_size && a.temperature == b.temperature
-         && a.logprob_chunk_size == b.logprob_chunk_size && a.use_kl_loss == b.use_kl_loss
-         && a.kl_estimator == b.kl_estimator && a.kl_loss_coef == b.kl_loss_coef
-         && a.use_entropy_loss == b.use_entropy_loss
-         && a.entropy_loss_coef == b.entropy_loss_coef;
+  return a.micro_batch_size == b.micro_batch_size && a.temperature == b.temperature &&
+         a.logprob_chunk_size == b.logprob_chunk_size && a.use_kl_loss == b.use_kl_loss &&
+         a.kl_estimator == b.kl_estimator && a.kl_loss_coef == b.kl_loss_coef &&
+         a.use_entropy_loss == b.use_entropy_loss && a.entropy_loss_coef == b.entropy_loss_coef;
 }
 
 // -- inference engines -------------------------------------------------------------------------
@@ -339,33 +332,41 @@ inline bool operator==(const algorithm_config& a, const algorithm_config& b) {
 using tensor_map = std::map<std::string, tensor_blob>;
 
 /// One generation request for an inference engine (backends sampling semantics, REFERENCE.md
-/// "Sampling"). `num_samples` > 1 expands the request into that many rows; with a seed, row j
-/// draws from seed + j.
+/// "Sampling"). `num_samples` > 1 expands the request into that many rows: samples
+/// `first_sample .. first_sample + num_samples - 1` of the caller's request (a large request may
+/// be sent in slices). With a seed, sample j draws from the stream `sample_seed(seed, j)`
+/// (backends/model/sampling_params.hpp), so distinct seeds and distinct samples give unrelated
+/// streams and a sample's tokens do not depend on how the request was sliced or batched.
+/// `weight_version` 0 runs on the engine's current weights; v > 0 on the weights it held as
+/// version v (current, or a retained snapshot), refused when it holds neither.
 struct sample_request {
   std::vector<int64_t> prompt;
   int64_t max_tokens = 16;
   double temperature = 1.0;
-  int64_t top_k = -1;  ///< -1 = off
-  double top_p = 1.0;  ///< 1 = off
+  int64_t top_k = -1; ///< -1 = off
+  double top_p = 1.0; ///< 1 = off
   bool has_seed = false;
-  uint64_t seed = 0;   ///< used when `has_seed`
+  uint64_t seed = 0; ///< used when `has_seed`
   std::vector<int64_t> stop_token_ids;
   bool prompt_logprobs = false;
   int64_t num_samples = 1;
+  int64_t first_sample = 0;
+  int64_t weight_version = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_request& x) {
-  return f(caf::meta::type_name("sample_request"), x.prompt, x.max_tokens, x.temperature,
-           x.top_k, x.top_p, x.has_seed, x.seed, x.stop_token_ids, x.prompt_logprobs,
-           x.num_samples);
+  return f(caf::meta::type_name("sample_request"), x.prompt, x.max_tokens, x.temperature, x.top_k,
+           x.top_p, x.has_seed, x.seed, x.stop_token_ids, x.prompt_logprobs, x.num_samples,
+           x.first_sample, x.weight_version);
 }
 
 inline bool operator==(const sample_request& a, const sample_request& b) {
-  return a.prompt == b.prompt && a.max_tokens == b.max_tokens && a.temperature == b.temperature
-         && a.top_k == b.top_k && a.top_p == b.top_p && a.has_seed == b.has_seed
-         && a.seed == b.seed && a.stop_token_ids == b.stop_token_ids
-         && a.prompt_logprobs == b.prompt_logprobs && a.num_samples == b.num_samples;
+  return a.prompt == b.prompt && a.max_tokens == b.max_tokens && a.temperature == b.temperature &&
+         a.top_k == b.top_k && a.top_p == b.top_p && a.has_seed == b.has_seed && a.seed == b.seed &&
+         a.stop_token_ids == b.stop_token_ids && a.prompt_logprobs == b.prompt_logprobs &&
+         a.num_samples == b.num_samples && a.first_sample == b.first_sample &&
+         a.weight_version == b.weight_version;
 }
 
 /// What one generated row produced: tokens, their log-probabilities, "stop" or "length", and
@@ -377,15 +378,14 @@ struct sample_output {
   std::vector<double> prompt_logprobs;
 };
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, sample_output& x) {
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, sample_output& x) {
   return f(caf::meta::type_name("sample_output"), x.tokens, x.logprobs, x.stop_reason,
            x.prompt_logprobs);
 }
 
 inline bool operator==(const sample_output& a, const sample_output& b) {
-  return a.tokens == b.tokens && a.logprobs == b.logprobs && a.stop_reason == b.stop_reason
-         && a.prompt_logprobs == b.prompt_logprobs;
+  return a.tokens == b.tokens && a.logprobs == b.logprobs && a.stop_reason == b.stop_reason &&
+         a.prompt_logprobs == b.prompt_logprobs;
 }
 
 /// One weight transfer from a trainer's rank 0 to one inference engine (or, for `gloo`, to every
@@ -413,10 +413,10 @@ typename Inspector::result_type inspect(Inspector& f, weight_sync_spec& x) {
 }
 
 inline bool operator==(const weight_sync_spec& a, const weight_sync_spec& b) {
-  return a.transport == b.transport && a.channel == b.channel && a.version == b.version
-         && a.bucket_bytes == b.bucket_bytes && a.timeout_ms == b.timeout_ms
-         && a.store_host == b.store_host && a.store_port == b.store_port
-         && a.world_size == b.world_size && a.rank == b.rank;
+  return a.transport == b.transport && a.channel == b.channel && a.version == b.version &&
+         a.bucket_bytes == b.bucket_bytes && a.timeout_ms == b.timeout_ms &&
+         a.store_host == b.store_host && a.store_port == b.store_port &&
+         a.world_size == b.world_size && a.rank == b.rank;
 }
 
 } // namespace rlforge

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -75,7 +75,8 @@ std::vector<sample_request> mixed_requests() {
   return out;
 }
 
-/// The same generation done directly with the backends (one row per request, no num_samples).
+/// The same generation done directly with the backends (one row per request, no num_samples):
+/// a seeded request's row draws from the stream of (seed, first_sample).
 std::vector<be::sample_result> local_generate(be::causal_lm& model,
                                               const std::vector<sample_request>& requests) {
   std::vector<std::vector<int64_t>> prompts;
@@ -87,7 +88,7 @@ std::vector<be::sample_result> local_generate(be::causal_lm& model,
     p.top_k = r.top_k;
     p.top_p = r.top_p;
     if (r.has_seed)
-      p.seed = r.seed;
+      p.seed = be::sample_seed(r.seed, static_cast<uint64_t>(r.first_sample));
     p.stop_token_ids = r.stop_token_ids;
     p.prompt_logprobs = r.prompt_logprobs;
     prompts.push_back(r.prompt);
@@ -175,8 +176,7 @@ protected:
     return out->at(0);
   }
 
-  template <class T>
-  T value(const std::string& op, const caf::message& args = caf::message{}) {
+  template <class T> T value(const std::string& op, const caf::message& args = caf::message{}) {
     auto out = call(op, args);
     EXPECT_TRUE(out) << sys_->render(out.error());
     if (!out)
@@ -236,22 +236,82 @@ TEST_F(Engines, BatchedRequestsEqualOneByOne) {
   }
 }
 
-TEST_F(Engines, NumSamplesExpandsIntoRowsWithSuccessiveSeeds) {
+TEST_F(Engines, NumSamplesExpandsIntoRowsWithPerSampleSeedStreams) {
   auto multi = request({3, 4, 5}, 6, 1.0, 40);
   multi.num_samples = 3;
   auto greedy = request({8, 9}, 4, 0.0, std::nullopt);
   greedy.num_samples = 2;
   auto got = generate({multi, greedy});
   ASSERT_EQ(got.size(), 5u);
+  // Sample j is the single-row request (seed 40, first_sample j): a slice gives the same rows.
   std::vector<sample_request> expanded;
-  for (uint64_t j = 0; j < 3; ++j)
-    expanded.push_back(request({3, 4, 5}, 6, 1.0, 40 + j));
+  for (int64_t j = 0; j < 3; ++j) {
+    auto one = request({3, 4, 5}, 6, 1.0, 40);
+    one.first_sample = j;
+    expanded.push_back(one);
+  }
   expanded.push_back(request({8, 9}, 4, 0.0, std::nullopt));
   expanded.push_back(request({8, 9}, 4, 0.0, std::nullopt));
   expect_same(got, local_generate(*model_, expanded));
-  // Different seeds give different samples (6 draws over 512 tokens).
+  // Different samples draw different streams (6 draws over 512 tokens).
   EXPECT_NE(got[0].tokens, got[1].tokens);
   EXPECT_EQ(got[3].tokens, got[4].tokens);
+  // Sample 1 of seed 40 is not sample 0 of seed 41 (streams s, s+1, ... used to overlap).
+  auto next_seed = request({3, 4, 5}, 6, 1.0, 41);
+  EXPECT_NE(generate({next_seed}).at(0).tokens, got[1].tokens);
+  auto slice = multi;
+  slice.first_sample = 1;
+  slice.num_samples = 2;
+  auto sliced = generate({slice});
+  EXPECT_EQ(sliced.at(0).tokens, got[1].tokens);
+  EXPECT_EQ(sliced.at(1).tokens, got[2].tokens);
+}
+
+TEST_F(Engines, RetainedVersionsServeGenerateAfterNewerWeightsArrive) {
+  auto requests = mixed_requests();
+  auto v0_out = generate(requests);
+  // Version 1 = the current weights, retained; then version 2 (perturbed weights) arrives.
+  auto w = value<tensor_map>("get_weights");
+  ASSERT_TRUE(call("set_weights", caf::make_message(w, int64_t{1})));
+  ASSERT_TRUE(call("retain_weights", caf::make_message(int64_t{1}, int64_t{2})));
+  std::map<std::string, at::Tensor> perturbed;
+  for (auto& [name, p] : model_->named_parameters())
+    perturbed.emplace(name, p.detach() * 1.5);
+  ASSERT_TRUE(call("set_weights", caf::make_message(*to_blobs(perturbed), int64_t{2})));
+  auto pinned = requests;
+  for (auto& r : pinned)
+    r.weight_version = 1;
+  auto v1_out = generate(pinned);
+  ASSERT_EQ(v1_out.size(), v0_out.size());
+  for (size_t i = 0; i < v1_out.size(); ++i) {
+    EXPECT_EQ(v1_out[i].tokens, v0_out[i].tokens) << "row " << i;
+    EXPECT_EQ(v1_out[i].logprobs, v0_out[i].logprobs) << "row " << i;
+  }
+  EXPECT_NE(generate(requests).at(1).logprobs, v0_out.at(1).logprobs); // current = version 2
+  // Mixed versions in one call: each row on its own weights (another batch shape: equal tokens,
+  // log-probs equal to rounding).
+  std::vector<sample_request> mixed{pinned.at(1), requests.at(1)};
+  auto both = generate(mixed);
+  EXPECT_EQ(both.at(0).tokens, v0_out.at(1).tokens);
+  ASSERT_EQ(both.at(0).logprobs.size(), v0_out.at(1).logprobs.size());
+  for (size_t t = 0; t < both.at(0).logprobs.size(); ++t)
+    EXPECT_NEAR(both.at(0).logprobs[t], v0_out.at(1).logprobs[t], 1e-6);
+  EXPECT_NE(both.at(1).tokens, v0_out.at(1).tokens);
+  // Retaining beyond the bound evicts the least recently used; an evicted version is refused.
+  ASSERT_TRUE(call("retain_weights", caf::make_message(int64_t{2}, int64_t{1})));
+  ASSERT_TRUE(call("set_weights", caf::make_message(w, int64_t{3})));
+  expect_error(call("generate", caf::make_message(pinned)), errc::not_found,
+               {"weights version 1 are no longer held by this engine"});
+  expect_error(call("retain_weights", caf::make_message(int64_t{7}, int64_t{2})),
+               errc::invalid_argument, {"is not the engine's current weights version 3"});
+  expect_error(call("retain_weights", caf::make_message(int64_t{3}, int64_t{0})),
+               errc::invalid_argument, {"max_retained must be >= 1"});
+  auto bad = requests.at(0);
+  bad.weight_version = -1;
+  expect_error(call("generate", caf::make_message(std::vector<sample_request>{bad})),
+               errc::invalid_argument, {"weight_version must be >= 0"});
+  // The engine still serves its current weights.
+  EXPECT_EQ(generate(requests).size(), requests.size());
 }
 
 TEST_F(Engines, SleepingWeightsFreesTheirMemoryAndWakeRestoresThemBitExactly) {
@@ -312,8 +372,8 @@ TEST_F(Engines, PausedEngineQueuesGenerateAndRunsItAtResume) {
   std::vector<sample_request> second{request({20, 21, 22}, 5, 1.0, 77)};
 
   caf::scoped_actor self{*sys_};
-  auto h1 = self->request(rank, 60s, call_atom::value, std::string{"generate"},
-                          caf::make_message(first));
+  auto h1 =
+      self->request(rank, 60s, call_atom::value, std::string{"generate"}, caf::make_message(first));
   auto h2 = self->request(rank, 60s, call_atom::value, std::string{"generate"},
                           caf::make_message(second));
   // The paused engine keeps answering other ops, and changes its weights before running the
@@ -330,11 +390,11 @@ TEST_F(Engines, PausedEngineQueuesGenerateAndRunsItAtResume) {
   std::vector<sample_output> out1, out2;
   auto fail = [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); };
   h3.receive(
-    [&](op_result& r) {
-      ASSERT_TRUE(r.value.match_elements<int64_t>()) << to_string(r.value);
-      EXPECT_EQ(r.value.get_as<int64_t>(0), 2);
-    },
-    fail);
+      [&](op_result& r) {
+        ASSERT_TRUE(r.value.match_elements<int64_t>()) << to_string(r.value);
+        EXPECT_EQ(r.value.get_as<int64_t>(0), 2);
+      },
+      fail);
   h1.receive([&](op_result& r) { out1 = r.value.get_as<std::vector<sample_output>>(0); }, fail);
   h2.receive([&](op_result& r) { out2 = r.value.get_as<std::vector<sample_output>>(0); }, fail);
   expect_same(out1, local_generate(*other, first));
@@ -358,23 +418,22 @@ TEST_F(Engines, QueuedCallsAreAnsweredInArrivalOrder) {
     for (int i = 0; i < 3; ++i) {
       std::vector<sample_request> r{request({int64_t{30} + i, 31}, 3 + i, 1.0, 90 + i)};
       a->request(rank, 60s, call_atom::value, std::string{"generate"}, caf::make_message(r))
-        .then(
-          [=](op_result& res) {
-            std::lock_guard<std::mutex> lock{*mutex};
-            auto out = res.value.get_as<std::vector<sample_output>>(0);
-            EXPECT_EQ(out.at(0).tokens.size(), static_cast<size_t>(3 + i));
-            order->push_back(i);
-          },
-          [=](caf::error&) {
-            std::lock_guard<std::mutex> lock{*mutex};
-            ++*errors;
-          });
+          .then(
+              [=](op_result& res) {
+                std::lock_guard<std::mutex> lock{*mutex};
+                auto out = res.value.get_as<std::vector<sample_output>>(0);
+                EXPECT_EQ(out.at(0).tokens.size(), static_cast<size_t>(3 + i));
+                order->push_back(i);
+              },
+              [=](caf::error&) {
+                std::lock_guard<std::mutex> lock{*mutex};
+                ++*errors;
+              });
     }
     a->send(notify, int32_t{3});
   });
-  self->receive([](int32_t) {}, caf::after(std::chrono::seconds(30)) >> [] {
-    ADD_FAILURE() << "the requester did not start";
-  });
+  self->receive([](int32_t) {}, caf::after(std::chrono::seconds(30)) >>
+                                    [] { ADD_FAILURE() << "the requester did not start"; });
   EXPECT_EQ(value<int64_t>("weight_version"), 0); // the rank has taken all three calls by now
   {
     std::lock_guard<std::mutex> lock{*mutex};
@@ -430,16 +489,16 @@ TEST_F(Engines, SetWeightsSetsTheVersionAndRefusedTransfersChangeNothing) {
   auto name = third.begin()->first;
   auto missing = third;
   missing.erase(name);
-  expect_error(call("set_weights", caf::make_message(missing, int64_t{4})),
-               errc::invalid_argument, {"op 'set_weights'", "missing parameter '" + name + "'"});
+  expect_error(call("set_weights", caf::make_message(missing, int64_t{4})), errc::invalid_argument,
+               {"op 'set_weights'", "missing parameter '" + name + "'"});
   auto extra = third;
   extra["model.layers.99.mlp.up_proj.weight"] = third.begin()->second;
-  expect_error(call("set_weights", caf::make_message(extra, int64_t{4})),
-               errc::invalid_argument, {"no parameter 'model.layers.99.mlp.up_proj.weight'"});
+  expect_error(call("set_weights", caf::make_message(extra, int64_t{4})), errc::invalid_argument,
+               {"no parameter 'model.layers.99.mlp.up_proj.weight'"});
   auto shape = third;
   shape[name].shape.push_back(1);
-  expect_error(call("set_weights", caf::make_message(shape, int64_t{4})),
-               errc::invalid_argument, {"parameter '" + name + "' has shape"});
+  expect_error(call("set_weights", caf::make_message(shape, int64_t{4})), errc::invalid_argument,
+               {"parameter '" + name + "' has shape"});
   auto dtype_bad = third;
   {
     auto t = from_blobs(third);
@@ -450,13 +509,13 @@ TEST_F(Engines, SetWeightsSetsTheVersionAndRefusedTransfersChangeNothing) {
   }
   expect_error(call("set_weights", caf::make_message(dtype_bad, int64_t{4})),
                errc::invalid_argument, {"parameter '" + name + "' has dtype Double"});
-  expect_error(call("set_weights", caf::make_message(third, int64_t{-1})),
-               errc::invalid_argument, {"version must be >= 0, got -1"});
+  expect_error(call("set_weights", caf::make_message(third, int64_t{-1})), errc::invalid_argument,
+               {"version must be >= 0, got -1"});
   expect_error(call("set_weights", caf::make_message(third)), errc::invalid_argument,
                {"set_weights expects (tensor_map weights, int64 version)"});
   ASSERT_TRUE(call("sleep", caf::make_message(std::vector<std::string>{"weights"})));
-  expect_error(call("set_weights", caf::make_message(third, int64_t{4})),
-               errc::invalid_argument, {"asleep (weights)"});
+  expect_error(call("set_weights", caf::make_message(third, int64_t{4})), errc::invalid_argument,
+               {"asleep (weights)"});
   ASSERT_TRUE(call("wake_up", caf::make_message(std::vector<std::string>{"weights"})));
 
   // Every refusal kept the accepted weights and version.
@@ -504,8 +563,8 @@ TEST_F(Engines, BadRequestsAreRefusedAndTheEngineStaysUsable) {
          {"request 1", "top_p", "1.5"});
   refuse(with([](sample_request& r) { r.stop_token_ids = {9000}; }), errc::invalid_argument,
          {"request 1", "9000"});
-  expect_error(call("generate", caf::make_message(std::string{"hello"})),
-               errc::invalid_argument, {"generate expects (std::vector<sample_request>)"});
+  expect_error(call("generate", caf::make_message(std::string{"hello"})), errc::invalid_argument,
+               {"generate expects (std::vector<sample_request>)"});
   expect_error(call("decode", caf::message{}), errc::not_found,
                {"kind 'engine' has no such op", "generate", "set_weights"});
   expect_error(call("init_model", caf::make_message(model_spec{})), errc::invalid_argument,
@@ -519,8 +578,8 @@ TEST_F(Engines, BadRequestsAreRefusedAndTheEngineStaysUsable) {
 
 TEST_F(Engines, OpsBeforeInitModelAreRefused) {
   auto fresh = spawn_engine("fresh");
-  for (std::string op : {"generate", "memory", "pause", "resume", "weight_version",
-                         "get_weights"}) {
+  for (std::string op :
+       {"generate", "memory", "pause", "resume", "weight_version", "get_weights"}) {
     auto args = op == "generate" ? caf::make_message(mixed_requests()) : caf::message{};
     expect_error(call(op, args, &fresh), errc::invalid_argument,
                  {"group 'fresh'", op + " before init_model"});

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <caf/actor.hpp>
+
+#include "runtime/messages.hpp"
+
+namespace rlforge::actors {
+
+/// How a `dispatcher_backend` (dispatcher_backend.hpp) places and builds its models.
+struct dispatcher_backend_options {
+  /// Hugging Face directory of the base model (config.json + safetensors) every model is
+  /// created on; required.
+  std::string base_model_dir;
+  /// Name reported by `base_model_name()`; empty = the last component of `base_model_dir`.
+  std::string base_model_name;
+  /// Where every actor group goes: one rank on bundle 0 of this placed group. Empty (no
+  /// bundles) = a one-bundle group on this process's node with one CPU and no GPU.
+  placement_group_info placement;
+  /// When set, each rank reserves `gpu_per_group` of its bundle through this manager and gives
+  /// it back when the group stops (so deleting a model frees its share).
+  caf::actor placement_manager;
+  /// GPU share of each group's rank (0 = the whole bundle GPU, see `group_spec`).
+  double gpu_per_group = 0;
+  /// Torch threads of each rank (≥ 1).
+  int32_t threads_per_rank = 1;
+  /// LoRA `alpha` of the adapters (the update is scaled by alpha / rank).
+  double lora_alpha = 32.0;
+  /// Engines loaded from persisted sampler exports kept at once (≥ 1; the least recently used
+  /// one is stopped beyond that).
+  size_t max_export_engines = 4;
+  /// Sampler snapshots (`save_sampler_snapshot`) each model's engine keeps addressable (≥ 1):
+  /// the most recently used ones; sampling an older one is refused with a message saying so.
+  /// Each costs one copy of the model's weights once newer weights replace it.
+  size_t max_sampler_snapshots = 8;
+  /// Deadline of every call to the actor groups (> 0).
+  std::chrono::milliseconds timeout = std::chrono::seconds(600);
+};
+
+} // namespace rlforge::actors

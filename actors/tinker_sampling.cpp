@@ -1,0 +1,291 @@
+#include "actors/tinker_sampling.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <utility>
+
+#include <caf/all.hpp>
+
+#include "runtime/errc.hpp"
+#include "tinker/error.hpp"
+
+namespace rlforge::actors {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// `text` with every occurrence of `from` replaced by `to` (hides server paths in messages).
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  if (from.empty())
+    return text;
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+/// The engine request of one Tinker request.
+sample_request engine_request(const tinker::sample_request& t) {
+  sample_request r;
+  r.prompt = t.prompt;
+  r.max_tokens = t.params.max_tokens;
+  r.temperature = t.params.temperature;
+  r.top_k = t.params.top_k;
+  r.top_p = t.params.top_p;
+  r.has_seed = t.params.has_seed;
+  r.seed = static_cast<uint64_t>(t.params.seed);
+  r.stop_token_ids = t.params.stop_tokens;
+  r.prompt_logprobs = t.prompt_logprobs;
+  r.num_samples = t.num_samples;
+  r.first_sample = t.first_sample;
+  r.weight_version = t.sampler.type == tinker::sampler_ref::kind::snapshot ? t.sampler.version : 0;
+  return r;
+}
+
+std::string sampler_name(const tinker::sampler_ref& ref) {
+  if (!ref.name.empty())
+    return ref.name;
+  switch (ref.type) {
+  case tinker::sampler_ref::kind::base:
+    return "the base model";
+  case tinker::sampler_ref::kind::snapshot:
+    return "the snapshot of model '" + ref.model_id + "' at version " + std::to_string(ref.version);
+  case tinker::sampler_ref::kind::checkpoint:
+    return "a sampler checkpoint";
+  }
+  return "a sampler";
+}
+
+/// Identity of the engine a request runs on.
+std::string engine_key(const tinker::sampler_ref& ref) {
+  switch (ref.type) {
+  case tinker::sampler_ref::kind::base:
+    return "base";
+  case tinker::sampler_ref::kind::snapshot:
+    return "model:" + ref.model_id;
+  case tinker::sampler_ref::kind::checkpoint:
+    return "checkpoint:" + ref.dir;
+  }
+  return "";
+}
+
+} // namespace
+
+tinker_sampling::engine::~engine() {
+  if (dispatcher)
+    caf::anon_send_exit(dispatcher, caf::exit_reason::user_shutdown);
+  group.stop();
+}
+
+tinker_sampling::tinker_sampling(tinker_groups& groups, tinker::model_limits limits)
+    : groups_(groups), limits_(limits) {}
+
+tinker_sampling::~tinker_sampling() = default;
+
+std::shared_ptr<tinker_sampling::engine>
+tinker_sampling::make_engine(const std::string& dir, const std::string& what, bool untie) {
+  auto e = std::make_shared<engine>();
+  e->group = groups_.spawn("engine", what);
+  e->dispatcher = groups_.spawn_dispatcher();
+  auto c = groups_.client(e->dispatcher);
+  value_of(c.register_engines(e->group, "engines"), what + ": registering the engine");
+  model_spec s;
+  s.hf_dir = dir;
+  s.untie_word_embeddings = untie;
+  value_of(c.init_model("engines", s), what + ": loading the weights");
+  return e;
+}
+
+std::shared_ptr<tinker_sampling::engine> tinker_sampling::base_engine() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!base_)
+    base_ = make_engine(groups_.options().base_model_dir, "sample(base)");
+  base_->last_used = ++clock_;
+  return base_;
+}
+
+std::shared_ptr<tinker_sampling::engine>
+tinker_sampling::export_engine(const tinker::sampler_ref& ref) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto& slot = exports_[ref.dir];
+  if (!slot) {
+    auto what = "sample(" + sampler_name(ref) + ")";
+    try {
+      if (!fs::exists(fs::path(ref.dir) / "config.json"))
+        tinker::fail_not_found(what + ": the checkpoint's weights are gone (deleted or expired)");
+      slot = make_engine(ref.dir, what);
+    } catch (const tinker::request_error& e) {
+      exports_.erase(ref.dir);
+      throw tinker::request_error(e.category(), replace_all(e.what(), ref.dir, sampler_name(ref)));
+    }
+  }
+  slot->last_used = ++clock_;
+  auto found = slot;
+  while (exports_.size() > groups_.options().max_export_engines) {
+    auto oldest = exports_.begin();
+    for (auto i = exports_.begin(); i != exports_.end(); ++i)
+      if (i->second->last_used < oldest->second->last_used)
+        oldest = i;
+    exports_.erase(oldest); // stops when its last user is done with it
+  }
+  return found;
+}
+
+std::shared_ptr<tinker_sampling::engine>
+tinker_sampling::snapshot_engine(const tinker::sampler_ref& ref) {
+  std::shared_ptr<model_engine> me;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto i = models_.find(ref.model_id);
+    if (i == models_.end())
+      tinker::fail_not_found("sample(" + sampler_name(ref) + "): " +
+                             (deleted_.count(ref.model_id)
+                                  ? "its model '" + ref.model_id + "' was deleted"
+                                  : "model '" + ref.model_id + "' saved no weights for sampling"));
+    me = i->second;
+  }
+  std::lock_guard<std::mutex> guard(me->mutex);
+  if (ref.version < 1 || ref.version > me->version)
+    tinker::fail_not_found("sample(" + sampler_name(ref) + "): model '" + ref.model_id +
+                           "' has no snapshot version " + std::to_string(ref.version));
+  if (me->evicted.count(ref.version))
+    tinker::fail_not_found(
+        "sample(" + sampler_name(ref) + "): its weights (version " + std::to_string(ref.version) +
+        " of model '" + ref.model_id + "') were evicted: the server keeps the " +
+        std::to_string(groups_.options().max_sampler_snapshots) +
+        " most recently used sampler snapshots per model; save weights for a new sampler");
+  return me->e;
+}
+
+int64_t tinker_sampling::save_snapshot(tinker_model& m) {
+  auto context = "save_weights_for_sampler(" + m.id + ")";
+  if (m.role != tinker::model_role::policy)
+    tinker::fail_user(context + ": '" + m.id + "' is a critic; only policies sample");
+  std::shared_ptr<model_engine> me;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto& slot = models_[m.id];
+    if (!slot)
+      slot = std::make_shared<model_engine>();
+    me = slot;
+    deleted_.erase(m.id);
+  }
+  std::lock_guard<std::mutex> guard(me->mutex);
+  if (!me->e) {
+    // An adapted unembedding makes the merged lm_head differ from the embedding.
+    auto e = make_engine(groups_.options().base_model_dir, context,
+                         m.lora.rank > 0 && m.lora.train_unembed);
+    value_of(groups_.client(e->dispatcher).register_group("trainer", m.group),
+             context + ": registering the model with its engine");
+    me->e = std::move(e);
+  }
+  auto version = value_of(groups_.client(me->e->dispatcher).save_weights_for_sampler("trainer"),
+                          context + ": syncing");
+  auto answers = value_of(
+      me->e->group.call_all(
+          "retain_weights",
+          caf::make_message(version, static_cast<int64_t>(groups_.options().max_sampler_snapshots)),
+          groups_.options().timeout),
+      context + ": retaining the snapshot");
+  for (auto& a : answers)
+    if (a.match_elements<std::vector<int64_t>>())
+      for (auto v : a.get_as<std::vector<int64_t>>(0))
+        me->evicted.insert(v);
+  me->version = version;
+  return version;
+}
+
+void tinker_sampling::drop_model(const std::string& model_id) {
+  std::shared_ptr<model_engine> me;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto i = models_.find(model_id);
+    deleted_.insert(model_id);
+    if (i == models_.end())
+      return;
+    me = i->second;
+    models_.erase(i);
+  }
+  std::lock_guard<std::mutex> guard(me->mutex);
+  if (me->e) {
+    groups_.stop(me->e->dispatcher);
+    me->e->dispatcher = caf::actor{};
+    groups_.stop_and_wait(me->e->group);
+  }
+}
+
+std::vector<tinker::sample_response>
+tinker_sampling::sample(const std::vector<tinker::sample_request>& requests) {
+  if (requests.empty())
+    tinker::fail_user("sample: no requests");
+  // Check everything first, then run the requests of each engine as one generate call.
+  std::map<std::string, std::vector<size_t>> by_engine;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& t = requests[i];
+    auto where = "sample(" + sampler_name(t.sampler) + ") request " + std::to_string(i);
+    if (!t.params.stop_strings.empty())
+      tinker::fail_user(where + ": stop strings need a tokenizer, which this server does not "
+                                "have; send stop token ids instead");
+    tinker::check_sample(t, limits_, where);
+    by_engine[engine_key(t.sampler)].push_back(i);
+  }
+  std::vector<std::vector<sample_output>> rows(requests.size());
+  for (auto& [key, indices] : by_engine) {
+    const auto& ref = requests[indices.front()].sampler;
+    auto context = "sample(" + sampler_name(ref) + ")";
+    std::shared_ptr<engine> e;
+    switch (ref.type) {
+    case tinker::sampler_ref::kind::base:
+      e = base_engine();
+      break;
+    case tinker::sampler_ref::kind::snapshot:
+      e = snapshot_engine(ref);
+      break;
+    case tinker::sampler_ref::kind::checkpoint:
+      e = export_engine(ref);
+      break;
+    }
+    std::vector<sample_request> rs;
+    for (auto i : indices)
+      rs.push_back(engine_request(requests[i]));
+    auto out = groups_.client(e->dispatcher).generate(rs);
+    if (!out) {
+      auto message = error_text(out.error());
+      if (ref.type == tinker::sampler_ref::kind::checkpoint)
+        message = replace_all(message, ref.dir, sampler_name(ref));
+      if (is(out.error(), errc::not_found) && ref.type == tinker::sampler_ref::kind::snapshot)
+        tinker::fail_not_found(context + ": its weights (version " + std::to_string(ref.version) +
+                               " of model '" + ref.model_id + "') are no longer held: " + message);
+      throw tinker::request_error(category_of(out.error()), context + ": " + message);
+    }
+    size_t row = 0;
+    for (auto i : indices) {
+      auto n = static_cast<size_t>(requests[i].num_samples);
+      if (row + n > out->size())
+        tinker::fail_server(context + ": the engine answered " + std::to_string(out->size()) +
+                            " rows, fewer than requested");
+      rows[i].assign(std::make_move_iterator(out->begin() + row),
+                     std::make_move_iterator(out->begin() + row + n));
+      row += n;
+    }
+  }
+  std::vector<tinker::sample_response> responses;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    tinker::sample_response resp;
+    resp.has_prompt_logprobs = requests[i].prompt_logprobs;
+    for (size_t s = 0; s < rows[i].size(); ++s) {
+      auto& o = rows[i][s];
+      if (resp.has_prompt_logprobs && s == 0) {
+        resp.prompt_logprobs.push_back(std::numeric_limits<double>::quiet_NaN());
+        resp.prompt_logprobs.insert(resp.prompt_logprobs.end(), o.prompt_logprobs.begin(),
+                                    o.prompt_logprobs.end());
+      }
+      resp.sequences.push_back({o.stop_reason, std::move(o.tokens), std::move(o.logprobs)});
+    }
+    responses.push_back(std::move(resp));
+  }
+  return responses;
+}
+
+} // namespace rlforge::actors

@@ -1,0 +1,99 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include "actors/actor_group.hpp"
+#include "actors/tinker_groups.hpp"
+#include "actors/tinker_models.hpp"
+#include "tinker/datum_check.hpp"
+#include "tinker/types.hpp"
+
+namespace rlforge::actors {
+
+/// The inference engines of the Tinker backend (dispatcher_backend.hpp) and sampling on them.
+///
+/// Three kinds of samplers (`tinker::sampler_ref`):
+///  - the base model: one engine loaded from the base directory, spawned on first use;
+///  - snapshots: every model that saved sampler weights has an engine of its own behind a
+///    dispatcher private to the model (its group as role "trainer", the engine as "engines", so
+///    no other model's engine is touched by its syncs). `save_snapshot` syncs the model's current
+///    weights (LoRA merged) as a new weight version and has the engine retain it; a snapshot
+///    sampler names (model, version) and samples exactly those weights for as long as the engine
+///    retains them, whatever the model trained or saved since (the `max_sampler_snapshots` most
+///    recently used versions per model; an evicted one is refused with a message saying so);
+///  - persisted checkpoints: an engine loaded from the export directory, cached (the
+///    `max_export_engines` most recently used ones; a dropped one is reloaded on demand).
+///
+/// Thread-safety: every method may be called from any thread. `sample` never takes a model's
+/// training lock, so sampling a snapshot runs concurrently with the model's training; a sync that
+/// arrives while a snapshot is being sampled pauses the engine, and the paused calls run after it
+/// on the versions they name.
+class tinker_sampling {
+public:
+  tinker_sampling(tinker_groups& groups, tinker::model_limits limits);
+
+  /// Stops every engine and dispatcher (no wait).
+  ~tinker_sampling();
+
+  tinker_sampling(const tinker_sampling&) = delete;
+  tinker_sampling& operator=(const tinker_sampling&) = delete;
+
+  /// Syncs the current weights of policy `m` (locked by the caller) to its engine (spawned on
+  /// first use) and returns the new snapshot version (≥ 1, increasing per model).
+  int64_t save_snapshot(tinker_model& m);
+
+  /// Stops the engine of `model_id` and waits for it (the model is being deleted); its snapshots
+  /// are gone: sampling them is refused as "deleted".
+  void drop_model(const std::string& model_id);
+
+  /// Samples every request on the weights its `sampler` names (see `tinker::sample_request`).
+  /// Requests are checked first (`tinker::check_sample`; stop strings are refused: this server
+  /// has no tokenizer). One response per request, in order; `num_samples` sequences each, sample
+  /// j of a seeded request drawing from the stream of (seed, first_sample + j). Throws
+  /// `tinker::request_error`: user for bad input, not_found for a sampler whose model was
+  /// deleted, whose snapshot was evicted or whose checkpoint is gone, server otherwise. Messages
+  /// name the sampler by `sampler_ref::name`, never by a server path.
+  std::vector<tinker::sample_response> sample(const std::vector<tinker::sample_request>& requests);
+
+private:
+  /// An engine behind its own dispatcher; stopped when the last user lets go.
+  struct engine {
+    actor_group group;
+    caf::actor dispatcher;
+    uint64_t last_used = 0;
+    ~engine();
+  };
+  /// A model's engine and what it knows about its snapshots.
+  struct model_engine {
+    std::mutex mutex; ///< guards the fields below
+    std::shared_ptr<engine> e;
+    int64_t version = 0;       ///< the latest snapshot version (0: none yet)
+    std::set<int64_t> evicted; ///< versions the engine no longer retains
+  };
+
+  std::shared_ptr<engine> base_engine();
+  std::shared_ptr<engine> export_engine(const tinker::sampler_ref& ref);
+  std::shared_ptr<engine> snapshot_engine(const tinker::sampler_ref& ref);
+  std::shared_ptr<engine> make_engine(const std::string& dir, const std::string& what,
+                                      bool untie = false);
+
+  tinker_groups& groups_;
+  tinker::model_limits limits_;
+
+  std::mutex mutex_; ///< guards the maps below
+  std::shared_ptr<engine> base_;
+  std::map<std::string, std::shared_ptr<model_engine>> models_;
+  std::set<std::string> deleted_;
+  std::map<std::string, std::shared_ptr<engine>> exports_; ///< by export directory
+  uint64_t clock_ = 0;
+};
+
+} // namespace rlforge::actors
