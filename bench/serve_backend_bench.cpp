@@ -35,11 +35,13 @@
 #include "backends/model/model_config.hpp"
 #include "bench/bench_util.hpp"
 #include "runtime/system_config.hpp"
-#include "runtime/tinker_types.hpp"
 #include "service/future_store.hpp"
 #include "service/http_server.hpp"
 #include "service/tinker_client.hpp"
-#include "service/tinker_wire.hpp"
+#include "service/wire/forward_backward_codec.hpp"
+#include "service/wire/json_bodies.hpp"
+#include "service/wire/sample_codec.hpp"
+#include "tinker/types.hpp"
 
 namespace {
 
@@ -218,7 +220,7 @@ int run(long rounds, long samples, long threads, const fs::path& dir) {
   auto session = client.create_session();
   const auto http_model = client.create_model(session, 0, backend.base_model_name(), lora);
   const std::string direct_model = "bench-direct";
-  backend.create_model(direct_model, lora, "policy");
+  backend.create_model(direct_model, lora, tinker::model_role::policy);
 
   int64_t seq = 1;
   std::vector<std::string> fb_ids;

@@ -25,7 +25,7 @@ namespace tinker = rlforge::tinker;
 /// Answers every call at once with outputs of the right shape.
 class null_backend : public actors::tinker_backend {
 public:
-  void create_model(const std::string&, const tinker::lora_config&, const std::string&) override {}
+  void create_model(const std::string&, const tinker::lora_config&, tinker::model_role) override {}
   bool has_model(const std::string&) override { return true; }
   void delete_model(const std::string&) override {}
   std::vector<tinker::forward_backward_output>
@@ -46,13 +46,14 @@ public:
                                            const tinker::adam_params&) override {
     return {};
   }
+  int64_t save_sampler_snapshot(const std::string&) override { return 1; }
+  void export_sampler_weights(const std::string&, const tinker::checkpoint_ref&) override {}
   std::vector<tinker::sample_response>
-  sample(const std::string&, const std::vector<tinker::sample_request>& rs) override {
+  sample(const std::vector<tinker::sample_request>& rs) override {
     return std::vector<tinker::sample_response>(rs.size());
   }
-  void save_checkpoint(const std::string&, const std::string&, bool) override {}
-  void load_checkpoint(const std::string&, const std::string&, bool) override {}
-  void save_sampler_checkpoint(const std::string&, const std::string&, bool) override {}
+  void save_checkpoint(const std::string&, const tinker::checkpoint_ref&, bool) override {}
+  void load_checkpoint(const std::string&, const tinker::checkpoint_ref&, bool) override {}
   std::string base_model_name() const override { return "null"; }
   int64_t max_context_length() const override { return 4096; }
   int64_t vocab_size() const override { return 32000; }

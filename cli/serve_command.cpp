@@ -21,17 +21,18 @@
 #include "actors/tinker_backend.hpp"
 #include "actors/worker.hpp"
 #include "runtime/system_config.hpp"
-#include "runtime/tinker_types.hpp"
 #include "service/future_store.hpp"
 #include "service/http_server.hpp"
+#include "tinker/types.hpp"
 
 namespace rlforge::cli {
 namespace {
 
 constexpr const char* usage_line =
     "usage: rlforge serve --base-model DIR [--host 127.0.0.1] [--port 8000] [--db FILE] "
-    "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-body-mb N] "
-    "[--long-poll-s S] [--gap-timeout-s S] [--threads N] [--insecure-no-auth]   "
+    "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-num-samples N] "
+    "[--sample-slice N] [--max-sampler-snapshots N] [--max-body-mb N] [--long-poll-s S] "
+    "[--gap-timeout-s S] [--threads N] [--insecure-no-auth]   "
     "(API key: env RLFORGE_API_KEY)";
 
 struct usage_error {
@@ -52,7 +53,8 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo, 
 struct serve_config {
   std::string base_model_dir;
   std::string db = "rlforge-serve.db";
-  int32_t threads = 1; ///< torch threads of each model's rank
+  int32_t threads = 1;              ///< torch threads of each model's rank
+  size_t max_sampler_snapshots = 8; ///< sampler snapshots each model keeps
   service::server_options server;
 };
 
@@ -73,11 +75,12 @@ serve_backend make_backend(const serve_config& c) {
   serve_backend b;
   b.cfg = std::make_unique<runtime::system_config>();
   if (auto err = b.cfg->parse_args({}))
-    throw tinker::request_error("server", "actor system configuration: " + caf::to_string(err));
+    tinker::fail_server("actor system configuration: " + caf::to_string(err));
   b.sys = std::make_unique<caf::actor_system>(*b.cfg);
   actors::dispatcher_backend_options o;
   o.base_model_dir = c.base_model_dir;
   o.threads_per_rank = c.threads;
+  o.max_sampler_snapshots = c.max_sampler_snapshots;
   b.backend = std::make_unique<actors::dispatcher_backend>(*b.sys, o);
   return b;
 }
@@ -101,7 +104,8 @@ int run_serve(const args& a) {
       return 2;
     }
   flag_parser flags({"--base-model", "--host", "--port", "--db", "--checkpoint-dir", "--workers",
-                     "--max-pending-samples", "--max-body-mb", "--long-poll-s", "--gap-timeout-s",
+                     "--max-pending-samples", "--max-num-samples", "--sample-slice",
+                     "--max-sampler-snapshots", "--max-body-mb", "--long-poll-s", "--gap-timeout-s",
                      "--threads"},
                     {"--insecure-no-auth"});
   if (!flags.parse(a)) {
@@ -125,6 +129,13 @@ int run_serve(const args& a) {
     if (auto v = flags.get("--max-pending-samples"))
       o.scheduler.max_pending_samples =
           static_cast<size_t>(parse_int("--max-pending-samples", *v, 1, 1 << 20));
+    if (auto v = flags.get("--max-num-samples"))
+      o.max_num_samples = parse_int("--max-num-samples", *v, 1, 1 << 24);
+    if (auto v = flags.get("--sample-slice"))
+      o.scheduler.sample_slice = parse_int("--sample-slice", *v, 1, 1 << 20);
+    if (auto v = flags.get("--max-sampler-snapshots"))
+      c.max_sampler_snapshots =
+          static_cast<size_t>(parse_int("--max-sampler-snapshots", *v, 1, 4096));
     if (auto v = flags.get("--max-body-mb"))
       o.max_body_bytes = static_cast<size_t>(parse_int("--max-body-mb", *v, 1, 4096)) << 20;
     if (auto v = flags.get("--long-poll-s"))

@@ -12,6 +12,10 @@ namespace rlforge::service {
 
 class future_store;
 
+namespace http {
+struct server_state;
+} // namespace http
+
 /// Settings of `http_server`.
 struct server_options {
   /// Address to bind. Loopback by default: exposing the service is an explicit choice.
@@ -35,7 +39,10 @@ struct server_options {
   std::string checkpoint_dir;
   /// How long a checkpoint-archive download URL stays valid.
   std::chrono::seconds archive_url_ttl{900};
-  /// Worker pool, seq_id gap timeout, batch size and sample queue bound (429 beyond it).
+  /// Most samples one `asample` request may ask for (`num_samples`); more is refused (400).
+  int64_t max_num_samples = 4096;
+  /// Worker pool, seq_id gap timeout, batch size, sample queue bound (429 beyond it) and the
+  /// sample slice of fair scheduling.
   request_scheduler::options scheduler;
 };
 
@@ -43,13 +50,18 @@ struct server_options {
 /// `future_store`, on cpp-httplib.
 ///
 /// Heavy operations (create_model, forward_backward, forward, optim_step, save_weights,
-/// save_weights_for_sampler, load_weights, unload_model, asample) are validated on the HTTP
-/// thread (a bad body → 400, an unknown model / session / checkpoint → 404, nothing runs), then
-/// recorded as a pending future in the store and answered `{"request_id"}` at once; the
-/// `request_scheduler` runs them on its workers (per-model seq_id order, barriers, batching) and
-/// the result lands in the store. Retries are idempotent: the same `X-Idempotency-Key`, or the
-/// same (model_id, seq_id), with the same body returns the original request_id; with another
-/// body → 409. `asample` beyond the scheduler's sample bound → 429.
+/// save_weights_for_sampler, load_weights, unload_model, asample) are decoded on the HTTP thread
+/// (syntax only: a bad body → 400, an unknown model / session / checkpoint → 404, nothing runs),
+/// then recorded as a pending future in the store and answered `{"request_id"}` at once; the
+/// `request_scheduler` runs them on its workers (per-model seq_id order, barriers, batching, fair
+/// sampling) and the backend checks them against the model once, so a request it refuses fails
+/// its future (category user). The result lands in the store. A refused ordered request still
+/// consumes its seq_id (even when its body does not decode), so the model never stalls.
+/// Sampling sessions from `save_weights_for_sampler` without a name are bound to a snapshot of
+/// the weights at that moment (`tinker_backend::save_sampler_snapshot`). Retries are idempotent:
+/// the same `X-Idempotency-Key`, or the same (model_id, seq_id), with the same body returns the
+/// original request_id; with another body → 409. `asample` beyond the scheduler's sample bound →
+/// 429.
 ///
 /// `retrieve_future` long-polls up to `long_poll_hold`, then answers `{"type":"try_again"}`;
 /// results of forward_backward / forward / asample are protobuf when `Accept` names
@@ -63,8 +75,8 @@ class http_server {
 public:
   /// Checks `opts` (throws `std::invalid_argument` naming the bad option: an empty api_key
   /// without insecure_no_auth, an empty checkpoint_dir, a zero hold / thread count / body limit,
-  /// a port outside 0..65535) and builds the scheduler. `backend` and `store` must outlive the
-  /// server.
+  /// max_num_samples < 1, a port outside 0..65535) and builds the scheduler. `backend` and `store`
+  /// must outlive the server.
   http_server(server_options opts, actors::tinker_backend& backend, future_store& store);
 
   /// Stops serving (as `stop`).
@@ -87,11 +99,8 @@ public:
   /// down"), waits for running backend calls and joins the threads. Idempotent.
   void stop();
 
-  /// Implementation (defined in the source; keeps cpp-httplib out of this header).
-  struct impl;
-
 private:
-  std::unique_ptr<impl> impl_;
+  std::unique_ptr<http::server_state> state_;
 };
 
 /// Constant-time comparison of a presented credential with the expected one (the running time

@@ -15,9 +15,9 @@ failure current_failure() {
   } catch (const tinker::request_error& e) {
     return {e.category(), e.what()};
   } catch (const std::exception& e) {
-    return {"server", e.what()};
+    return {tinker::error_category::server, e.what()};
   } catch (...) {
-    return {"server", "unknown exception"};
+    return {tinker::error_category::server, "unknown exception"};
   }
 }
 
@@ -41,6 +41,9 @@ request_scheduler::request_scheduler(options opts, forward_backward_fn fb, sampl
     throw std::invalid_argument("request_scheduler: max_batch must be >= 1, got 0");
   if (opts_.max_pending_samples < 1)
     throw std::invalid_argument("request_scheduler: max_pending_samples must be >= 1, got 0");
+  if (opts_.sample_slice < 1)
+    throw std::invalid_argument("request_scheduler: sample_slice must be >= 1, got " +
+                                std::to_string(opts_.sample_slice));
   if (!fb_ || !sample_)
     throw std::invalid_argument("request_scheduler: the forward_backward and sample functions "
                                 "must be set");
@@ -54,19 +57,23 @@ request_scheduler::~request_scheduler() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     stopping_ = true;
-    failure f{"server", "server shutting down"};
+    failure f{tinker::error_category::server, "server shutting down"};
     for (auto& [id, m] : models_) {
       for (auto& [seq, op] : m.ordered)
         failed.emplace_back(op.is_fb ? op.fb_done.failed : op.done.failed, f);
       for (auto& op : m.unordered)
         failed.emplace_back(op.done.failed, f);
-      for (auto& op : m.samples)
-        failed.emplace_back(op.done.failed, f);
       m.ordered.clear();
       m.unordered.clear();
-      m.samples.clear();
     }
-    pending_samples_ = 0;
+    for (auto& [key, lane] : lanes_) {
+      for (auto& op : lane.ops)
+        if (!op->failed) {
+          op->failed = true;
+          failed.emplace_back(op->done.failed, f);
+        }
+      lane.ops.clear();
+    }
   }
   work_cv_.notify_all();
   monitor_cv_.notify_all();
@@ -87,15 +94,14 @@ void request_scheduler::enqueue_ordered(const std::string& model_id, int64_t seq
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (stopping_)
-      throw tinker::request_error("server", "server shutting down");
+      tinker::fail_server("server shutting down");
     auto& m = models_[model_id];
     if (seq_id < m.next_seq)
-      throw tinker::request_error("user", "seq_id " + std::to_string(seq_id) + " of model '" +
-                                              model_id + "' was already passed (next expected " +
-                                              std::to_string(m.next_seq) + ")");
+      tinker::fail_user("seq_id " + std::to_string(seq_id) + " of model '" + model_id +
+                        "' was already passed (next expected " + std::to_string(m.next_seq) + ")");
     if (m.ordered.count(seq_id) != 0)
-      throw tinker::request_error("user", "seq_id " + std::to_string(seq_id) + " of model '" +
-                                              model_id + "' is already queued");
+      tinker::fail_user("seq_id " + std::to_string(seq_id) + " of model '" + model_id +
+                        "' is already queued");
     op.arrived = std::chrono::steady_clock::now();
     m.ordered.emplace(seq_id, std::move(op));
   }
@@ -145,21 +151,37 @@ void request_scheduler::submit_unordered(const std::string& model_id,
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (stopping_)
-      throw tinker::request_error("server", "server shutting down");
+      tinker::fail_server("server shutting down");
     models_[model_id].unordered.push_back(unordered_op{std::move(run), std::move(c)});
   }
   work_cv_.notify_one();
 }
 
-bool request_scheduler::try_submit_sample(const std::string& model_id, tinker::sample_request r,
+std::string request_scheduler::lane_of(const tinker::sampler_ref& ref) {
+  switch (ref.type) {
+  case tinker::sampler_ref::kind::base:
+    return "base";
+  case tinker::sampler_ref::kind::snapshot:
+    return "model:" + ref.model_id;
+  case tinker::sampler_ref::kind::checkpoint:
+    return "checkpoint:" + ref.dir;
+  }
+  return "base";
+}
+
+bool request_scheduler::try_submit_sample(tinker::sample_request r,
                                           completion<tinker::sample_response> c) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (stopping_)
-      throw tinker::request_error("server", "server shutting down");
+      tinker::fail_server("server shutting down");
     if (pending_samples_ >= opts_.max_pending_samples)
       return false;
-    models_[model_id].samples.push_back(sample_op{std::move(r), std::move(c)});
+    auto op = std::make_shared<sample_op>();
+    op->request = std::move(r);
+    op->done = std::move(c);
+    op->result.has_prompt_logprobs = op->request.prompt_logprobs;
+    lanes_[lane_of(op->request.sampler)].ops.push_back(std::move(op));
     ++pending_samples_;
   }
   work_cv_.notify_one();
@@ -173,19 +195,15 @@ void request_scheduler::close_model(const std::string& model_id) {
     auto i = models_.find(model_id);
     if (i == models_.end())
       return;
-    failure f{"not_found", "model '" + model_id + "' was unloaded"};
+    failure f{tinker::error_category::not_found, "model '" + model_id + "' was unloaded"};
     for (auto& [seq, op] : i->second.ordered)
       failed.emplace_back(op.is_fb ? op.fb_done.failed : op.done.failed, f);
     for (auto& op : i->second.unordered)
       failed.emplace_back(op.done.failed, f);
-    for (auto& op : i->second.samples)
-      failed.emplace_back(op.done.failed, f);
-    pending_samples_ -= i->second.samples.size();
     if (i->second.busy) {
       // The running job still refers to this state: the worker erases it when the job ends.
       i->second.ordered.clear();
       i->second.unordered.clear();
-      i->second.samples.clear();
       i->second.closed = true;
     } else {
       models_.erase(i);
@@ -206,12 +224,20 @@ size_t request_scheduler::pending_samples() const {
 }
 
 bool request_scheduler::take_job(job& out) {
+  // Alternate between training and sampling work when both are ready, so neither starves.
+  prefer_samples_ = !prefer_samples_;
+  if (prefer_samples_)
+    return take_sample_job(out) || take_training_job(out);
+  return take_training_job(out) || take_sample_job(out);
+}
+
+bool request_scheduler::take_training_job(job& out) {
   // Round-robin over the models, starting after the one served last, so one busy model cannot
   // starve the others. Priority inside a model: unordered ops (create/unload), then the next
-  // ordered op(s), then samples.
+  // ordered op(s).
   if (models_.empty())
     return false;
-  auto start = models_.upper_bound(last_served_);
+  auto start = models_.upper_bound(last_model_);
   for (size_t n = 0; n < models_.size(); ++n, ++start) {
     if (start == models_.end())
       start = models_.begin();
@@ -235,18 +261,54 @@ bool request_scheduler::take_job(job& out) {
         if (!fb)
           break;
       }
-    } else if (!m.samples.empty()) {
-      while (!m.samples.empty() && out.samples.size() < opts_.max_batch) {
-        out.samples.push_back(std::move(m.samples.front()));
-        m.samples.pop_front();
-        --pending_samples_;
-      }
     } else {
       continue;
     }
     m.busy = true;
     out.model_id = id;
-    last_served_ = id;
+    last_model_ = id;
+    return true;
+  }
+  return false;
+}
+
+bool request_scheduler::take_sample_job(job& out) {
+  if (lanes_.empty())
+    return false;
+  auto start = lanes_.upper_bound(last_lane_);
+  for (size_t n = 0; n < lanes_.size(); ++n, ++start) {
+    if (start == lanes_.end())
+      start = lanes_.begin();
+    auto& [key, lane] = *start;
+    if (lane.busy || lane.ops.empty())
+      continue;
+    // One slice from each of the first `max_batch` requests; a request with samples left goes
+    // to the back, so the next call starts with the requests this one did not reach.
+    std::deque<std::shared_ptr<sample_op>> rest;
+    while (!lane.ops.empty() && out.slices.size() < opts_.max_batch) {
+      auto op = std::move(lane.ops.front());
+      lane.ops.pop_front();
+      if (op->failed)
+        continue;
+      const int64_t total = op->request.num_samples;
+      // A request with no valid sample count goes whole: the backend refuses it.
+      const int64_t count =
+          total < 1 ? total : std::min(opts_.sample_slice, total - op->next_sample);
+      slice s{op, op->request};
+      s.request.first_sample = op->request.first_sample + op->next_sample;
+      s.request.num_samples = count;
+      op->next_sample = total < 1 ? 1 : op->next_sample + count;
+      if (total >= 1 && op->next_sample < total)
+        rest.push_back(op);
+      out.slices.push_back(std::move(s));
+    }
+    for (auto& op : rest)
+      lane.ops.push_back(std::move(op));
+    if (out.slices.empty())
+      continue;
+    lane.busy = true;
+    out.lane = key;
+    last_lane_ = key;
     return true;
   }
   return false;
@@ -271,9 +333,9 @@ void request_scheduler::run_job(job& j) {
     try {
       outputs = fb_(batch);
       if (outputs.size() != batch.size())
-        throw tinker::request_error("server", "backend returned " + std::to_string(outputs.size()) +
-                                                  " forward_backward outputs for " +
-                                                  std::to_string(batch.size()) + " requests");
+        tinker::fail_server("backend returned " + std::to_string(outputs.size()) +
+                            " forward_backward outputs for " + std::to_string(batch.size()) +
+                            " requests");
     } catch (...) {
       auto f = current_failure();
       for (auto& op : j.ordered)
@@ -291,27 +353,55 @@ void request_scheduler::run_job(job& j) {
         op.done.failed(current_failure());
       }
     }
-  } else if (!j.samples.empty()) {
-    std::vector<tinker::sample_request> requests;
-    requests.reserve(j.samples.size());
-    for (auto& op : j.samples)
-      requests.push_back(std::move(op.request));
-    std::vector<tinker::sample_response> responses;
-    try {
-      responses = sample_(j.model_id, requests);
-      if (responses.size() != requests.size())
-        throw tinker::request_error(
-            "server", "backend returned " + std::to_string(responses.size()) +
-                          " sample responses for " + std::to_string(requests.size()) + " requests");
-    } catch (...) {
-      auto f = current_failure();
-      for (auto& op : j.samples)
-        op.done.failed(f);
-      return;
-    }
-    for (size_t i = 0; i < responses.size(); ++i)
-      j.samples[i].done.done(std::move(responses[i]));
+  } else if (!j.slices.empty()) {
+    run_samples(j);
   }
+}
+
+void request_scheduler::run_samples(job& j) {
+  std::vector<tinker::sample_request> requests;
+  requests.reserve(j.slices.size());
+  for (auto& s : j.slices)
+    requests.push_back(s.request);
+  std::vector<tinker::sample_response> responses;
+  failure f;
+  bool ok = true;
+  try {
+    responses = sample_(requests);
+    if (responses.size() != requests.size())
+      tinker::fail_server("backend returned " + std::to_string(responses.size()) +
+                          " sample responses for " + std::to_string(requests.size()) + " requests");
+  } catch (...) {
+    f = current_failure();
+    ok = false;
+  }
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (size_t i = 0; i < j.slices.size(); ++i) {
+      auto& op = j.slices[i].op;
+      if (op->failed)
+        continue;
+      if (!ok) {
+        op->failed = true;
+        --pending_samples_;
+        callbacks.push_back([op, f] { op->done.failed(f); });
+        continue;
+      }
+      auto& part = responses[i];
+      if (j.slices[i].request.first_sample == op->request.first_sample)
+        op->result.prompt_logprobs = std::move(part.prompt_logprobs);
+      for (auto& seq : part.sequences)
+        op->result.sequences.push_back(std::move(seq));
+      op->finished += std::max<int64_t>(j.slices[i].request.num_samples, 1);
+      if (op->finished >= op->request.num_samples) {
+        --pending_samples_;
+        callbacks.push_back([op] { op->done.done(std::move(op->result)); });
+      }
+    }
+  }
+  for (auto& cb : callbacks)
+    cb();
 }
 
 void request_scheduler::worker_loop() {
@@ -319,7 +409,7 @@ void request_scheduler::worker_loop() {
   for (;;) {
     job j;
     work_cv_.wait(lock, [&] { return stopping_ || take_job(j); });
-    if (j.model_id.empty() && j.ordered.empty() && j.unordered.empty() && j.samples.empty()) {
+    if (j.empty()) {
       // Woken by stopping_ with nothing taken.
       return;
     }
@@ -330,11 +420,20 @@ void request_scheduler::worker_loop() {
       // A completion callback threw: nothing to report it to; keep the worker alive.
     }
     lock.lock();
-    if (auto i = models_.find(j.model_id); i != models_.end()) {
-      if (i->second.closed)
-        models_.erase(i);
-      else
+    if (!j.model_id.empty()) {
+      if (auto i = models_.find(j.model_id); i != models_.end()) {
+        if (i->second.closed)
+          models_.erase(i);
+        else
+          i->second.busy = false;
+      }
+    }
+    if (!j.lane.empty()) {
+      if (auto i = lanes_.find(j.lane); i != lanes_.end()) {
         i->second.busy = false;
+        if (i->second.ops.empty())
+          lanes_.erase(i);
+      }
     }
     // The model is idle again: another worker may now take its next job.
     work_cv_.notify_all();
@@ -356,9 +455,10 @@ void request_scheduler::expire_gaps(std::chrono::steady_clock::time_point now) {
       auto missing = m.next_seq;
       auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest).count();
       for (auto& [seq, op] : m.ordered) {
-        failure f{"user", "seq_id " + std::to_string(seq) + " of model '" + id + "' waited " +
-                              std::to_string(waited_ms) + " ms for missing seq_id " +
-                              std::to_string(missing) + ", which never arrived"};
+        failure f{tinker::error_category::user,
+                  "seq_id " + std::to_string(seq) + " of model '" + id + "' waited " +
+                      std::to_string(waited_ms) + " ms for missing seq_id " +
+                      std::to_string(missing) + ", which never arrived"};
         failed.emplace_back(op.is_fb ? op.fb_done.failed : op.done.failed, std::move(f));
       }
       m.next_seq = m.ordered.rbegin()->first + 1;

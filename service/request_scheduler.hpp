@@ -7,19 +7,20 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "runtime/tinker_types.hpp"
+#include "tinker/error.hpp"
+#include "tinker/types.hpp"
 
 namespace rlforge::service {
 
-/// Why a scheduled operation did not produce a result: `category` is "user", "not_found" or
-/// "server" (as `tinker::request_error`), `message` names what was wrong.
+/// Why a scheduled operation did not produce a result, and whose fault it is.
 struct failure {
-  std::string category;
+  tinker::error_category category = tinker::error_category::server;
   std::string message;
 };
 
@@ -29,20 +30,31 @@ struct failure {
 /// - Training operations of one model carry a `seq_id` and execute in strictly increasing
 ///   `seq_id` order, one at a time, whatever order they were submitted in. Gaps are buffered.
 /// - Consecutive `forward_backward` requests (same `forward_only`) that are all ready when the
-///   model becomes idle go to the batch function together, at most `max_batch` of them. Every
-///   other ordered operation (optim_step, load_weights, save_*) is a barrier: it runs alone, after
-///   everything before it and before everything after it.
+///   model becomes idle go to the batch function together, at most `max_batch` of them (the
+///   backend computes each on its own, so batching changes no result). Every other ordered
+///   operation (optim_step, load_weights, save_*) is a barrier: it runs alone, after everything
+///   before it and before everything after it.
 /// - Gap rule: when the next expected `seq_id` of a model has not arrived `gap_timeout` after
 ///   the oldest buffered later request arrived, every buffered request of that model fails
-///   (category "user") with a message naming the missing `seq_id`, and the model's expected
+///   (category user) with a message naming the missing `seq_id`, and the model's expected
 ///   `seq_id` moves past the failed ones, so the model keeps serving later requests. A late
 ///   arrival of a skipped `seq_id` is rejected as stale.
 /// - Unordered operations of a model (create, unload) run when no other operation of that model
 ///   runs, in submission order among themselves.
-/// - Sampling requests are not ordered; the ones ready for the same model go to the sample
-///   function together (at most `max_batch`). They never run concurrently with a training
-///   operation of the same model. At most `max_pending_samples` wait at once: beyond that
-///   `try_submit_sample` refuses (the server answers 429).
+///
+/// Sampling (fair, bounded):
+/// - Sample requests queue per sampling lane: the engine they run on (the base model, a model's
+///   snapshots, a persisted checkpoint), independent of the models' training queues, so sampling
+///   a snapshot runs while its model trains.
+/// - A lane runs one backend call at a time. Each call takes, from up to `max_batch` queued
+///   requests in round-robin order, one slice of at most `sample_slice` samples each (samples
+///   [first_sample, first_sample + n) of the request): a request for 20,000 samples advances one
+///   slice per call, and a small request that arrives meanwhile joins the next call instead of
+///   waiting for the large one. A request completes when all its slices have; sample j's result
+///   depends only on (seed, j) (see `tinker::sample_request`), so slicing changes no sample.
+/// - At most `max_pending_samples` requests wait or run at once: beyond that `try_submit_sample`
+///   refuses (the server answers 429).
+/// - Workers alternate between training and sampling work when both are ready.
 ///
 /// Completion callbacks run on a worker thread, exactly once per accepted submission, and must
 /// not call back into the scheduler. All public functions are thread-safe.
@@ -53,14 +65,16 @@ public:
     std::chrono::milliseconds gap_timeout{120000}; ///< wait for a missing seq_id (> 0)
     size_t max_batch = 64;                         ///< requests per backend call (>= 1)
     size_t max_pending_samples = 256;              ///< queued sample requests (>= 1)
+    int64_t sample_slice = 32;                     ///< samples of a request per call (>= 1)
   };
 
   /// One output per request, in order (see `actors::tinker_backend::forward_backward`).
   using forward_backward_fn = std::function<std::vector<tinker::forward_backward_output>(
       const std::vector<tinker::forward_backward_request>&)>;
-  /// One response per request, in order (see `actors::tinker_backend::sample`).
+  /// One response per request, in order (see `actors::tinker_backend::sample`); the requests of
+  /// one call share a lane.
   using sample_fn = std::function<std::vector<tinker::sample_response>(
-      const std::string& model_id, const std::vector<tinker::sample_request>&)>;
+      const std::vector<tinker::sample_request>&)>;
 
   template <class T> struct completion {
     std::function<void(T)> done;
@@ -70,7 +84,7 @@ public:
   /// Starts the worker threads. Throws `std::invalid_argument` naming a bad option.
   request_scheduler(options opts, forward_backward_fn fb, sample_fn sample);
 
-  /// Fails everything still queued (category "server", "server shutting down"), waits for running
+  /// Fails everything still queued (category server, "server shutting down"), waits for running
   /// operations to finish and joins the workers.
   ~request_scheduler();
 
@@ -82,13 +96,13 @@ public:
   void open_model(const std::string& model_id, int64_t next_seq_id);
 
   /// Queues a `forward_backward` (or `forward` when `r.forward_only`) in `r.seq_id` order.
-  /// Throws `tinker::request_error` ("user") when that `seq_id` is already queued or was already
+  /// Throws `tinker::request_error` (user) when that `seq_id` is already queued or was already
   /// passed; nothing is queued then.
   void submit_forward_backward(tinker::forward_backward_request r,
                                completion<tinker::forward_backward_output> c);
 
   /// Queues a barrier operation of `model_id` at `seq_id`; `run` executes it (it may throw
-  /// `tinker::request_error`; other exceptions are reported as category "server"), `c.done`
+  /// `tinker::request_error`; other exceptions are reported as category server), `c.done`
   /// receives its result. Same rejection rules as `submit_forward_backward`.
   void submit_ordered(const std::string& model_id, int64_t seq_id, std::function<std::string()> run,
                       completion<std::string> c);
@@ -103,21 +117,23 @@ public:
   void submit_unordered(const std::string& model_id, std::function<std::string()> run,
                         completion<std::string> c);
 
-  /// Queues a sample request for `model_id` (empty = base model). Returns false, queueing
-  /// nothing, when `max_pending_samples` requests already wait.
-  bool try_submit_sample(const std::string& model_id, tinker::sample_request r,
-                         completion<tinker::sample_response> c);
+  /// Queues a sample request on the lane of `r.sampler`. Returns false, queueing nothing, when
+  /// `max_pending_samples` requests already wait.
+  bool try_submit_sample(tinker::sample_request r, completion<tinker::sample_response> c);
 
-  /// Fails every queued operation of `model_id` (category "not_found", naming the model) and
-  /// forgets its seq_id state. An operation running now finishes normally; an operation of the
-  /// model itself may call this (unload does).
+  /// Fails every queued training operation of `model_id` (category not_found, naming the model)
+  /// and forgets its seq_id state. An operation running now finishes normally; an operation of
+  /// the model itself may call this (unload does).
   void close_model(const std::string& model_id);
 
   /// The seq_id `model_id` expects next, or -1 when the model has no state here.
   int64_t next_seq_id(const std::string& model_id) const;
 
-  /// Number of sample requests waiting (not yet running).
+  /// Number of sample requests waiting or running.
   size_t pending_samples() const;
+
+  /// The lane a sampler's requests queue on: equal for samplers on the same engine.
+  static std::string lane_of(const tinker::sampler_ref& ref);
 
 private:
   struct ordered_op {
@@ -132,9 +148,14 @@ private:
     std::function<std::string()> run;
     completion<std::string> done;
   };
+  /// A sample request being served slice by slice.
   struct sample_op {
     tinker::sample_request request;
     completion<tinker::sample_response> done;
+    int64_t next_sample = 0; ///< first sample not yet handed to a call
+    int64_t finished = 0;    ///< samples whose slice completed
+    bool failed = false;
+    tinker::sample_response result;
   };
   struct model_state {
     int64_t next_seq = 1;
@@ -142,19 +163,32 @@ private:
     bool closed = false; ///< closed while busy: erased when the running job ends
     std::map<int64_t, ordered_op> ordered;
     std::deque<unordered_op> unordered;
-    std::deque<sample_op> samples;
+  };
+  struct sample_lane {
+    bool busy = false;
+    std::deque<std::shared_ptr<sample_op>> ops; ///< round-robin order
+  };
+  /// One slice of a sample op in a job.
+  struct slice {
+    std::shared_ptr<sample_op> op;
+    tinker::sample_request request;
   };
   /// A unit of work taken by a worker under the lock and run outside it.
   struct job {
-    std::string model_id;
+    std::string model_id; ///< training work
+    std::string lane;     ///< sampling work
     std::vector<ordered_op> ordered;
     std::vector<unordered_op> unordered;
-    std::vector<sample_op> samples;
+    std::vector<slice> slices;
+    bool empty() const { return ordered.empty() && unordered.empty() && slices.empty(); }
   };
 
   void enqueue_ordered(const std::string& model_id, int64_t seq_id, ordered_op op);
   bool take_job(job& out);
+  bool take_training_job(job& out);
+  bool take_sample_job(job& out);
   void run_job(job& j);
+  void run_samples(job& j);
   void expire_gaps(std::chrono::steady_clock::time_point now);
   void worker_loop();
   void monitor_loop();
@@ -166,7 +200,10 @@ private:
   std::condition_variable work_cv_;
   std::condition_variable monitor_cv_;
   std::map<std::string, model_state> models_;
-  std::string last_served_;
+  std::map<std::string, sample_lane> lanes_;
+  std::string last_model_;
+  std::string last_lane_;
+  bool prefer_samples_ = false;
   size_t pending_samples_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> workers_;

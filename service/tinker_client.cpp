@@ -6,7 +6,8 @@
 #include <thread>
 #include <utility>
 
-#include "service/tinker_wire.hpp"
+#include "service/wire/forward_backward_codec.hpp"
+#include "service/wire/sample_codec.hpp"
 
 namespace rlforge::service {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tinker_types.hpp"
+#include "tinker/types.hpp"
 
 namespace rlforge::service {
 

@@ -1,4 +1,5 @@
-// request_scheduler: seq_id ordering, batching, barriers, the gap rule, sample backpressure.
+// request_scheduler: seq_id ordering, batching, barriers, the gap rule, sampling lanes, fair
+// slices and sample backpressure.
 #include "service/request_scheduler.hpp"
 
 #include <gtest/gtest.h>
@@ -23,7 +24,7 @@ namespace tinker = rlforge::tinker;
 struct recorder {
   std::mutex mutex;
   std::condition_variable cv;
-  std::vector<std::string> calls; ///< "fb:1,2,3" / "fwd:4" / "op:5" / "sample:m:2"
+  std::vector<std::string> calls; ///< "fb:1,2,3" / "fwd:4" / "op:5" / "sample:<lane>:<requests>"
   bool gate_open = true;
   int entered = 0;
 
@@ -69,14 +70,31 @@ request_scheduler::forward_backward_fn fb_fn(recorder& rec) {
 }
 
 request_scheduler::sample_fn sample_fn(recorder& rec) {
-  return [&rec](const std::string& model, const std::vector<tinker::sample_request>& rs) {
+  return [&rec](const std::vector<tinker::sample_request>& rs) {
     rec.wait_gate();
-    rec.record("sample:" + model + ":" + std::to_string(rs.size()));
+    auto lane = request_scheduler::lane_of(rs.front().sampler);
+    for (auto& r : rs)
+      EXPECT_EQ(request_scheduler::lane_of(r.sampler), lane) << "one call mixes lanes";
+    rec.record("sample:" + lane + ":" + std::to_string(rs.size()));
     std::vector<tinker::sample_response> out(rs.size());
     for (size_t i = 0; i < rs.size(); ++i)
-      out[i].sequences.push_back({"length", rs[i].prompt, {}});
+      for (int64_t k = 0; k < rs[i].num_samples; ++k) // sample j answers token j
+        out[i].sequences.push_back({"length", {rs[i].first_sample + k}, {-1.0}});
     return out;
   };
+}
+
+/// A sample request on model `m`'s snapshot (lane "model:<m>"), or on the base model ("").
+tinker::sample_request sample_on(const std::string& m, int64_t num_samples = 1) {
+  tinker::sample_request r;
+  r.prompt = {1, 2};
+  r.num_samples = num_samples;
+  if (!m.empty()) {
+    r.sampler.type = tinker::sampler_ref::kind::snapshot;
+    r.sampler.model_id = m;
+    r.sampler.version = 1;
+  }
+  return r;
 }
 
 /// Collects results and failures of submissions; `wait(n)` blocks until n arrived.
@@ -200,7 +218,7 @@ TEST(ServerScheduler, RejectsDuplicateAndStaleSeqIds) {
     s.submit_forward_backward(fb_request("m", 7), out.fb());
     FAIL() << "duplicate seq_id accepted";
   } catch (const tinker::request_error& e) {
-    EXPECT_EQ(e.category(), "user");
+    EXPECT_EQ(e.category(), tinker::error_category::user);
     EXPECT_NE(std::string(e.what()).find("seq_id 7 of model 'm' is already queued"),
               std::string::npos)
         << e.what();
@@ -234,7 +252,7 @@ TEST(ServerScheduler, GapThatNeverFillsFailsWaitersNamingTheMissingSeqId) {
   ASSERT_TRUE(out.wait(2));
   ASSERT_EQ(out.failures.size(), 2u);
   for (auto& f : out.failures) {
-    EXPECT_EQ(f.category, "user");
+    EXPECT_EQ(f.category, tinker::error_category::user);
     EXPECT_NE(f.message.find("missing seq_id 1"), std::string::npos) << f.message;
   }
   EXPECT_TRUE(rec.snapshot().empty());
@@ -254,7 +272,7 @@ TEST(ServerScheduler, BackendErrorsFailTheWholeBatchAndTheModelStaysUsable) {
       one_worker(),
       [&](const std::vector<tinker::forward_backward_request>& batch) {
         if (calls++ == 0)
-          throw tinker::request_error("user", "token id 999 outside the vocabulary");
+          tinker::fail_user("token id 999 outside the vocabulary");
         std::vector<tinker::forward_backward_output> out(batch.size());
         for (size_t i = 0; i < batch.size(); ++i)
           out[i].metrics["seq:sum"] = static_cast<double>(batch[i].seq_id);
@@ -266,12 +284,12 @@ TEST(ServerScheduler, BackendErrorsFailTheWholeBatchAndTheModelStaysUsable) {
   s.submit_forward_backward(fb_request("m", 1), out.fb());
   ASSERT_TRUE(out.wait(2));
   ASSERT_EQ(out.failures.size(), 2u);
-  EXPECT_EQ(out.failures[0].category, "user");
+  EXPECT_EQ(out.failures[0].category, tinker::error_category::user);
   EXPECT_EQ(out.failures[0].message, "token id 999 outside the vocabulary");
   s.submit_ordered(
       "m", 3, []() -> std::string { throw std::runtime_error("disk full"); }, out.op());
   ASSERT_TRUE(out.wait(3));
-  EXPECT_EQ(out.failures[2].category, "server");
+  EXPECT_EQ(out.failures[2].category, tinker::error_category::server);
   EXPECT_EQ(out.failures[2].message, "disk full");
   s.submit_forward_backward(fb_request("m", 4), out.fb());
   ASSERT_TRUE(out.wait(4));
@@ -292,12 +310,12 @@ TEST(ServerScheduler, WrongOutputCountIsAServerError) {
   s.submit_forward_backward(fb_request("m", 1), out.fb());
   ASSERT_TRUE(out.wait(1));
   ASSERT_EQ(out.failures.size(), 1u);
-  EXPECT_EQ(out.failures[0].category, "server");
+  EXPECT_EQ(out.failures[0].category, tinker::error_category::server);
   EXPECT_NE(out.failures[0].message.find("0 forward_backward outputs for 1 requests"),
             std::string::npos);
 }
 
-TEST(ServerScheduler, SampleQueueIsBoundedAndBatchesPerModel) {
+TEST(ServerScheduler, SampleQueueIsBoundedAndBatchesPerLane) {
   recorder rec;
   sink out;
   request_scheduler::options o = one_worker();
@@ -308,24 +326,21 @@ TEST(ServerScheduler, SampleQueueIsBoundedAndBatchesPerModel) {
         [](const tinker::sample_response& r) { return std::to_string(r.sequences.size()); });
   };
   rec.gate_open = false;
-  tinker::sample_request r;
-  r.prompt = {1, 2};
-  ASSERT_TRUE(s.try_submit_sample("a", r, sample_done()));
-  rec.wait_entered(1); // the first one runs (and blocks) and leaves the queue
-  ASSERT_TRUE(s.try_submit_sample("b", r, sample_done()));
-  ASSERT_TRUE(s.try_submit_sample("b", r, sample_done()));
-  ASSERT_TRUE(s.try_submit_sample("b", r, sample_done()));
+  ASSERT_TRUE(s.try_submit_sample(sample_on("a"), sample_done()));
+  rec.wait_entered(1); // the first one runs (and blocks); it still counts as pending
+  ASSERT_TRUE(s.try_submit_sample(sample_on("b"), sample_done()));
+  ASSERT_TRUE(s.try_submit_sample(sample_on("b"), sample_done()));
   EXPECT_EQ(s.pending_samples(), 3u);
-  EXPECT_FALSE(s.try_submit_sample("b", r, sample_done())); // full: the server answers 429
+  EXPECT_FALSE(s.try_submit_sample(sample_on("b"), sample_done())); // full: the server answers 429
   rec.open();
-  ASSERT_TRUE(out.wait(4));
-  EXPECT_EQ(rec.snapshot(), (std::vector<std::string>{"sample:a:1", "sample:b:3"}));
+  ASSERT_TRUE(out.wait(3));
+  EXPECT_EQ(rec.snapshot(), (std::vector<std::string>{"sample:model:a:1", "sample:model:b:2"}));
   EXPECT_EQ(s.pending_samples(), 0u);
-  EXPECT_TRUE(s.try_submit_sample("b", r, sample_done()));
-  ASSERT_TRUE(out.wait(5));
+  EXPECT_TRUE(s.try_submit_sample(sample_on("b"), sample_done()));
+  ASSERT_TRUE(out.wait(4));
 }
 
-TEST(ServerScheduler, SamplesNeverRunWhileTheSameModelTrains) {
+TEST(ServerScheduler, SnapshotSamplesRunWhileTheirModelTrains) {
   recorder rec;
   sink out;
   request_scheduler::options o = one_worker();
@@ -335,26 +350,79 @@ TEST(ServerScheduler, SamplesNeverRunWhileTheSameModelTrains) {
   rec.gate_open = false;
   s.submit_forward_backward(fb_request("m", 1), out.fb());
   rec.wait_entered(1);
-  tinker::sample_request r;
   ASSERT_TRUE(s.try_submit_sample(
-      "m", r,
+      sample_on("m"),
       out.make<tinker::sample_response>([](const tinker::sample_response&) { return "s"; })));
-  ASSERT_TRUE(s.try_submit_sample(
-      "other", r,
-      out.make<tinker::sample_response>([](const tinker::sample_response&) { return "o"; })));
-  rec.wait_entered(2); // "other" runs beside the training model; "m"'s sample waits
-  {
-    std::lock_guard<std::mutex> guard(rec.mutex);
-    EXPECT_EQ(rec.entered, 2);
-  }
+  rec.wait_entered(2); // the sample runs beside the training step of its own model
   rec.open();
-  ASSERT_TRUE(out.wait(3));
+  ASSERT_TRUE(out.wait(2));
+  EXPECT_TRUE(out.failures.empty());
+}
+
+TEST(ServerScheduler, LargeSampleRequestsRunInFairSlicesInSampleOrder) {
+  recorder rec;
+  sink out;
+  request_scheduler::options o = one_worker();
+  o.sample_slice = 4;
+  request_scheduler s(o, fb_fn(rec), sample_fn(rec));
+  std::vector<std::vector<int64_t>> order; // first token of each sequence, per completed request
+  auto done = [&] {
+    return out.make<tinker::sample_response>([&](const tinker::sample_response& r) {
+      std::vector<int64_t> firsts;
+      for (auto& q : r.sequences)
+        firsts.push_back(q.tokens.at(0));
+      order.push_back(firsts);
+      return std::to_string(r.sequences.size());
+    });
+  };
+  rec.gate_open = false;
+  ASSERT_TRUE(s.try_submit_sample(sample_on("", 40), done())); // 10 slices of 4
+  rec.wait_entered(1);                                         // its first slice runs
+  ASSERT_TRUE(s.try_submit_sample(sample_on("", 2), done()));  // a small request arrives
+  rec.open();
+  ASSERT_TRUE(out.wait(2));
+  // The small request finished first: it joined the second call instead of waiting for all 40.
+  EXPECT_EQ(out.results, (std::vector<std::string>{"2", "40"}));
   auto calls = rec.snapshot();
-  auto fb = std::find(calls.begin(), calls.end(), "fb:1");
-  auto sm = std::find(calls.begin(), calls.end(), "sample:m:1");
-  ASSERT_NE(fb, calls.end());
-  ASSERT_NE(sm, calls.end());
-  EXPECT_LT(fb, sm);
+  ASSERT_GE(calls.size(), 2u);
+  EXPECT_EQ(calls[0], "sample:base:1");
+  EXPECT_EQ(calls[1], "sample:base:2"); // a slice of the big request beside the small one
+  EXPECT_EQ(calls.size(), 10u);         // one call per slice of the big request
+  // Every sample came back once, in sample order (sample j answered token j).
+  std::vector<int64_t> all(40);
+  for (int64_t j = 0; j < 40; ++j)
+    all[j] = j;
+  EXPECT_EQ(order.at(1), all);
+  EXPECT_EQ(order.at(0), (std::vector<int64_t>{0, 1}));
+}
+
+TEST(ServerScheduler, AFailedSliceFailsItsRequestOnceAndTheLaneKeepsServing) {
+  recorder rec;
+  sink out;
+  request_scheduler::options o = one_worker();
+  o.sample_slice = 2;
+  std::atomic<int> calls{0};
+  request_scheduler s(o, fb_fn(rec), [&](const std::vector<tinker::sample_request>& rs) {
+    if (calls++ == 1)
+      tinker::fail_not_found("weights evicted");
+    std::vector<tinker::sample_response> r(rs.size());
+    for (size_t i = 0; i < rs.size(); ++i)
+      for (int64_t k = 0; k < rs[i].num_samples; ++k)
+        r[i].sequences.push_back({"length", {k}, {-1.0}});
+    return r;
+  });
+  auto done = [&] {
+    return out.make<tinker::sample_response>(
+        [](const tinker::sample_response& r) { return std::to_string(r.sequences.size()); });
+  };
+  ASSERT_TRUE(s.try_submit_sample(sample_on("m", 6), done())); // slices 0, 1 (fails), 2
+  ASSERT_TRUE(out.wait(1));
+  ASSERT_EQ(out.failures.size(), 1u);
+  EXPECT_EQ(out.failures[0].category, tinker::error_category::not_found);
+  EXPECT_EQ(s.pending_samples(), 0u);
+  ASSERT_TRUE(s.try_submit_sample(sample_on("m", 3), done()));
+  ASSERT_TRUE(out.wait(2));
+  EXPECT_EQ(out.results, (std::vector<std::string>{"3"}));
 }
 
 TEST(ServerScheduler, CloseModelFailsQueuedOpsAsNotFound) {
@@ -366,7 +434,7 @@ TEST(ServerScheduler, CloseModelFailsQueuedOpsAsNotFound) {
   s.close_model("m");
   ASSERT_TRUE(out.wait(1));
   ASSERT_EQ(out.failures.size(), 1u);
-  EXPECT_EQ(out.failures[0].category, "not_found");
+  EXPECT_EQ(out.failures[0].category, tinker::error_category::not_found);
   EXPECT_EQ(s.next_seq_id("m"), -1);
 }
 

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -29,16 +31,17 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 
 /// A backend that computes nothing real: it records every call ("create:<id>", "fb:<id>:1,2,3",
-/// "fwd:<id>:4", "optim:<id>", "save:<id>", "load:<id>", "sampler:<id>", "sample:<id>:<n>",
+/// "fwd:<id>:4", "optim:<id>", "save:<id>", "load:<id>", "snapshot:<id>", "export:<id>",
+/// "sample:<sampler>:<n>" with <sampler> "base", "<model id>@<version>" or the checkpoint name,
 /// "delete:<id>") in order, answers deterministic results, can hold calls on a gate, and can be
-/// told to fail the next call.
+/// told to fail the next call. Snapshot versions count up from 1 per model.
 class test_backend : public actors::tinker_backend {
 public:
   static constexpr int64_t vocab = 100;
   static constexpr int64_t context = 64;
 
   void create_model(const std::string& id, const tinker::lora_config& lora,
-                    const std::string& role) override {
+                    tinker::model_role role) override {
     enter("create:" + id);
     std::lock_guard<std::mutex> guard(mutex_);
     models_.push_back(id);
@@ -77,32 +80,48 @@ public:
     enter("optim:" + id);
     return {{"grad_norm:mean", 0.5}, {"learning_rate:mean", p.learning_rate}};
   }
+  int64_t save_sampler_snapshot(const std::string& id) override {
+    enter("snapshot:" + id);
+    std::lock_guard<std::mutex> guard(mutex_);
+    return ++versions_[id];
+  }
+  void export_sampler_weights(const std::string& id, const tinker::checkpoint_ref& where) override {
+    enter("export:" + id);
+    std::ofstream(where.dir + "/model.safetensors") << id;
+  }
   std::vector<tinker::sample_response>
-  sample(const std::string& id, const std::vector<tinker::sample_request>& rs) override {
-    enter("sample:" + id + ":" + std::to_string(rs.size()));
+  sample(const std::vector<tinker::sample_request>& rs) override {
+    const auto& ref = rs.front().sampler;
+    std::string key = ref.type == tinker::sampler_ref::kind::base ? "base"
+                      : ref.type == tinker::sampler_ref::kind::snapshot
+                          ? ref.model_id + "@" + std::to_string(ref.version)
+                          : ref.name;
+    int64_t rows = 0;
+    for (auto& r : rs)
+      rows += r.num_samples;
+    enter("sample:" + key + ":" + std::to_string(rows));
     std::vector<tinker::sample_response> out;
     for (auto& r : rs) {
       tinker::sample_response s;
-      for (int64_t i = 0; i < r.num_samples; ++i)
-        s.sequences.push_back({"length", std::vector<int64_t>(r.params.max_tokens, r.prompt[0]),
+      for (int64_t i = 0; i < r.num_samples; ++i) {
+        // Token j of sample k (counted over the whole request) is prompt[0] + k: slices of one
+        // request must come back in sample order.
+        auto k = r.first_sample + i;
+        s.sequences.push_back({"length", std::vector<int64_t>(r.params.max_tokens, r.prompt[0] + k),
                                std::vector<double>(r.params.max_tokens, -0.5)});
+      }
       out.push_back(std::move(s));
     }
     return out;
   }
-  void save_checkpoint(const std::string& id, const std::string& dir, bool) override {
+  void save_checkpoint(const std::string& id, const tinker::checkpoint_ref& where, bool) override {
     enter("save:" + id);
-    std::ofstream(dir + "/state.bin") << "weights of " << id;
+    std::ofstream(where.dir + "/state.bin") << "weights of " << id;
   }
-  void load_checkpoint(const std::string& id, const std::string& dir, bool) override {
+  void load_checkpoint(const std::string& id, const tinker::checkpoint_ref& where, bool) override {
     enter("load:" + id);
-    if (!std::filesystem::exists(dir + "/state.bin"))
-      throw tinker::request_error("not_found", "no state.bin in " + dir);
-  }
-  void save_sampler_checkpoint(const std::string& id, const std::string& dir,
-                               bool persist) override {
-    enter("sampler:" + id);
-    std::ofstream(dir + (persist ? "/model.safetensors" : "/synced")) << id;
+    if (!std::filesystem::exists(where.dir + "/state.bin"))
+      tinker::fail_not_found("no state.bin in " + where.name);
   }
   std::string base_model_name() const override { return "test-base"; }
   int64_t max_context_length() const override { return context; }
@@ -129,7 +148,7 @@ public:
     return cv_.wait_for(lock, 10s, [&] { return calls_.size() >= n; });
   }
   /// The next call throws `request_error(category, message)`.
-  void fail_next(std::string category, std::string message) {
+  void fail_next(tinker::error_category category, std::string message) {
     std::lock_guard<std::mutex> guard(mutex_);
     fail_category_ = std::move(category);
     fail_message_ = std::move(message);
@@ -141,10 +160,10 @@ private:
     calls_.push_back(call);
     cv_.notify_all();
     cv_.wait(lock, [&] { return !held_; });
-    if (!fail_category_.empty()) {
-      auto c = std::move(fail_category_);
+    if (fail_category_) {
+      auto c = *fail_category_;
       auto m = std::move(fail_message_);
-      fail_category_.clear();
+      fail_category_.reset();
       throw tinker::request_error(c, m);
     }
   }
@@ -154,7 +173,9 @@ private:
   std::vector<std::string> calls_;
   std::vector<std::string> models_;
   bool held_ = false;
-  std::string fail_category_, fail_message_;
+  std::optional<tinker::error_category> fail_category_;
+  std::string fail_message_;
+  std::map<std::string, int64_t> versions_;
 };
 
 /// A fresh directory under the system temp dir, removed at destruction.

@@ -1,8 +1,11 @@
-// Fuzzes the forward_backward body decoder of the Tinker service (service/tinker_wire.hpp). The
-// first input byte picks the form (0: protobuf, 1: zstd-compressed protobuf, 2: JSON), the rest
-// is the body. Any input either decodes to a request that passes validate_forward_backward and
-// whose protobuf re-encoding decodes to a fixed point, or fails with a request_error of category
-// "user" naming forward_backward. Nothing else may escape.
+// Fuzzes the forward_backward request path of the Tinker service up to the model: the body
+// decoder (service/wire/forward_backward_codec.hpp) and the one semantic check against a model
+// (tinker/datum_check.hpp, with the loss catalog). The first input byte picks the form (0:
+// protobuf, 1: zstd-compressed protobuf, 2: JSON), the rest is the body. Any input either decodes
+// to a request that passes validate_forward_backward and whose protobuf re-encoding decodes to a
+// fixed point, or fails with a request_error of category user naming forward_backward; a decoded
+// request is then either accepted by the loss catalog and the datum check or refused by them with
+// a user error. Nothing else may escape.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -12,8 +15,11 @@
 #include <vector>
 
 #include "fuzz/fuzz_target.hpp"
-#include "runtime/tinker_types.hpp"
-#include "service/tinker_wire.hpp"
+#include "service/wire/compression.hpp"
+#include "service/wire/forward_backward_codec.hpp"
+#include "tinker/datum_check.hpp"
+#include "tinker/loss_catalog.hpp"
+#include "tinker/types.hpp"
 
 namespace rlforge::fuzz {
 
@@ -118,7 +124,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                          mode == 2 ? "application/json" : "application/x-protobuf",
                                          mode == 1 ? "zstd" : "", l);
   } catch (const tinker::request_error& e) {
-    check(e.category() == "user", std::string("decode failed with category ") + e.category());
+    check(e.category() == tinker::error_category::user,
+          std::string("decode failed with category ") + tinker::to_string(e.category()));
     check(std::string(e.what()).rfind("forward_backward", 0) == 0,
           std::string("error does not name forward_backward: ") + e.what());
     return 0;
@@ -128,9 +135,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // What the decoder returns is valid by the decoder's own rules.
   try {
-    service::validate_forward_backward(r, l);
+    service::validate_forward_backward(r);
   } catch (const std::exception& e) {
     check(false, std::string("a decoded request fails validation: ") + e.what());
+  }
+
+  // The model-side check accepts the request or refuses it as the user's, for either role.
+  for (auto role : {tinker::model_role::policy, tinker::model_role::critic}) {
+    try {
+      auto loss = tinker::resolve_loss(r.loss_fn, r.loss_fn_config, role);
+      tinker::check_datums(r.data, loss, tinker::model_limits{512, 64}, "forward_backward(m)");
+    } catch (const tinker::request_error& e) {
+      check(e.category() == tinker::error_category::user,
+            std::string("the model-side check failed with category ") +
+                tinker::to_string(e.category()));
+    } catch (const std::exception& e) {
+      check(false, std::string("the model-side check let a foreign exception escape: ") + e.what());
+    }
   }
 
   // Re-encoding as protobuf gives back the same request (values are held at their dtype's

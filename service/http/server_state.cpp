@@ -1,0 +1,273 @@
+#include "service/http/server_state.hpp"
+
+#include <cstdio>
+#include <ctime>
+#include <limits>
+#include <random>
+
+#include "service/http/request_ids.hpp"
+
+namespace rlforge::service::http {
+
+namespace {
+
+/// FNV-1a over the endpoint, content type and body: equal retries hash equal, across restarts.
+std::string payload_hash(const std::string& endpoint, const httplib::Request& req) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const std::string& s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ull;
+  };
+  mix(endpoint);
+  mix(req.get_header_value("Content-Type"));
+  mix(req.get_header_value("Content-Encoding"));
+  mix(req.body);
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+} // namespace
+
+void reply_json(httplib::Response& res, const json& body, int status) {
+  res.status = status;
+  res.set_content(body.dump(), json_type);
+}
+
+void reply_error(httplib::Response& res, int status, const std::string& message) {
+  reply_json(res, json{{"error", message}}, status);
+}
+
+std::string iso_time(int64_t ms) {
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof(out), "%s.%03dZ", buf, static_cast<int>(ms % 1000));
+  return out;
+}
+
+std::string random_token() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+bool accepts_proto(const httplib::Request& req) {
+  return req.get_header_value("Accept").find(proto_type) != std::string::npos;
+}
+
+int64_t query_int(const httplib::Request& req, const std::string& name, int64_t fallback,
+                  int64_t max) {
+  if (!req.has_param(name))
+    return fallback;
+  auto text = req.get_param_value(name);
+  try {
+    size_t used = 0;
+    long long v = std::stoll(text, &used);
+    if (used == text.size() && v >= 0 && v <= max)
+      return v;
+  } catch (const std::exception&) {
+  }
+  throw http_error(400, "query parameter " + name + " must be an integer in 0.." +
+                            std::to_string(max) + ", got '" + text + "'");
+}
+
+json lora_json(const tinker::lora_config& l) {
+  json j{{"rank", l.rank},
+         {"train_unembed", l.train_unembed},
+         {"train_mlp", l.train_mlp},
+         {"train_attn", l.train_attn}};
+  if (l.has_seed)
+    j["seed"] = l.seed;
+  return j;
+}
+
+json metadata_json(const std::map<std::string, std::string>& m) {
+  json j = json::object();
+  for (auto& [k, v] : m)
+    j[k] = v;
+  return j;
+}
+
+tinker_path_parts parse_tinker_path(const std::string& path) {
+  const std::string prefix = "tinker://";
+  if (path.rfind(prefix, 0) != 0)
+    throw http_error(400, "checkpoint path '" + path + "' does not start with tinker://");
+  auto rest = path.substr(prefix.size());
+  auto a = rest.find('/');
+  auto b = a == std::string::npos ? a : rest.find('/', a + 1);
+  if (a == std::string::npos || b == std::string::npos || a == 0 || b + 1 >= rest.size() ||
+      rest.find('/', b + 1) != std::string::npos)
+    throw http_error(400, "checkpoint path '" + path +
+                              "' is not tinker://<model_id>/{weights|sampler_weights}/<name>");
+  tinker_path_parts p{rest.substr(0, a), rest.substr(a + 1, b - a - 1), rest.substr(b + 1)};
+  if (p.kind != "weights" && p.kind != "sampler_weights")
+    throw http_error(400, "checkpoint path '" + path + "' has kind '" + p.kind +
+                              "'; expected weights or sampler_weights");
+  return p;
+}
+
+uint64_t tree_size(const fs::path& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec))
+    if (it->is_regular_file(ec))
+      total += it->file_size(ec);
+  return total;
+}
+
+json checkpoint_json(const checkpoint_record& c) {
+  json j{{"checkpoint_id", std::string(to_string(c.kind)) + "/" + c.name},
+         {"checkpoint_type", c.kind == checkpoint_kind::weights ? "training" : "sampler"},
+         {"time", iso_time(c.created_ms)},
+         {"tinker_path", c.tinker_path},
+         {"size_bytes", c.size_bytes},
+         {"public", false}};
+  if (c.expires_ms)
+    j["expires_at"] = iso_time(*c.expires_ms);
+  return j;
+}
+
+void server_state::notify_final() {
+  {
+    std::lock_guard<std::mutex> guard(poll_mutex);
+    ++generation;
+  }
+  poll_cv.notify_all();
+}
+
+void server_state::complete(const std::string& id, const std::string& bytes,
+                            const std::string& type) {
+  try {
+    store.complete(id, bytes, type);
+  } catch (const std::exception& e) {
+    log->error("event=complete_failed request_id={} error=\"{}\"", id, e.what());
+  }
+  notify_final();
+}
+
+void server_state::fail(const std::string& id, const failure& f) {
+  try {
+    store.fail(id, f.message, tinker::future_category(f.category));
+  } catch (const std::exception& e) {
+    log->error("event=fail_failed request_id={} error=\"{}\"", id, e.what());
+  }
+  notify_final();
+}
+
+request_scheduler::completion<std::string> server_state::finish_json(const std::string& id) {
+  return finish_with<std::string>(
+      id, [](const std::string& s) { return s; }, json_type);
+}
+
+std::pair<std::string, bool> server_state::record(const std::string& type,
+                                                  const std::string& model_id, int64_t seq_id,
+                                                  const httplib::Request& req,
+                                                  const std::string& endpoint) {
+  auto r = store.submit(type, model_id, seq_id, req.get_header_value("X-Idempotency-Key"),
+                        payload_hash(endpoint, req));
+  if (r.conflict)
+    throw http_error(409, r.message);
+  return {r.request_id, r.created};
+}
+
+void server_state::schedule_or_fail(const std::string& id, const std::function<void()>& schedule) {
+  try {
+    schedule();
+  } catch (const tinker::request_error& e) {
+    fail(id, failure{e.category(), e.what()});
+    throw;
+  }
+}
+
+void server_state::require_model(const std::string& model_id) {
+  if (model_id.empty())
+    throw http_error(400, "model_id is empty");
+  if (sched->next_seq_id(model_id) >= 0)
+    return;
+  auto rec = store.get_model(model_id);
+  if (rec && !rec->deleted && backend.has_model(model_id)) {
+    sched->open_model(model_id, 1);
+    return;
+  }
+  if (rec && !rec->deleted)
+    throw http_error(404, "model '" + model_id +
+                              "' is not loaded in this server process (it was created before "
+                              "a restart); create it again or load a checkpoint");
+  throw http_error(404, "unknown model '" + model_id + "'");
+}
+
+checkpoint_record server_state::require_checkpoint(const std::string& tinker_path) {
+  purge_expired();
+  parse_tinker_path(tinker_path);
+  auto c = store.get_checkpoint(tinker_path);
+  if (!c)
+    throw http_error(404, "unknown checkpoint " + tinker_path);
+  return *c;
+}
+
+std::string server_state::checkpoint_path(const std::string& model_id, const std::string& kind,
+                                          const std::string& name) const {
+  return (fs::path(opts.checkpoint_dir) / model_id / kind / name).string();
+}
+
+std::optional<int64_t> server_state::expiry(bool has_ttl, int64_t ttl_seconds) const {
+  if (!has_ttl)
+    return std::nullopt;
+  return future_store::now_ms() + ttl_seconds * 1000;
+}
+
+void server_state::purge_expired() {
+  for (auto& c : store.list_expired_checkpoints(future_store::now_ms())) {
+    std::error_code ec;
+    fs::remove_all(c.dir, ec);
+    if (ec) {
+      log->warn("event=expire_failed path={} dir={} error=\"{}\"", c.tinker_path, c.dir,
+                ec.message());
+      continue;
+    }
+    try {
+      store.delete_checkpoint(c.tinker_path);
+      log->info("event=checkpoint_expired path={}", c.tinker_path);
+    } catch (const store_error&) {
+      // Deleted concurrently by another call: nothing left to do.
+    }
+  }
+}
+
+json server_state::submitted(const std::string& id, const std::string& model_id) const {
+  json j{{"request_id", id}};
+  if (!model_id.empty())
+    j["model_id"] = model_id;
+  return j;
+}
+
+seq_guard::seq_guard(server_state& s, const httplib::Request& req) : s(s) {
+  auto [m, q] = ordered_request_ids(req.get_header_value("Content-Type"),
+                                    req.get_header_value("Content-Encoding"), req.body,
+                                    s.opts.max_body_bytes);
+  set(m, q);
+}
+
+void seq_guard::set(const std::string& m, int64_t q) {
+  model_id = m;
+  seq_id = q;
+  armed = !m.empty() && q >= 0;
+}
+
+seq_guard::~seq_guard() {
+  if (armed && s.sched)
+    s.sched->skip(model_id, seq_id);
+}
+
+} // namespace rlforge::service::http
