@@ -4,7 +4,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +11,10 @@
 #include <limits>
 
 #include "backends/error.hpp"
+#include "backends/model/attention.hpp"
 #include "backends/model/hf_checkpoint.hpp"
 #include "backends/model/init.hpp"
+#include "backends/model/mixed_linear.hpp"
 #include "backends/model/safetensors.hpp"
 
 namespace rlforge::backends {
@@ -72,6 +73,7 @@ const std::vector<std::string>& projection_names() {
 struct projection {
   std::string path; // e.g. model.layers.3.self_attn.q_proj
   at::Tensor weight, bias, lora_a, lora_b;
+  mutable bf16_copy compute; // the weight in bf16 while the model computes in bf16
 };
 
 struct layer {
@@ -168,79 +170,6 @@ at::Tensor rotary_inv_freq(const model_config& c) {
        "rope_scaling type '" + type + "' is not supported (supported: default, linear, llama3)");
 }
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// softmax(q k^T + bias) v for every (batch row, kv head) slice, as one autograd node.
-// q: [B, KV, G*T, d] (already scaled by 1/sqrt(d)), k/v: [B, KV, T_total, d], bias: [B, T, T_total]
-// additive (0 / -inf, shared by the G query heads of a group). Each slice is computed with
-// single-threaded GEMMs inside one parallel loop over slices: one parallel region per call
-// instead of one per elementwise op, and no per-GEMM thread hand-off for these small products.
-// The probabilities are kept for backward, as autograd of the unfused ops would keep them.
-struct attention_fn : torch::autograd::Function<attention_fn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                               const at::Tensor& v, const at::Tensor& bias, int64_t group) {
-    // Per-slice GEMMs take any row stride, so keys/values need not be copied to contiguous
-    // memory (they are transposed views, or views of the cache's buffer).
-    auto rows_dense = [](const at::Tensor& t) {
-      return t.stride(3) == 1 && t.stride(2) >= t.size(3) ? t.detach() : t.detach().contiguous();
-    };
-    auto qd = q.detach().contiguous();
-    auto kd = rows_dense(k);
-    auto vd = rows_dense(v);
-    auto bd = bias.detach().contiguous();
-    const int64_t batch = qd.size(0), kv_heads = qd.size(1), rows = qd.size(2);
-    const int64_t total = kd.size(2), len = rows / group;
-    auto probs = at::empty({batch, kv_heads, rows, total}, qd.options());
-    auto out = at::empty({batch, kv_heads, rows, qd.size(3)}, qd.options());
-    at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t b = i / kv_heads, h = i % kv_heads;
-        auto p = probs[b][h]; // [G*T, T_total]
-        at::mm_out(p, qd[b][h], kd[b][h].t());
-        p.view({group, len, total}).add_(bd[b]);
-        // Row-wise softmax in place; every row has at least one finite entry (its own key).
-        p.sub_(std::get<0>(p.max(-1, /*keepdim=*/true))).exp_();
-        p.div_(p.sum(-1, /*keepdim=*/true));
-        auto o = out[b][h];
-        at::mm_out(o, p, vd[b][h]);
-      }
-    });
-    ctx->save_for_backward({qd, kd, vd, probs});
-    return {out};
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const auto& qd = saved[0];
-    const auto& kd = saved[1];
-    const auto& vd = saved[2];
-    const auto& probs = saved[3];
-    auto grad_out = grads[0].contiguous();
-    auto dq = at::empty_like(qd);
-    auto dk = at::empty(kd.sizes(), kd.options());
-    auto dv = at::empty(vd.sizes(), vd.options());
-    const int64_t kv_heads = qd.size(1);
-    at::parallel_for(0, qd.size(0) * kv_heads, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t b = i / kv_heads, h = i % kv_heads;
-        auto p = probs[b][h];
-        auto go = grad_out[b][h];
-        auto dv_s = dv[b][h];
-        at::mm_out(dv_s, p.t(), go);
-        // d scores = P * (dP - rowsum(dP * P)) with dP = dO V^T.
-        auto ds = at::mm(go, vd[b][h].t());
-        ds.sub_((ds * p).sum(-1, /*keepdim=*/true)).mul_(p);
-        auto dq_s = dq[b][h];
-        auto dk_s = dk[b][h];
-        at::mm_out(dq_s, ds, kd[b][h]);
-        at::mm_out(dk_s, ds.t(), qd[b][h]);
-      }
-    });
-    return {dq, dk, dv, at::Tensor(), at::Tensor()};
-  }
-};
-
 // True when nothing but `t` (and, for a view, its otherwise unreferenced base) refers to the
 // memory behind `t`, so rows outside `t` can be written without anyone else seeing them.
 bool exclusively_owned(const at::Tensor& t) {
@@ -316,10 +245,23 @@ struct causal_lm::impl {
   std::vector<std::pair<std::string, at::Tensor>> base; // HF names, live leaves
   lora_config lora;
   bool training = false;
+  compute_dtype compute = compute_dtype::fp32;
+  bool batch_invariant = false;
+
+  /// The weight `p`'s GEMM multiplies by: its bf16 copy in bf16 mode (the weight itself when it
+  /// is stored in bf16), undefined in fp32 mode (then the fp32 weight is used).
+  at::Tensor compute_weight(const projection& p) const {
+    return compute == compute_dtype::bf16 ? p.compute.of(p.weight) : at::Tensor();
+  }
 
   at::Tensor project(const projection& p, const at::Tensor& x) const {
     return lora_linear(x, p.weight, p.bias, p.lora_a, p.lora_b, lora.rank > 0 ? lora.scaling() : 0,
-                       lora.dropout, training);
+                       lora.dropout, training, compute_weight(p));
+  }
+
+  /// Drops every bf16 copy (they are rebuilt on the next use).
+  void reset_compute_copies() {
+    for_each_projection([](const projection& p, const std::string&) { p.compute.reset(); });
   }
 
   /// Every projection an adapter may target: the layers' seven, then the lm_head.
@@ -554,6 +496,13 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
   }
 
   auto x = at::embedding(impl_->embed, ids); // [B, T, hidden]
+  // In bf16 the embeddings are the bf16 table's values whether the table is stored in bf16 (an
+  // engine) or is an fp32 master (a trainer), so both start from the same numbers; the residual
+  // stream stays fp32. The rounding passes gradients through unchanged.
+  if (impl_->compute == compute_dtype::bf16 && x.scalar_type() == at::kFloat)
+    x = x.to(at::kBFloat16);
+  if (x.scalar_type() != at::kFloat)
+    x = x.to(at::kFloat);
   for (size_t li = 0; li < impl_->layers.size(); ++li) {
     const auto& l = impl_->layers[li];
     auto h = rms_norm(x, l.input_norm, eps);
@@ -581,7 +530,9 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
     auto qg = q.view({batch, len, kv_heads, group, head_dim})
                   .permute({0, 2, 3, 1, 4})
                   .reshape({batch, kv_heads, group * len, head_dim});
-    auto out = attention_fn::apply(qg, k, v, bias, group)[0] // [B, KV, G*T, d]
+    auto out = attention(qg, k, v, bias, group,
+                         impl_->batch_invariant ? attention_kernel::invariant
+                                                : attention_kernel::gemm) // [B, KV, G*T, d]
                    .view({batch, kv_heads, group, len, head_dim})
                    .permute({0, 3, 1, 2, 4})
                    .reshape({batch, len, heads * head_dim});
@@ -664,10 +615,10 @@ std::map<std::string, at::Tensor> causal_lm::state_dict() const {
   at::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> out;
   for (auto& [name, t] : impl_->base)
-    out[name] = t.detach().clone();
+    out[name] = t.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
   // An adapter on a tied lm_head makes it differ from the embedding: it is written on its own.
   if (impl_->tied && impl_->head.lora_a.defined())
-    out["lm_head.weight"] = impl_->embed.detach().clone();
+    out["lm_head.weight"] = impl_->embed.detach().to(at::kFloat, false, true);
   impl_->for_each_projection([&](const projection& p, const std::string&) {
     if (p.lora_a.defined())
       out[p.path + ".weight"].add_(at::matmul(p.lora_b, p.lora_a), impl_->lora.scaling());
@@ -851,6 +802,78 @@ void causal_lm::load_lora_adapter(const std::string& dir) {
 
 void causal_lm::set_training(bool on) {
   impl_->training = on;
+}
+
+void causal_lm::set_compute_dtype(compute_dtype dtype) {
+  if (dtype == compute_dtype::fp32 && impl_->embed.scalar_type() != at::kFloat)
+    fail(error_code::invalid_argument,
+         "set_compute_dtype: the weights are stored in bf16; fp32 compute needs fp32 weights");
+  impl_->compute = dtype;
+  if (dtype == compute_dtype::fp32)
+    impl_->reset_compute_copies();
+}
+
+compute_dtype causal_lm::compute_precision() const {
+  return impl_->compute;
+}
+
+void causal_lm::set_batch_invariant(bool on) {
+  impl_->batch_invariant = on;
+}
+
+bool causal_lm::batch_invariant() const {
+  return impl_->batch_invariant;
+}
+
+void causal_lm::store_weights_in_bf16() {
+  if (has_lora())
+    fail(error_code::invalid_argument,
+         "store_weights_in_bf16: merge the LoRA adapters first (bf16 storage is for inference)");
+  at::NoGradGuard no_grad;
+  impl_->compute = compute_dtype::bf16;
+  impl_->reset_compute_copies();
+  // Only the matrices the GEMMs (and the embedding lookup) read go to bf16; norms, biases and
+  // the value head stay fp32, as in mixed-precision training.
+  auto to_bf16 = [](at::Tensor& t) {
+    if (!t.defined() || t.scalar_type() == at::kBFloat16)
+      return;
+    t.requires_grad_(false);
+    t.set_data(t.detach().to(at::kBFloat16));
+  };
+  to_bf16(impl_->embed);
+  impl_->for_each_projection([&](projection& p, const std::string&) {
+    if (&p.weight != &impl_->embed)
+      to_bf16(p.weight);
+  });
+  if (impl_->tied)
+    impl_->head.weight = impl_->embed;
+  for (auto& [name, t] : impl_->base)
+    t.requires_grad_(false);
+}
+
+bool causal_lm::is_gemm_weight(const std::string& name) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return name == "model.embed_tokens.weight" || name == "lm_head.weight" ||
+         (name.rfind("model.layers.", 0) == 0 && ends_with("_proj.weight"));
+}
+
+bool causal_lm::weights_in_bf16() const {
+  return impl_->embed.scalar_type() == at::kBFloat16;
+}
+
+at::Tensor causal_lm::lm_head_compute_weight() const {
+  auto w = impl_->compute_weight(impl_->head);
+  return w.defined() ? w : impl_->head.weight;
+}
+
+int64_t causal_lm::compute_copy_bytes() const {
+  int64_t n = 0;
+  impl_->for_each_projection(
+      [&](const projection& p, const std::string&) { n += p.compute.bytes(); });
+  return n;
 }
 
 bool causal_lm::training() const {

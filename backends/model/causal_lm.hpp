@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/model/compute_dtype.hpp"
 #include "backends/model/lora.hpp"
 #include "backends/model/model_config.hpp"
 
@@ -159,6 +160,42 @@ public:
   /// Training mode turns LoRA dropout on (no other layer uses dropout). Off by default.
   void set_training(bool on);
   bool training() const;
+
+  /// The precision of the matrix products (compute_dtype.hpp); fp32 by default. In bf16 every
+  /// projection and the lm_head multiply by a bf16 copy of their fp32 weight, made on first use
+  /// and remade whenever the weight changed (its storage or autograd version: an optimizer
+  /// step, a load, a `copy_`), so no forward pass casts the weights; gradients reach the fp32
+  /// weights; norms, softmax, log-probs and the residual stream stay fp32. Switching to fp32
+  /// drops the copies. Throws `backends::error(invalid_argument)` for fp32 on bf16-stored
+  /// weights.
+  void set_compute_dtype(compute_dtype dtype);
+  compute_dtype compute_precision() const;
+
+  /// Batch-invariant mode (off by default): attention visits each query's allowed keys in
+  /// order with fixed-order reductions (attention.hpp), so a token's hidden state, and with it
+  /// its log-prob, is the same bit for bit whatever else is in the batch and whether it is
+  /// computed in a KV-cached decode step or a full forward pass. With bf16 compute (whose GEMMs
+  /// are row-invariant here) an engine and a trainer in this mode agree exactly. Costs the
+  /// attention's speed (docs/PERFORMANCE.md).
+  void set_batch_invariant(bool on);
+  bool batch_invariant() const;
+
+  /// For inference holders (engines): stores the embedding, the projections and the lm_head in
+  /// bf16 (half the memory, no copies), computes in bf16 and freezes every weight. Norms, biases
+  /// and the value head stay fp32. Refused with LoRA adapters (merge them first).
+  void store_weights_in_bf16();
+  bool weights_in_bf16() const;
+
+  /// True for the HF names `store_weights_in_bf16` stores in bf16: the embedding, the seven
+  /// projections of each layer and `lm_head.weight` (not norms, biases, the value head or LoRA
+  /// tensors). A sender of weights to a bf16 engine converts exactly these.
+  static bool is_gemm_weight(const std::string& hf_name);
+
+  /// The lm_head matrix the products use: its bf16 copy in bf16 mode, else `lm_head_weight()`.
+  at::Tensor lm_head_compute_weight() const;
+
+  /// Bytes held by the bf16 copies of fp32 weights (0 in fp32 mode or with bf16 storage).
+  int64_t compute_copy_bytes() const;
 
 private:
   struct impl;

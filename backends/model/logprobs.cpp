@@ -16,11 +16,26 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-/// The logits of rows `h` against `weight`, plus the adapter's low-rank term when `a` is not empty:
-/// h Wᵀ + scaling · (h Aᵀ) Bᵀ.
+/// `x yᵀ` in the dtype of `y` (bf16 operands take the fast bf16 GEMM), returned in fp32.
+at::Tensor product_nt(const at::Tensor& x, const at::Tensor& y) {
+  if (y.scalar_type() == at::kFloat)
+    return at::mm(x, y.t());
+  return at::mm(x.to(y.scalar_type()), y.t()).to(at::kFloat);
+}
+
+/// `x y` in the dtype of `y`, returned in fp32.
+at::Tensor product_nn(const at::Tensor& x, const at::Tensor& y) {
+  if (y.scalar_type() == at::kFloat)
+    return at::mm(x, y);
+  return at::mm(x.to(y.scalar_type()), y).to(at::kFloat);
+}
+
+/// The logits of rows `h` against `weight` (fp32, or bf16 for mixed precision: then the product
+/// is a bf16 GEMM and the logits are fp32 from there on), plus the adapter's low-rank term (fp32)
+/// when `a` is not empty: h Wᵀ + scaling · (h Aᵀ) Bᵀ.
 at::Tensor head_logits(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& a,
                        const at::Tensor& b, double scaling) {
-  auto z = at::linear(h, weight);
+  auto z = product_nt(h, weight);
   if (a.numel() > 0)
     z.add_(at::linear(at::linear(h, a), b), scaling);
   return z;
@@ -35,25 +50,25 @@ at::Tensor head_logits(const at::Tensor& h, const at::Tensor& weight, const at::
 // and from gz = dL/d(hWᵀ + s·hAᵀBᵀ): dh = gz W + s (gz B) A, dB = s gzᵀ (h Aᵀ), dA = s (gz B)ᵀ h.
 struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& hidden,
-                               const at::Tensor& weight, const at::Tensor& lora_a,
-                               const at::Tensor& lora_b, const at::Tensor& targets,
-                               double temperature, int64_t chunk, bool with_entropy,
-                               double scaling) {
+                               const at::Tensor& weight, const at::Tensor& weight_compute,
+                               const at::Tensor& lora_a, const at::Tensor& lora_b,
+                               const at::Tensor& targets, double temperature, int64_t chunk,
+                               bool with_entropy, double scaling) {
     const int64_t n = hidden.size(0);
     auto logprobs = at::empty({n}, hidden.options());
     auto entropy =
         with_entropy ? at::empty({n}, hidden.options()) : at::zeros({n}, hidden.options());
     for (int64_t s = 0; s < n; s += chunk) {
       auto len = std::min(chunk, n - s);
-      auto z =
-          head_logits(hidden.narrow(0, s, len), weight, lora_a, lora_b, scaling).div_(temperature);
-      auto logp = at::log_softmax(z, -1);
+      auto logp = tempered_log_softmax(
+          head_logits(hidden.narrow(0, s, len), weight_compute, lora_a, lora_b, scaling),
+          temperature);
       logprobs.narrow(0, s, len).copy_(
           logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
       if (with_entropy)
         entropy.narrow(0, s, len).copy_(-(logp.exp() * logp).sum(-1));
     }
-    ctx->save_for_backward({hidden, weight, targets, lora_a, lora_b});
+    ctx->save_for_backward({hidden, weight_compute, targets, lora_a, lora_b});
     ctx->saved_data["scaling"] = scaling;
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
@@ -66,7 +81,7 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto& hidden = saved[0];
-    const auto& weight = saved[1];
+    const auto& weight = saved[1]; // the compute weight (fp32 or bf16)
     const auto& targets = saved[2];
     const auto& lora_a = saved[3];
     const auto& lora_b = saved[4];
@@ -77,13 +92,13 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
     const bool adapted = lora_a.numel() > 0;
     const bool need_hidden = ctx->needs_input_grad(0);
     const bool need_weight = ctx->needs_input_grad(1);
-    const bool need_a = adapted && ctx->needs_input_grad(2);
-    const bool need_b = adapted && ctx->needs_input_grad(3);
+    const bool need_a = adapted && ctx->needs_input_grad(3);
+    const bool need_b = adapted && ctx->needs_input_grad(4);
     at::Tensor grad_hidden, grad_weight, grad_a, grad_b;
     if (need_hidden)
       grad_hidden = at::empty_like(hidden);
     if (need_weight)
-      grad_weight = at::zeros_like(weight);
+      grad_weight = at::zeros(weight.sizes(), hidden.options()); // fp32 (the master's dtype)
     if (need_a)
       grad_a = at::zeros_like(lora_a);
     if (need_b)
@@ -95,8 +110,7 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
     for (int64_t s = 0; s < n && (need_hidden || need_weight || need_a || need_b); s += chunk) {
       auto len = std::min(chunk, n - s);
       auto h = hidden.narrow(0, s, len);
-      auto z = head_logits(h, weight, lora_a, lora_b, scaling).div_(temperature);
-      auto logp = at::log_softmax(z, -1);
+      auto logp = tempered_log_softmax(head_logits(h, weight, lora_a, lora_b, scaling), temperature);
       auto p = logp.exp();
       at::Tensor gz;
       if (g_lp.defined()) {
@@ -115,19 +129,23 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
       if (adapted && (need_hidden || need_a))
         gz_b = at::matmul(gz, lora_b);
       if (need_hidden) {
-        auto gh = at::matmul(gz, weight);
+        auto gh = product_nn(gz, weight);
         if (adapted)
           gh.add_(at::matmul(gz_b, lora_a), scaling);
         grad_hidden.narrow(0, s, len).copy_(gh);
       }
-      if (need_weight)
-        grad_weight.addmm_(gz.t(), h);
+      if (need_weight) {
+        if (weight.scalar_type() == at::kFloat)
+          grad_weight.addmm_(gz.t(), h);
+        else
+          grad_weight.add_(product_nn(gz.t(), h.to(weight.scalar_type())));
+      }
       if (need_b)
         grad_b.addmm_(gz.t(), at::linear(h, lora_a), 1.0, scaling);
       if (need_a)
         grad_a.addmm_(gz_b.t(), h, 1.0, scaling);
     }
-    return {grad_hidden,  grad_weight,  grad_a,       grad_b,      at::Tensor(),
+    return {grad_hidden,  grad_weight,  at::Tensor(), grad_a,       grad_b,      at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -141,11 +159,16 @@ std::string shape_string(at::IntArrayRef s) {
 
 } // namespace
 
+at::Tensor tempered_log_softmax(const at::Tensor& logits, double temperature) {
+  return at::log_softmax(logits.div(temperature), -1);
+}
+
 token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                                              const at::Tensor& targets, double temperature,
                                              int64_t chunk_size, bool with_entropy,
                                              int64_t max_positions,
-                                             const causal_lm::head_adapter& adapter) {
+                                             const causal_lm::head_adapter& adapter,
+                                             const at::Tensor& weight_compute) {
   if (std::isnan(temperature) || temperature <= 0)
     fail(error_code::invalid_argument,
          "token_logprobs: temperature must be > 0, got " + std::to_string(temperature));
@@ -196,7 +219,13 @@ token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at:
   // Without an adapter, empty tensors stand in for A and B (autograd functions take no
   // undefined inputs).
   auto none = at::empty({0}, hidden.options());
-  auto out = chunked_logprob_fn::apply(flat_hidden, weight, adapter.a.defined() ? adapter.a : none,
+  if (weight_compute.defined() && weight_compute.sizes() != weight.sizes())
+    fail(error_code::invalid_argument,
+         "token_logprobs: the compute weight " + shape_string(weight_compute.sizes()) +
+             " differs in shape from the weight " + shape_string(weight.sizes()));
+  auto out = chunked_logprob_fn::apply(flat_hidden, weight,
+                                       weight_compute.defined() ? weight_compute : weight,
+                                       adapter.a.defined() ? adapter.a : none,
                                        adapter.b.defined() ? adapter.b : none, flat_targets,
                                        temperature, chunk_size, with_entropy, adapter.scaling);
   token_logprobs_result r;
@@ -211,7 +240,7 @@ token_logprobs_result token_logprobs(causal_lm& model, const at::Tensor& hidden,
                                      int64_t chunk_size, bool with_entropy) {
   return chunked_token_logprobs(hidden, model.lm_head_weight(), targets, temperature, chunk_size,
                                 with_entropy, model.config().max_position_embeddings,
-                                model.lm_head_adapter());
+                                model.lm_head_adapter(), model.lm_head_compute_weight());
 }
 
 token_logprobs_result sequence_logprobs(causal_lm& model, const at::Tensor& input_ids,

@@ -9,6 +9,12 @@
 
 namespace rlforge::backends {
 
+/// fp32 `log_softmax(logits / temperature)` over the last dimension: the one function the
+/// trainer's log-probs (`chunked_token_logprobs`) and the sampler's reported log-probs use, so
+/// both get the same bits from the same logits (each row is computed independently of the
+/// others). `logits` must be fp32.
+at::Tensor tempered_log_softmax(const at::Tensor& logits, double temperature);
+
 /// Per-token log-probabilities of given targets and, optionally, the entropy of each position's
 /// token distribution.
 struct token_logprobs_result {
@@ -24,12 +30,15 @@ struct token_logprobs_result {
 /// respect to `hidden`, `weight` and the adapter (first order). Throws `backends::error`:
 /// `out_of_range` naming a target id outside the vocabulary and the vocabulary size;
 /// `invalid_argument` for temperature ≤ 0 or NaN, chunk_size < 1, shapes that disagree, or T >
-/// `max_positions` (naming both numbers; -1 = no limit).
+/// `max_positions` (naming both numbers; -1 = no limit). With `weight_compute` (a bf16 copy of
+/// `weight`, mixed precision) the logits' products run in bf16 and the fp32 `weight` receives the
+/// gradient; log-softmax, entropy and the results stay fp32.
 token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                                              const at::Tensor& targets, double temperature,
                                              int64_t chunk_size, bool with_entropy,
                                              int64_t max_positions = -1,
-                                             const causal_lm::head_adapter& adapter = {});
+                                             const causal_lm::head_adapter& adapter = {},
+                                             const at::Tensor& weight_compute = {});
 
 /// `chunked_token_logprobs` with the model's lm_head (and its adapter, when LoRA targets it) and
 /// its max_position_embeddings limit.

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "backends/error.hpp"
+#include "backends/model/mixed_linear.hpp"
 #include "backends/model/safetensors.hpp"
 
 namespace rlforge::backends {
@@ -168,8 +169,9 @@ lora_adapter load_lora_adapter(const std::string& dir) {
 
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                        const at::Tensor& a, const at::Tensor& b_up, double scaling, double dropout,
-                       bool training) {
-  auto y = at::linear(x, weight, bias);
+                       bool training, const at::Tensor& weight_bf16) {
+  auto y = weight_bf16.defined() ? mixed_linear(x, weight, weight_bf16, bias)
+                                 : at::linear(x, weight, bias);
   if (!a.defined() && !b_up.defined())
     return y;
   auto shape = [](const at::Tensor& t) {

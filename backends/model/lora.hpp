@@ -62,11 +62,13 @@ void save_lora_adapter(const std::string& dir, const lora_adapter& adapter);
 lora_adapter load_lora_adapter(const std::string& dir);
 
 /// `x W^T + b + scaling * (dropout(x) A^T) B^T`; `bias` may be undefined. `a`/`b_up` undefined
-/// means no adapter. `dropout` is applied only when `training` is true. Throws
-/// `backends::error(invalid_argument)` naming the shape when `a` is not [rank, in] or `b_up` is
-/// not [out, rank].
+/// means no adapter. `dropout` is applied only when `training` is true. With `weight_bf16` (a
+/// bf16 copy of `weight`, see mixed_linear.hpp) the base product runs in bf16 (`mixed_linear`);
+/// the adapter's small products stay fp32. Throws `backends::error(invalid_argument)` naming the
+/// shape when `a` is not [rank, in] or `b_up` is not [out, rank].
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                        const at::Tensor& a, const at::Tensor& b_up, double scaling,
-                       double dropout = 0.0, bool training = false);
+                       double dropout = 0.0, bool training = false,
+                       const at::Tensor& weight_bf16 = {});
 
 } // namespace rlforge::backends

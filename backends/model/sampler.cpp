@@ -1,5 +1,7 @@
 #include "backends/model/sampler.hpp"
 
+#include "backends/model/logprobs.hpp"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
@@ -11,6 +13,7 @@
 
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/model/logprobs.hpp"
 
 namespace rlforge::backends {
 namespace {
@@ -98,6 +101,11 @@ padded_batch left_pad(const std::vector<std::vector<int64_t>>& seqs) {
   return {ids, mask, positions};
 }
 
+// True when top-k or top-p changes the distribution a row samples from.
+bool filters(const sampling_params& p) {
+  return p.top_k > 0 || p.top_p < 1.0;
+}
+
 // Samples the next token of each active row from its logits row ([A, V], row k belongs to
 // rows[active[k]]), appends token and log-prob, and marks rows that finish.
 void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
@@ -117,9 +125,15 @@ void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
   const double* raw_p = raw.data_ptr<double>();
   for (int64_t k = 0; k < a; ++k) {
     const auto& p = *rows[static_cast<size_t>(active[k])].params;
-    if (p.temperature > 0.0)
+    if (p.temperature > 0.0 && filters(p)) {
       filter_log_probs(lp + k * vocab, vocab, p.top_k, p.top_p);
+    }
   }
+  // The log-prob reported for a row without top-k/top-p is the trainer's: fp32 log-softmax of
+  // the fp32 logits divided by the temperature (logprobs.hpp), the same function on the same
+  // numbers, so a batch-invariant engine and trainer report identical bits. Filtered rows
+  // report the log-prob under the filtered distribution they sampled from.
+  auto logits_fp32 = logits.to(at::kFloat);
   auto probs = log_probs.exp().contiguous();
   const double* pr = probs.data_ptr<double>();
   for (int64_t k = 0; k < a; ++k) {
@@ -129,7 +143,12 @@ void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
                               ? inverse_cdf(pr + k * vocab, vocab, row.next_uniform())
                               : greedy_token(raw_p + k * vocab, vocab);
     row.result.tokens.push_back(token);
-    row.result.logprobs.push_back(lp[k * vocab + token]);
+    if (p.temperature > 0.0 && filters(p))
+      row.result.logprobs.push_back(lp[k * vocab + token]);
+    else
+      row.result.logprobs.push_back(
+          tempered_log_softmax(logits_fp32[k], p.temperature > 0.0 ? p.temperature : 1.0)[token]
+              .item<double>());
     if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
         p.stop_token_ids.end())
       row.result.stop_reason = "stop";
@@ -151,8 +170,9 @@ void fill_prompt_logprobs(causal_lm& model, const at::Tensor& hidden,
       continue;
     // Positions width-n .. width-2 predict prompt tokens 1 .. n-1.
     auto h = hidden.select(0, static_cast<int64_t>(r)).narrow(0, width - n, n - 1);
-    auto lp = at::log_softmax(model.logits(h).to(at::kDouble), 1).contiguous();
-    auto acc = lp.accessor<double, 2>();
+    // As the trainer scores targets (fp32 log-softmax of the fp32 logits).
+    auto lp = tempered_log_softmax(model.logits(h).to(at::kFloat), 1.0).contiguous();
+    auto acc = lp.accessor<float, 2>();
     row.result.prompt_logprobs.reserve(static_cast<size_t>(n - 1));
     for (int64_t j = 1; j < n; ++j)
       row.result.prompt_logprobs.push_back(acc[j - 1][(*row.prompt)[static_cast<size_t>(j)]]);
