@@ -50,6 +50,8 @@ void check_options(const dispatcher_backend_options& o) {
     bad("gpu_per_group must be finite and >= 0");
   if (!std::isfinite(o.lora_alpha) || o.lora_alpha <= 0)
     bad("lora_alpha must be finite and > 0");
+  if (o.compute_dtype != "fp32" && o.compute_dtype != "bf16")
+    bad("compute_dtype must be fp32 or bf16, got '" + o.compute_dtype + "'");
 }
 
 backends::model_config read_config(const std::string& dir) {

@@ -37,6 +37,12 @@ struct dispatcher_backend_options {
   /// the most recently used ones; sampling an older one is refused with a message saying so.
   /// Each costs one copy of the model's weights once newer weights replace it.
   size_t max_sampler_snapshots = 8;
+  /// Precision of every model and engine: "fp32" (the default: a LoRA model's samplers get
+  /// its merged weights, which in bf16 would differ from the trainer's unmerged bf16 forward by
+  /// the merge's rounding) or "bf16" (mixed precision, model_spec::compute_dtype).
+  std::string compute_dtype = "fp32";
+  /// Batch-invariant numerics in trainers and engines (model_spec::batch_invariant).
+  bool batch_invariant = false;
   /// Deadline of every call to the actor groups (> 0).
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
 };

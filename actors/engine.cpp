@@ -255,9 +255,15 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
     be::fail(error_code::invalid_argument,
              "init_model: an engine serves merged weights; lora_rank must be 0, got " +
                  std::to_string(spec.lora_rank));
+  const auto dtype = compute_dtype_of(spec);
   auto model = build_model(spec);
   if (spec.untie_word_embeddings)
     model->untie_word_embeddings();
+  // An engine only infers: in bf16 it holds its weights in bf16 (half the memory, and weight
+  // syncs send half the bytes: weights_for_sync).
+  if (dtype == be::compute_dtype::bf16)
+    model->store_weights_in_bf16();
+  model->set_batch_invariant(spec.batch_invariant);
   {
     at::NoGradGuard no_grad;
     for (auto& [name, p] : model->named_parameters())

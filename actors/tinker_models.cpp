@@ -25,6 +25,8 @@ model_spec spec_of(const tinker_model& m, const dispatcher_backend_options& o) {
   s.seed = m.lora.has_seed ? static_cast<uint64_t>(m.lora.seed) : 0;
   s.lora_rank = m.lora.rank;
   s.lora_alpha = o.lora_alpha;
+  s.compute_dtype = o.compute_dtype;
+  s.batch_invariant = o.batch_invariant;
   if (m.lora.rank > 0) {
     if (m.lora.train_attn)
       s.lora_target_modules.insert(s.lora_target_modules.end(),

@@ -93,6 +93,8 @@ tinker_sampling::make_engine(const std::string& dir, const std::string& what, bo
   model_spec s;
   s.hf_dir = dir;
   s.untie_word_embeddings = untie;
+  s.compute_dtype = groups_.options().compute_dtype;
+  s.batch_invariant = groups_.options().batch_invariant;
   value_of(c.init_model("engines", s), what + ": loading the weights");
   return e;
 }

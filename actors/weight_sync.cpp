@@ -130,15 +130,23 @@ std::string choose_transport(const process_location& sender, const process_locat
 
 std::vector<std::pair<std::string, at::Tensor>> weights_for_sync(const be::causal_lm& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
+  // A model computing in bf16 feeds bf16 engines, which store their GEMM weights in bf16
+  // (causal_lm::store_weights_in_bf16): those go as bf16, half the bytes.
+  const bool bf16 = model.compute_precision() == be::compute_dtype::bf16;
+  auto add = [&](const std::string& name, const at::Tensor& t) {
+    if (name == "value_head.weight")
+      return;
+    out.emplace_back(name, bf16 && be::causal_lm::is_gemm_weight(name)
+                               ? t.detach().to(at::kBFloat16)
+                               : t.detach());
+  };
   if (model.has_lora()) {
     for (auto& [name, t] : model.state_dict())
-      if (name != "value_head.weight")
-        out.emplace_back(name, t);
+      add(name, t);
     return out;
   }
   for (auto& [name, t] : model.named_parameters())
-    if (name != "value_head.weight")
-      out.emplace_back(name, t.detach());
+    add(name, t);
   return out;
 }
 

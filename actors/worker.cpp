@@ -282,7 +282,10 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   expect_args<model_spec>(args, "init_model", "model_spec");
   auto& st = ctx.as<worker_state>();
   const auto& spec = args.get_as<model_spec>(0);
+  const auto dtype = compute_dtype_of(spec); // refused before anything is built
   auto model = build_model(spec);
+  model->set_compute_dtype(dtype);
+  model->set_batch_invariant(spec.batch_invariant);
   if (spec.lora_rank < 0)
     be::fail(error_code::invalid_argument,
              "init_model: lora_rank must be >= 0, got " + std::to_string(spec.lora_rank));
@@ -787,6 +790,16 @@ const std::vector<std::string>& worker_kind_names() {
 void register_worker_kinds() {
   for (const auto& role : worker_kind_names())
     register_kind(make_kind(role));
+}
+
+be::compute_dtype compute_dtype_of(const model_spec& spec) {
+  if (spec.compute_dtype.empty())
+    return be::default_compute_dtype();
+  try {
+    return be::parse_compute_dtype(spec.compute_dtype);
+  } catch (const be::error& e) {
+    be::fail(error_code::invalid_argument, std::string("init_model: ") + e.what());
+  }
 }
 
 std::unique_ptr<be::causal_lm> build_model(const model_spec& spec) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/model/compute_dtype.hpp"
 #include "runtime/messages.hpp"
 
 namespace rlforge::backends {
@@ -81,6 +82,10 @@ void register_worker_kinds();
 /// `config_json` with `spec.seed`. Exactly one of the three must be set. LoRA fields are not
 /// applied here. Throws `backends::error` naming the problem. Shared by workers and engines.
 std::unique_ptr<backends::causal_lm> build_model(const model_spec& spec);
+
+/// The compute dtype `spec` asks for: its `compute_dtype`, or this node's default when empty.
+/// Throws `backends::error(invalid_argument)` naming a value other than "", fp32 and bf16.
+backends::compute_dtype compute_dtype_of(const model_spec& spec);
 
 /// The model of a worker rank, for ops added to the worker kinds elsewhere (weight sync): `ctx`
 /// must be the context of a `policy`, `critic` or `ref` rank. Throws

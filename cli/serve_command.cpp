@@ -32,7 +32,8 @@ constexpr const char* usage_line =
     "usage: rlforge serve --base-model DIR [--host 127.0.0.1] [--port 8000] [--db FILE] "
     "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-num-samples N] "
     "[--sample-slice N] [--max-sampler-snapshots N] [--max-body-mb N] [--long-poll-s S] "
-    "[--gap-timeout-s S] [--threads N] [--insecure-no-auth]   "
+    "[--gap-timeout-s S] [--threads N] [--dtype fp32|bf16] [--batch-invariant] "
+    "[--insecure-no-auth]   "
     "(API key: env RLFORGE_API_KEY)";
 
 struct usage_error {
@@ -54,6 +55,8 @@ struct serve_config {
   std::string base_model_dir;
   std::string db = "rlforge-serve.db";
   int32_t threads = 1;              ///< torch threads of each model's rank
+  std::string dtype = "fp32";       ///< compute dtype of models and engines
+  bool batch_invariant = false;     ///< batch-invariant numerics
   size_t max_sampler_snapshots = 8; ///< sampler snapshots each model keeps
   service::server_options server;
 };
@@ -80,6 +83,8 @@ serve_backend make_backend(const serve_config& c) {
   actors::dispatcher_backend_options o;
   o.base_model_dir = c.base_model_dir;
   o.threads_per_rank = c.threads;
+  o.compute_dtype = c.dtype;
+  o.batch_invariant = c.batch_invariant;
   o.max_sampler_snapshots = c.max_sampler_snapshots;
   b.backend = std::make_unique<actors::dispatcher_backend>(*b.sys, o);
   return b;
@@ -106,8 +111,8 @@ int run_serve(const args& a) {
   flag_parser flags({"--base-model", "--host", "--port", "--db", "--checkpoint-dir", "--workers",
                      "--max-pending-samples", "--max-num-samples", "--sample-slice",
                      "--max-sampler-snapshots", "--max-body-mb", "--long-poll-s", "--gap-timeout-s",
-                     "--threads"},
-                    {"--insecure-no-auth"});
+                     "--threads", "--dtype"},
+                    {"--insecure-no-auth", "--batch-invariant"});
   if (!flags.parse(a)) {
     std::cerr << "rlforge serve: " << flags.error() << " (" << usage_line << ")\n";
     return 2;
@@ -144,6 +149,12 @@ int run_serve(const args& a) {
       o.scheduler.gap_timeout = std::chrono::seconds(parse_int("--gap-timeout-s", *v, 1, 86400));
     if (auto v = flags.get("--threads"))
       c.threads = static_cast<int32_t>(parse_int("--threads", *v, 1, 256));
+    if (auto v = flags.get("--dtype")) {
+      if (*v != "fp32" && *v != "bf16")
+        throw usage_error{"--dtype expects fp32 or bf16, got '" + *v + "'"};
+      c.dtype = *v;
+    }
+    c.batch_invariant = flags.has("--batch-invariant");
     o.insecure_no_auth = flags.has("--insecure-no-auth");
     const char* key = std::getenv("RLFORGE_API_KEY");
     o.api_key = key ? key : "";

@@ -280,12 +280,20 @@ struct model_spec {
   int64_t total_steps = 0;
   double min_lr_ratio = 0.0;
   bool untie_word_embeddings = false;
+  /// Precision of the model's matrix products: "fp32", "bf16" (mixed precision: fp32 master
+  /// weights, bf16 GEMMs; engines store their weights in bf16), or "" = the rank's node default
+  /// (bf16 where the hardware has fast bf16 GEMMs, `rlforge info` says which).
+  std::string compute_dtype;
+  /// Batch-invariant numerics (backends/model/causal_lm.hpp `set_batch_invariant`): a token's
+  /// log-prob is the same bit for bit whatever its batch-mates, in engines and trainers alike.
+  bool batch_invariant = false;
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
   return f(caf::meta::type_name("model_spec"), x.hf_dir, x.preset, x.config_json, x.seed,
            x.lora_rank, x.lora_alpha, x.lora_target_modules, x.lora_dropout, x.lr_schedule,
-           x.learning_rate, x.warmup_steps, x.total_steps, x.min_lr_ratio, x.untie_word_embeddings);
+           x.learning_rate, x.warmup_steps, x.total_steps, x.min_lr_ratio, x.untie_word_embeddings,
+           x.compute_dtype, x.batch_invariant);
 }
 
 inline bool operator==(const model_spec& a, const model_spec& b) {
@@ -294,7 +302,8 @@ inline bool operator==(const model_spec& a, const model_spec& b) {
          a.lora_target_modules == b.lora_target_modules && a.lora_dropout == b.lora_dropout &&
          a.lr_schedule == b.lr_schedule && a.learning_rate == b.learning_rate &&
          a.warmup_steps == b.warmup_steps && a.total_steps == b.total_steps &&
-         a.min_lr_ratio == b.min_lr_ratio && a.untie_word_embeddings == b.untie_word_embeddings;
+         a.min_lr_ratio == b.min_lr_ratio && a.untie_word_embeddings == b.untie_word_embeddings &&
+         a.compute_dtype == b.compute_dtype && a.batch_invariant == b.batch_invariant;
 }
 
 /// Settings of a worker's passes that are not part of one loss: micro-batching (rows per

@@ -28,6 +28,7 @@ namespace be = rlforge::backends;
 
 model_spec spec_of(const std::string& preset, uint64_t seed, int64_t lora_rank = 0) {
   model_spec s;
+  s.compute_dtype = "fp32"; // these tests compare fp32 numerics to 1e-5 or tighter
   s.preset = preset;
   s.seed = seed;
   s.lora_rank = lora_rank;

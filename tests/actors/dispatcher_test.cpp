@@ -63,6 +63,7 @@ be::training_batch make_batch(int64_t rows, uint64_t seed) {
 
 model_spec tiny_spec(uint64_t seed) {
   model_spec s;
+  s.compute_dtype = "fp32"; // these tests compare fp32 numerics to 1e-5 or tighter
   s.preset = "tiny";
   s.seed = seed;
   s.lr_schedule = "cosine";

@@ -43,6 +43,7 @@ placement_group_info virtual_pg() {
 
 model_spec tiny_spec(uint64_t seed) {
   model_spec s;
+  s.compute_dtype = "fp32"; // these tests compare fp32 numerics to 1e-5 or tighter
   s.preset = "tiny";
   s.seed = seed;
   return s;

@@ -64,6 +64,7 @@ be::training_batch make_batch(int64_t rows, uint64_t seed) {
 
 model_spec tiny_spec(uint64_t seed) {
   model_spec s;
+  s.compute_dtype = "fp32"; // these tests compare fp32 numerics to 1e-5 or tighter
   s.preset = "tiny";
   s.seed = seed;
   s.learning_rate = 5e-3;
@@ -451,6 +452,7 @@ TEST_F(WorkerOffload, TiedEmbeddingsRoundTrip) {
   model_spec spec;
   spec.config_json = be::to_json(config).dump();
   spec.seed = 11;
+  spec.compute_dtype = "fp32";
   auto g = start("a", "policy", 1, spec);
   auto control = start("b", "policy", 1, spec);
   auto batch = make_batch(4, 11);

@@ -96,7 +96,7 @@ optim_result sample(optim_result*) {
   return {12.5, false, true, 3e-5, 42};
 }
 model_spec sample(model_spec*) {
-  return {"", "tiny", "{}", 77, 8, 32.0, {"q_proj", "v_proj"}, 0.05, "cosine", 2e-4, 3, 30, 0.1};
+  return {"", "tiny", "{}", 77, 8, 32.0, {"q_proj", "v_proj"}, 0.05, "cosine", 2e-4, 3, 30, 0.1, true, "bf16"};
 }
 algorithm_config sample(algorithm_config*) {
   return {4, 0.7, 64, true, "k2", 0.01, true, 0.02};
