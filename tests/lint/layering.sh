@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fails when a lower layer includes a higher one (DESIGN.md "Layers"):
 #   tinker/     standard C++ only: no CAF, no torch, no other rlforge folder
+#   text/       standard C++ and Debian libraries (PCRE2, ICU, SentencePiece, nlohmann-json): no CAF,
+#               no torch, no other rlforge folder
 #   chat/       standard C++ and nlohmann-json only: no CAF, no torch, no other rlforge folder
 #   env/        standard C++, POSIX and nlohmann-json only: no CAF, no torch, no other rlforge folder
 #   placement/  pure C++: no CAF, no torch, no other rlforge folder
@@ -17,6 +19,7 @@ check_tree() {
   local root=$1 status=0
   declare -A forbidden=(
     [tinker]='#include ["<](placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
+    [text]='#include ["<](tinker|chat|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
     [chat]='#include ["<](tinker|text|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
     [env]='#include ["<](tinker|text|chat|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
     [placement]='#include ["<](runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
@@ -27,7 +30,7 @@ check_tree() {
   )
   # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
   local service_actor_headers='actors/tinker_backend\.hpp'
-  for dir in tinker chat env placement runtime backends actors service; do
+  for dir in tinker text chat env placement runtime backends actors service; do
     [ -d "$root/$dir" ] || continue
     local hits
     hits=$(grep -rnE "${forbidden[$dir]}" "$root/$dir" --include='*.hpp' --include='*.cpp' \
@@ -70,6 +73,19 @@ if [ "${1:-}" = "--self-test" ]; then
     exit 1
   fi
   rm "$tmp/tinker/bad.cpp"
+  mkdir -p "$tmp/text"
+  echo '#include "text/tokenizer.hpp"' > "$tmp/text/ok.cpp"
+  echo '#include <unicode/normalizer2.h>' > "$tmp/text/ok2.cpp"
+  check_tree "$tmp" > /dev/null || { echo "self-test: clean text/ was rejected"; exit 1; }
+  for bad in '#include <caf/all.hpp>' '#include <torch/torch.h>' '#include "tinker/types.hpp"' \
+             '#include "chat/value.hpp"' '#include "runtime/errc.hpp"' '#include "tests/text/x.hpp"'; do
+    echo "$bad" > "$tmp/text/bad.hpp"
+    if check_tree "$tmp" > /dev/null; then
+      echo "self-test: text/ with '$bad' was not caught"
+      exit 1
+    fi
+    rm "$tmp/text/bad.hpp"
+  done
   mkdir -p "$tmp/chat" "$tmp/env"
   echo '#include "chat/value.hpp"' > "$tmp/chat/ok.cpp"
   echo '#include <sys/wait.h>' > "$tmp/env/ok.cpp"
