@@ -28,6 +28,7 @@
 #include "backends/train/lr_schedule.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/rng_state.hpp"
+#include "backends/train/micro_batches.hpp"
 #include "backends/train/training_batch.hpp"
 #include "runtime/errc.hpp"
 
@@ -204,14 +205,6 @@ be::training_batch decode_batch(const worker_state& st, const batch_payload& p) 
   return batch;
 }
 
-std::vector<std::pair<int64_t, int64_t>> micro_batches(const worker_state& st, int64_t rows) {
-  int64_t size = st.algo.micro_batch_size > 0 ? std::min(st.algo.micro_batch_size, rows) : rows;
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (int64_t b = 0; b < rows; b += size)
-    out.emplace_back(b, std::min(rows, b + size));
-  return out;
-}
-
 at::Tensor float_response_mask(const be::training_batch& b) {
   return b.get(keys::response_mask).to(at::kFloat);
 }
@@ -385,11 +378,18 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
   if (!backward)
     no_grad.emplace();
   st.model->set_training(backward);
+  st.model->set_gradient_checkpointing(st.algo.gradient_checkpointing);
+  auto plan = be::plan_micro_batches(
+      batch, {st.algo.max_tokens_per_micro_batch, st.algo.micro_batch_size});
+  // The regularizers are means over the whole pass, whatever the split into micro-batches.
+  reg.pass_rows = static_cast<double>(batch.batch_size());
+  reg.pass_tokens = batch.get(keys::loss_mask).to(at::kDouble).sum().item<double>();
   std::vector<at::Tensor> logprobs, entropy, values, elementwise;
   std::vector<std::pair<std::map<std::string, double>, double>> parts;
+  std::map<std::string, double> regularizer_metrics; // sums over micro-batches
   double tokens = 0;
-  for (auto [b0, b1] : micro_batches(st, batch.batch_size())) {
-    auto mb = be::slice_rows(batch, b0, b1);
+  for (const auto& part : plan) {
+    const auto& mb = part.batch;
     auto in = loss_inputs_of(mb);
     auto resp = float_response_mask(mb);
     if (critic) {
@@ -411,8 +411,15 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
       continue;
     }
     auto out = algo::compute_loss(req->loss_fn, in, cfg);
-    if (!critic)
+    if (!critic) {
       algo::apply_regularizers(out, in, reg);
+      // Each micro-batch's regularizer metrics are its share of the pass's means: they add up.
+      for (const char* name : {"kl:mean", "kl_loss:mean", "entropy_loss:mean"})
+        if (auto i = out.metrics.find(name); i != out.metrics.end()) {
+          regularizer_metrics[name] += i->second;
+          out.metrics.erase(i);
+        }
+    }
     if (backward)
       out.loss.backward();
     elementwise.push_back(out.elementwise.detach());
@@ -420,16 +427,24 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
     parts.emplace_back(std::move(out.metrics), out.metric_weight);
   }
   st.model->set_training(false);
+  // Back to the batch's rows and response columns (micro-batches may hold other rows, trimmed).
+  auto whole = [&](const std::vector<at::Tensor>& per_part) {
+    return be::scatter_response_outputs(plan, per_part, batch.batch_size(),
+                                        batch.response_length);
+  };
   std::map<std::string, at::Tensor> outputs;
   if (req)
-    outputs["elementwise_loss"] = at::cat(elementwise, 0);
+    outputs["elementwise_loss"] = whole(elementwise);
   if (critic) {
-    outputs["values"] = at::cat(values, 0);
+    outputs["values"] = whole(values);
   } else {
-    outputs["logprobs"] = at::cat(logprobs, 0);
-    outputs["entropy"] = at::cat(entropy, 0);
+    outputs["logprobs"] = whole(logprobs);
+    outputs["entropy"] = whole(entropy);
   }
-  return make_result(std::move(outputs), combine_metrics(parts), tokens);
+  auto metrics = combine_metrics(parts);
+  for (auto& [name, value] : regularizer_metrics)
+    metrics[name] = value;
+  return make_result(std::move(outputs), std::move(metrics), tokens);
 }
 
 caf::expected<caf::message> forward(rank_context& ctx, const caf::message& args) {
@@ -516,6 +531,9 @@ caf::expected<caf::message> set_algorithm_config(rank_context& ctx, const caf::m
   auto bad = [](const std::string& what) { be::fail(error_code::invalid_argument, what); };
   if (a.micro_batch_size < 0)
     bad("micro_batch_size must be >= 0, got " + std::to_string(a.micro_batch_size));
+  if (a.max_tokens_per_micro_batch < 0)
+    bad("max_tokens_per_micro_batch must be >= 0, got " +
+        std::to_string(a.max_tokens_per_micro_batch));
   if (!std::isfinite(a.temperature) || a.temperature <= 0)
     bad("temperature must be finite and > 0, got " + std::to_string(a.temperature));
   if (a.logprob_chunk_size < 1)

@@ -307,11 +307,18 @@ inline bool operator==(const model_spec& a, const model_spec& b) {
 }
 
 /// Settings of a worker's passes that are not part of one loss: micro-batching (rows per
-/// micro-batch, 0 = the whole shard at once; gradients accumulate over micro-batches), the
-/// sampling temperature log-probs are computed at, the log-prob chunk size, and the optional
-/// KL-to-reference loss and entropy bonus of a policy (REFERENCE.md).
+/// micro-batch, 0 = the whole shard at once; or, with `max_tokens_per_micro_batch` > 0,
+/// padding-free micro-batches of rows sorted by length within that many tokens, as veRL's dynamic
+/// batch size: backends/train/micro_batches.hpp; gradients accumulate over micro-batches and the
+/// losses do not depend on the split), activation checkpointing, the sampling temperature
+/// log-probs are computed at, the log-prob chunk size, and the optional KL-to-reference loss and
+/// entropy bonus of a policy (REFERENCE.md; means over the rank's shard).
 struct algorithm_config {
   int64_t micro_batch_size = 0;
+  int64_t max_tokens_per_micro_batch = 0;
+  /// Recompute each decoder layer's activations in backward instead of keeping them (less
+  /// memory, about one more forward pass of compute).
+  bool gradient_checkpointing = false;
   double temperature = 1.0;
   int64_t logprob_chunk_size = 128;
   bool use_kl_loss = false;
@@ -323,13 +330,16 @@ struct algorithm_config {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, algorithm_config& x) {
-  return f(caf::meta::type_name("algorithm_config"), x.micro_batch_size, x.temperature,
+  return f(caf::meta::type_name("algorithm_config"), x.micro_batch_size,
+           x.max_tokens_per_micro_batch, x.gradient_checkpointing, x.temperature,
            x.logprob_chunk_size, x.use_kl_loss, x.kl_estimator, x.kl_loss_coef, x.use_entropy_loss,
            x.entropy_loss_coef);
 }
 
 inline bool operator==(const algorithm_config& a, const algorithm_config& b) {
-  return a.micro_batch_size == b.micro_batch_size && a.temperature == b.temperature &&
+  return a.micro_batch_size == b.micro_batch_size &&
+         a.max_tokens_per_micro_batch == b.max_tokens_per_micro_batch &&
+         a.gradient_checkpointing == b.gradient_checkpointing && a.temperature == b.temperature &&
          a.logprob_chunk_size == b.logprob_chunk_size && a.use_kl_loss == b.use_kl_loss &&
          a.kl_estimator == b.kl_estimator && a.kl_loss_coef == b.kl_loss_coef &&
          a.use_entropy_loss == b.use_entropy_loss && a.entropy_loss_coef == b.entropy_loss_coef;

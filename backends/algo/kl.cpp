@@ -75,24 +75,33 @@ at::Tensor approx_kl(const at::Tensor& logprobs, const at::Tensor& ref_logprobs,
 }
 
 kl_loss_result kl_loss(const at::Tensor& logprobs, const at::Tensor& ref_logprobs,
-                       const at::Tensor& loss_mask, const std::string& estimator, double coef) {
+                       const at::Tensor& loss_mask, const std::string& estimator, double coef,
+                       double rows) {
   check_coef(coef, "kl_loss_coef", "kl_loss");
+  if (!std::isfinite(rows) || rows < 0)
+    fail(error_code::invalid_argument, "kl_loss: rows must be finite and >= 0");
   auto kl = approx_kl(logprobs, ref_logprobs, estimator, loss_mask);
   auto m = loss_mask.defined() ? loss_mask.to(at::kFloat).detach() : at::ones_like(kl);
   kl_loss_result out;
-  out.kl = masked_row_mean(kl, m).mean();
+  auto per_row = masked_row_mean(kl, m);
+  out.kl = rows > 0 ? per_row.sum() / rows : per_row.mean();
   out.loss = coef * out.kl;
   return out;
 }
 
-at::Tensor entropy_bonus(const at::Tensor& entropy, const at::Tensor& loss_mask, double coef) {
+at::Tensor entropy_bonus(const at::Tensor& entropy, const at::Tensor& loss_mask, double coef,
+                         double tokens) {
   const std::string what = "entropy_bonus";
   check_coef(coef, "entropy_loss_coef", what);
+  if (!std::isfinite(tokens) || tokens < 0)
+    fail(error_code::invalid_argument, what + ": tokens must be finite and >= 0");
   detail::require_2d(entropy, "entropy", what);
   detail::require_finite(entropy, "entropy", what);
   check_mask(loss_mask, entropy, "entropy", what);
   auto e = entropy.to(at::kFloat);
   auto m = loss_mask.defined() ? loss_mask.to(at::kFloat).detach() : at::Tensor();
+  if (tokens > 0)
+    return coef * (m.defined() ? (e * m).sum() : e.sum()) / tokens;
   return coef * masked_mean(e, m);
 }
 
@@ -105,8 +114,8 @@ void apply_regularizers(loss_output& out, const loss_inputs& in, const regulariz
       fail(error_code::invalid_argument, what + ": the KL loss needs input 'logprobs'");
     if (!in.ref_logprobs.defined())
       fail(error_code::invalid_argument, what + ": the KL loss needs input 'ref_logprobs'");
-    auto kl =
-        kl_loss(in.logprobs, in.ref_logprobs, in.loss_mask, cfg.kl_estimator, cfg.kl_loss_coef);
+    auto kl = kl_loss(in.logprobs, in.ref_logprobs, in.loss_mask, cfg.kl_estimator,
+                      cfg.kl_loss_coef, cfg.pass_rows);
     out.loss = out.loss + kl.loss;
     out.metrics["kl:mean"] = kl.kl.item<double>();
     out.metrics["kl_loss:mean"] = kl.loss.item<double>();
@@ -114,7 +123,7 @@ void apply_regularizers(loss_output& out, const loss_inputs& in, const regulariz
   if (cfg.use_entropy_loss) {
     if (!in.entropy.defined())
       fail(error_code::invalid_argument, what + ": the entropy bonus needs input 'entropy'");
-    auto bonus = entropy_bonus(in.entropy, in.loss_mask, cfg.entropy_loss_coef);
+    auto bonus = entropy_bonus(in.entropy, in.loss_mask, cfg.entropy_loss_coef, cfg.pass_tokens);
     out.loss = out.loss - bonus;
     out.metrics["entropy_loss:mean"] = bonus.item<double>();
   }

@@ -36,16 +36,19 @@ struct kl_loss_result {
 };
 
 /// `coef` · mean_i( Σ_t m·k / max(Σ_t m, 1) ): the additive KL loss (coef 0.001 by default).
+/// With `rows` > 0 the sum over these rows is divided by `rows` instead of their count, so the
+/// terms of micro-batches of one pass add up to the pass's mean (the pass has `rows` rows).
 /// Throws invalid_argument for NaN/inf or negative `coef`, and as `approx_kl`.
 kl_loss_result kl_loss(const at::Tensor& logprobs, const at::Tensor& ref_logprobs,
                        const at::Tensor& loss_mask, const std::string& estimator = "k3",
-                       double coef = 0.001);
+                       double coef = 0.001, double rows = 0);
 
 /// `coef` · Σ(entropy·m) / max(Σm, 1): subtract it from the loss as an entropy bonus (coef 0.01
-/// when enabled). Differentiable when `entropy` is. Throws invalid_argument for a bad coef,
-/// shapes or values.
+/// when enabled). With `tokens` > 0 the sum is divided by `tokens` (the pass's mask weight)
+/// instead, so micro-batches add up to the pass's mean. Differentiable when `entropy` is.
+/// Throws invalid_argument for a bad coef, shapes or values.
 at::Tensor entropy_bonus(const at::Tensor& entropy, const at::Tensor& loss_mask,
-                         double coef = 0.01);
+                         double coef = 0.01, double tokens = 0);
 
 /// Optional terms added to a policy loss. Both are off by default.
 struct regularizer_config {
@@ -54,6 +57,11 @@ struct regularizer_config {
   double kl_loss_coef = 0.001;
   bool use_entropy_loss = false;
   double entropy_loss_coef = 0.01;
+  /// Denominators of the whole pass when the regularizers are applied per micro-batch (0 = the
+  /// call's own): its rows (KL: mean over sequences) and its loss-mask weight (entropy: mean
+  /// over tokens). Then the micro-batches' terms add up to the pass's, whatever the split.
+  double pass_rows = 0;
+  double pass_tokens = 0;
 };
 
 /// Adds `kl_loss` (needs `in.ref_logprobs` and `in.logprobs`) and subtracts `entropy_bonus`

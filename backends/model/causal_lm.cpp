@@ -4,6 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -233,9 +235,98 @@ std::string shape_string(at::IntArrayRef s) {
   return out + "]";
 }
 
+// What one decoder layer reads besides the residual stream: the rotary factors, the attention
+// bias, the shapes and the KV cache of this forward pass.
+struct layer_inputs {
+  at::Tensor cos, signed_sin, cos_q, sin_q, bias;
+  int64_t batch = 0, len = 0;
+  kv_cache* cache = nullptr;
+};
+
+// The decoder layers of a model, as the activation checkpoint sees them.
+struct layer_stack {
+  virtual ~layer_stack() = default;
+  virtual at::Tensor layer_forward(size_t li, const at::Tensor& x, const layer_inputs& in) const = 0;
+  virtual std::vector<at::Tensor> layer_parameters(size_t li) const = 0;
+};
+
+// Activation checkpointing of one layer: forward runs without keeping activations; backward
+// recomputes the layer with autograd (on the same random stream, for LoRA dropout) and
+// differentiates it. The layer's parameters are inputs so their gradients flow; the model (the
+// `layer_stack`) must outlive the backward pass.
+struct layer_checkpoint_fn : torch::autograd::Function<layer_checkpoint_fn> {
+  static torch::autograd::variable_list
+  forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList params,
+          const at::Tensor& cos, const at::Tensor& signed_sin, const at::Tensor& cos_q,
+          const at::Tensor& sin_q, const at::Tensor& bias, int64_t stack, int64_t li,
+          int64_t batch, int64_t len) {
+    auto rng = at::detail::getDefaultCPUGenerator();
+    ctx->saved_data["rng"] = rng.get_state();
+    ctx->saved_data["stack"] = stack;
+    ctx->saved_data["li"] = li;
+    ctx->saved_data["batch"] = batch;
+    ctx->saved_data["len"] = len;
+    ctx->saved_data["params"] = static_cast<int64_t>(params.size());
+    ctx->save_for_backward({x, cos, signed_sin, cos_q, sin_q, bias});
+    at::NoGradGuard no_grad;
+    const auto* s = reinterpret_cast<const layer_stack*>(stack);
+    return {s->layer_forward(static_cast<size_t>(li), x,
+                             {cos, signed_sin, cos_q, sin_q, bias, batch, len, nullptr})};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto* s = reinterpret_cast<const layer_stack*>(ctx->saved_data["stack"].toInt());
+    const auto li = static_cast<size_t>(ctx->saved_data["li"].toInt());
+    layer_inputs in{saved[1], saved[2], saved[3], saved[4], saved[5],
+                    ctx->saved_data["batch"].toInt(), ctx->saved_data["len"].toInt(), nullptr};
+    auto rng = at::detail::getDefaultCPUGenerator();
+    auto resume = rng.get_state();
+    rng.set_state(ctx->saved_data["rng"].toTensor());
+    auto x = saved[0].detach().requires_grad_(ctx->needs_input_grad(0));
+    at::Tensor y;
+    {
+      at::AutoGradMode grad_on(true);
+      y = s->layer_forward(li, x, in);
+    }
+    rng.set_state(resume);
+    auto params = s->layer_parameters(li);
+    const auto n = static_cast<size_t>(ctx->saved_data["params"].toInt());
+    std::vector<at::Tensor> wrt;
+    std::vector<size_t> where; // wrt index -> output position (1 = x, 2.. = params)
+    if (x.requires_grad()) {
+      wrt.push_back(x);
+      where.push_back(0);
+    }
+    for (size_t i = 0; i < params.size() && i < n; ++i)
+      if (params[i].requires_grad()) {
+        wrt.push_back(params[i]);
+        where.push_back(1 + i);
+      }
+    torch::autograd::variable_list out(1 + n + 5 + 4); // x, params, 5 tensors, 4 ints
+    if (wrt.empty() || !y.requires_grad())
+      return out;
+    auto g = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false,
+                                   /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t i = 0; i < g.size(); ++i)
+      out[where[i]] = g[i];
+    return out;
+  }
+};
+
+at::Tensor checkpointed_layer(const layer_stack& stack, size_t li, const at::Tensor& x,
+                              const layer_inputs& in) {
+  auto params = stack.layer_parameters(li);
+  // As a TensorList: a std::vector would not be recognised as autograd inputs.
+  return layer_checkpoint_fn::apply(x, at::TensorList(params), in.cos, in.signed_sin, in.cos_q, in.sin_q, in.bias,
+                                    reinterpret_cast<int64_t>(&stack), static_cast<int64_t>(li),
+                                    in.batch, in.len)[0];
+}
+
 } // namespace
 
-struct causal_lm::impl {
+struct causal_lm::impl : layer_stack {
   model_config config;
   at::Tensor embed, final_norm, value_head;
   projection head;     // the lm_head: weight is `embed` when tied; its adapter, when targeted
@@ -247,6 +338,7 @@ struct causal_lm::impl {
   bool training = false;
   compute_dtype compute = compute_dtype::fp32;
   bool batch_invariant = false;
+  bool gradient_checkpointing = false;
 
   /// The weight `p`'s GEMM multiplies by: its bf16 copy in bf16 mode (the weight itself when it
   /// is stored in bf16), undefined in fp32 mode (then the fp32 weight is used).
@@ -276,6 +368,70 @@ struct causal_lm::impl {
       for (auto& name : projection_names())
         f(l.by_name(name), name);
     f(head, "lm_head");
+  }
+
+
+  /// Decoder layer `li` on the residual stream `x` [B, T, hidden] (see forward_hidden).
+  at::Tensor layer_forward(size_t li, const at::Tensor& x_in, const layer_inputs& in) const override {
+    const auto& c = config;
+    const int64_t batch = in.batch, len = in.len;
+    const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+    const int64_t group = heads / kv_heads, head_dim = c.head_dim;
+    const double eps = c.rms_norm_eps;
+    const auto& l = layers[li];
+    auto x = x_in;
+    auto h = rms_norm(x, l.input_norm, eps);
+    auto q = project(l.q, h).view({batch, len, heads, head_dim});
+    auto k = project(l.k, h).view({batch, len, kv_heads, head_dim});
+    auto v = project(l.v, h).view({batch, len, kv_heads, head_dim});
+    if (l.q_norm.defined())
+      q = rms_norm(q, l.q_norm, eps);
+    if (l.k_norm.defined())
+      k = rms_norm(k, l.k_norm, eps);
+    q = apply_rotary(q, in.cos_q, in.sin_q);    // [B, T, H, d], pre-scaled
+    k = apply_rotary(k, in.cos, in.signed_sin); // [B, T, KV, d]
+    k = k.transpose(1, 2);                      // [B, KV, T, d]
+    v = v.transpose(1, 2);
+    if (in.cache) {
+      auto& ck = in.cache->keys[li];
+      auto& cv = in.cache->values[li];
+      ck = append_to_cache(ck, k, c.max_position_embeddings);
+      cv = append_to_cache(cv, v, c.max_position_embeddings);
+      k = ck;
+      v = cv;
+    }
+    // Grouped-query attention without repeating keys: the `group` query heads that share a
+    // kv head are stacked along the query axis, so one batched matmul serves them all.
+    auto qg = q.view({batch, len, kv_heads, group, head_dim})
+                  .permute({0, 2, 3, 1, 4})
+                  .reshape({batch, kv_heads, group * len, head_dim});
+    auto out = attention(qg, k, v, in.bias, group,
+                         batch_invariant ? attention_kernel::invariant
+                                         : attention_kernel::gemm) // [B, KV, G*T, d]
+                   .view({batch, kv_heads, group, len, head_dim})
+                   .permute({0, 3, 1, 2, 4})
+                   .reshape({batch, len, heads * head_dim});
+    x = x + project(l.o, out);
+    h = rms_norm(x, l.post_attention_norm, eps);
+    auto act = at::silu(project(l.gate, h)) * project(l.up, h);
+    return x + project(l.down, act);
+  }
+
+  /// The tensors layer `li` reads that autograd may differentiate: its weights, biases, norms
+  /// and adapters (undefined ones left out).
+  std::vector<at::Tensor> layer_parameters(size_t li) const override {
+    std::vector<at::Tensor> out;
+    const auto& l = layers[li];
+    for (const auto* t : {&l.input_norm, &l.post_attention_norm, &l.q_norm, &l.k_norm})
+      if (t->defined())
+        out.push_back(*t);
+    for (auto& name : projection_names()) {
+      const auto& p = l.by_name(name);
+      for (const auto* t : {&p.weight, &p.bias, &p.lora_a, &p.lora_b})
+        if (t->defined())
+          out.push_back(*t);
+    }
+    return out;
   }
 
   /// A tied lm_head gets its own copy of the embedding (a base parameter named lm_head.weight).
@@ -458,11 +614,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
                                          std::to_string(c.max_position_embeddings) + ")");
   }
 
-  const int64_t heads = c.num_attention_heads;
-  const int64_t kv_heads = c.num_key_value_heads;
-  const int64_t group = heads / kv_heads;
   const int64_t head_dim = c.head_dim;
-  const double eps = c.rms_norm_eps;
 
   // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
   auto freqs = positions.to(at::kFloat).unsqueeze(-1) * impl_->inv_freq; // [B, T, d/2]
@@ -503,45 +655,12 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
     x = x.to(at::kBFloat16);
   if (x.scalar_type() != at::kFloat)
     x = x.to(at::kFloat);
-  for (size_t li = 0; li < impl_->layers.size(); ++li) {
-    const auto& l = impl_->layers[li];
-    auto h = rms_norm(x, l.input_norm, eps);
-    auto q = impl_->project(l.q, h).view({batch, len, heads, head_dim});
-    auto k = impl_->project(l.k, h).view({batch, len, kv_heads, head_dim});
-    auto v = impl_->project(l.v, h).view({batch, len, kv_heads, head_dim});
-    if (l.q_norm.defined())
-      q = rms_norm(q, l.q_norm, eps);
-    if (l.k_norm.defined())
-      k = rms_norm(k, l.k_norm, eps);
-    q = apply_rotary(q, cos_q, sin_q);    // [B, T, H, d], pre-scaled
-    k = apply_rotary(k, cos, signed_sin); // [B, T, KV, d]
-    k = k.transpose(1, 2);                // [B, KV, T, d]
-    v = v.transpose(1, 2);
-    if (cache) {
-      auto& ck = cache->keys[li];
-      auto& cv = cache->values[li];
-      ck = append_to_cache(ck, k, c.max_position_embeddings);
-      cv = append_to_cache(cv, v, c.max_position_embeddings);
-      k = ck;
-      v = cv;
-    }
-    // Grouped-query attention without repeating keys: the `group` query heads that share a
-    // kv head are stacked along the query axis, so one batched matmul serves them all.
-    auto qg = q.view({batch, len, kv_heads, group, head_dim})
-                  .permute({0, 2, 3, 1, 4})
-                  .reshape({batch, kv_heads, group * len, head_dim});
-    auto out = attention(qg, k, v, bias, group,
-                         impl_->batch_invariant ? attention_kernel::invariant
-                                                : attention_kernel::gemm) // [B, KV, G*T, d]
-                   .view({batch, kv_heads, group, len, head_dim})
-                   .permute({0, 3, 1, 2, 4})
-                   .reshape({batch, len, heads * head_dim});
-    x = x + impl_->project(l.o, out);
-    h = rms_norm(x, l.post_attention_norm, eps);
-    auto act = at::silu(impl_->project(l.gate, h)) * impl_->project(l.up, h);
-    x = x + impl_->project(l.down, act);
-  }
-  return rms_norm(x, impl_->final_norm, eps);
+  layer_inputs in{cos, signed_sin, cos_q, sin_q, bias, batch, len, cache};
+  // Activation checkpointing applies where activations would be kept for a backward pass.
+  const bool checkpoint = impl_->gradient_checkpointing && !cache && at::GradMode::is_enabled();
+  for (size_t li = 0; li < impl_->layers.size(); ++li)
+    x = checkpoint ? checkpointed_layer(*impl_, li, x, in) : impl_->layer_forward(li, x, in);
+  return rms_norm(x, impl_->final_norm, c.rms_norm_eps);
 }
 
 at::Tensor causal_lm::logits(const at::Tensor& hidden) {
@@ -823,6 +942,14 @@ void causal_lm::set_batch_invariant(bool on) {
 
 bool causal_lm::batch_invariant() const {
   return impl_->batch_invariant;
+}
+
+void causal_lm::set_gradient_checkpointing(bool on) {
+  impl_->gradient_checkpointing = on;
+}
+
+bool causal_lm::gradient_checkpointing() const {
+  return impl_->gradient_checkpointing;
 }
 
 void causal_lm::store_weights_in_bf16() {

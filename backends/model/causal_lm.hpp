@@ -180,6 +180,13 @@ public:
   void set_batch_invariant(bool on);
   bool batch_invariant() const;
 
+  /// Activation checkpointing (off by default): while autograd records (training, no KV
+  /// cache), each decoder layer keeps only its input and recomputes its activations in backward
+  /// (on the same random stream, so LoRA dropout masks repeat). Same gradients, less memory,
+  /// about one more forward pass of compute. The model must outlive the backward pass.
+  void set_gradient_checkpointing(bool on);
+  bool gradient_checkpointing() const;
+
   /// For inference holders (engines): stores the embedding, the projections and the lm_head in
   /// bf16 (half the memory, no copies), computes in bf16 and freezes every weight. Norms, biases
   /// and the value head stay fp32. Refused with LoRA adapters (merge them first).

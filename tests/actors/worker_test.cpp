@@ -218,6 +218,50 @@ TEST_F(Workers, MicroBatchesAccumulateTheSameGradients) {
   EXPECT_GT(moved, 1e-3); // the step really moved the weights
 }
 
+// Padding-free micro-batches (rows sorted by length under a token budget, each trimmed) and
+// activation checkpointing change how the pass is computed, not what it computes: the same
+// losses, metrics (KL and entropy regularizers included) and updated weights as one padded
+// pass, to 1e-6 in fp32.
+TEST_F(Workers, PaddingFreeMicroBatchesAndCheckpointingGiveThePaddedPassResults) {
+  add_role("padded", "policy", 1, tiny_spec(15));
+  add_role("packed", "policy", 1, tiny_spec(15));
+  auto batch = make_batch(7, 9, true);
+  auto ref = ok(client_->forward("padded", batch)).outputs.at("logprobs");
+  batch.tensors["base_action_log_probs"] = ref - 0.05 * batch.get("response_mask").to(at::kFloat);
+  algorithm_config padded;
+  padded.use_kl_loss = true;
+  padded.kl_loss_coef = 0.3;
+  padded.use_entropy_loss = true;
+  auto packed = padded;
+  packed.max_tokens_per_micro_batch = 16; // a few rows of 5-10 tokens each
+  packed.gradient_checkpointing = true;
+  ok(client_->set_algorithm_config("padded", padded));
+  ok(client_->set_algorithm_config("packed", packed));
+  auto a = ok(client_->forward_backward("padded", batch, "regular"));
+  auto b = ok(client_->forward_backward("packed", batch, "regular"));
+  for (const char* m : {"loss:sum", "total_loss:sum", "kl:mean", "kl_loss:mean",
+                        "entropy_loss:mean", "clip_ratio:mean", "entropy:mean"})
+    EXPECT_NEAR(a.metric(m), b.metric(m), 1e-6 * std::max(1.0, std::abs(a.metric(m)))) << m;
+  // Per-token outputs (log-probs near -6) to 1e-6 relative: fp32 rounding of other GEMM shapes.
+  for (const char* o : {"logprobs", "elementwise_loss", "entropy"}) {
+    auto scale = std::max(1.0, a.outputs.at(o).abs().max().item<double>());
+    EXPECT_LT(max_abs_diff(a.outputs.at(o), b.outputs.at(o)), 1e-6 * scale) << o;
+  }
+  auto sa = ok(client_->optim_step("padded", linear_adam(1e-2)));
+  auto sb = ok(client_->optim_step("packed", linear_adam(1e-2)));
+  EXPECT_NEAR(sa.grad_norm, sb.grad_norm, 1e-6 * sa.grad_norm);
+  temp_dir dir;
+  ok(client_->save_hf_model("padded", dir.str() + "/padded"));
+  ok(client_->save_hf_model("packed", dir.str() + "/packed"));
+  auto wa = be::causal_lm::load(dir.str() + "/padded")->state_dict();
+  auto wb = be::causal_lm::load(dir.str() + "/packed")->state_dict();
+  for (auto& [name, t] : wa)
+    EXPECT_LT(max_abs_diff(t, wb.at(name)), 1e-6) << name;
+  packed.max_tokens_per_micro_batch = -1;
+  expect_error(client_->set_algorithm_config("packed", packed), errc::invalid_argument,
+               {"max_tokens_per_micro_batch must be >= 0, got -1"});
+}
+
 TEST_F(Workers, NonFiniteGradientNormSkipsTheStepAndSaysSo) {
   add_role("policy", "policy", 1, tiny_spec(6));
   auto batch = make_batch(3, 4, true);
