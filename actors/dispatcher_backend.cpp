@@ -50,6 +50,9 @@ void check_options(const dispatcher_backend_options& o) {
     bad("gpu_per_group must be finite and >= 0");
   if (!std::isfinite(o.lora_alpha) || o.lora_alpha <= 0)
     bad("lora_alpha must be finite and > 0");
+  if (o.max_tokens_per_micro_batch < 1)
+    bad("max_tokens_per_micro_batch must be >= 1, got " +
+        std::to_string(o.max_tokens_per_micro_batch));
   if (o.compute_dtype != "fp32" && o.compute_dtype != "bf16")
     bad("compute_dtype must be fp32 or bf16, got '" + o.compute_dtype + "'");
 }

@@ -77,6 +77,9 @@ void tinker_models::create(const std::string& model_id, const tinker::lora_confi
     value_of(c.register_group(model_id, m->group), context + ": registering the group");
     value_of(c.init_model(model_id, spec_of(*m, groups_.options())),
              context + ": building the model");
+    algorithm_config passes;
+    passes.max_tokens_per_micro_batch = groups_.options().max_tokens_per_micro_batch;
+    value_of(c.set_algorithm_config(model_id, passes), context + ": configuring its passes");
     m->ready = true;
   } catch (const tinker::request_error& e) {
     try {

@@ -33,6 +33,7 @@ constexpr const char* usage_line =
     "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-num-samples N] "
     "[--sample-slice N] [--max-sampler-snapshots N] [--max-body-mb N] [--long-poll-s S] "
     "[--gap-timeout-s S] [--threads N] [--dtype fp32|bf16] [--batch-invariant] "
+    "[--max-tokens-per-micro-batch N] "
     "[--insecure-no-auth]   "
     "(API key: env RLFORGE_API_KEY)";
 
@@ -57,6 +58,7 @@ struct serve_config {
   int32_t threads = 1;              ///< torch threads of each model's rank
   std::string dtype = "fp32";       ///< compute dtype of models and engines
   bool batch_invariant = false;     ///< batch-invariant numerics
+  int64_t max_tokens_per_micro_batch = 16384; ///< padding-free micro-batch budget
   size_t max_sampler_snapshots = 8; ///< sampler snapshots each model keeps
   service::server_options server;
 };
@@ -85,6 +87,7 @@ serve_backend make_backend(const serve_config& c) {
   o.threads_per_rank = c.threads;
   o.compute_dtype = c.dtype;
   o.batch_invariant = c.batch_invariant;
+  o.max_tokens_per_micro_batch = c.max_tokens_per_micro_batch;
   o.max_sampler_snapshots = c.max_sampler_snapshots;
   b.backend = std::make_unique<actors::dispatcher_backend>(*b.sys, o);
   return b;
@@ -111,7 +114,7 @@ int run_serve(const args& a) {
   flag_parser flags({"--base-model", "--host", "--port", "--db", "--checkpoint-dir", "--workers",
                      "--max-pending-samples", "--max-num-samples", "--sample-slice",
                      "--max-sampler-snapshots", "--max-body-mb", "--long-poll-s", "--gap-timeout-s",
-                     "--threads", "--dtype"},
+                     "--threads", "--dtype", "--max-tokens-per-micro-batch"},
                     {"--insecure-no-auth", "--batch-invariant"});
   if (!flags.parse(a)) {
     std::cerr << "rlforge serve: " << flags.error() << " (" << usage_line << ")\n";
@@ -155,6 +158,8 @@ int run_serve(const args& a) {
       c.dtype = *v;
     }
     c.batch_invariant = flags.has("--batch-invariant");
+    if (auto v = flags.get("--max-tokens-per-micro-batch"))
+      c.max_tokens_per_micro_batch = parse_int("--max-tokens-per-micro-batch", *v, 1, 1 << 30);
     o.insecure_no_auth = flags.has("--insecure-no-auth");
     const char* key = std::getenv("RLFORGE_API_KEY");
     o.api_key = key ? key : "";
