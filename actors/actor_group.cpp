@@ -63,7 +63,8 @@ const char* group_state::name = "rlforge.actor_group";
 
 std::string rank_prefix(const group_state& st, size_t rank, const std::string& op) {
   auto out = "group '" + st.group + "' rank " + std::to_string(rank) + " op '" + op + "'";
-  if (rank < st.infos.size() && !st.infos[rank].node_id.empty())
+  // In a cluster the node matters: name it.
+  if (st.session && rank < st.infos.size())
     out += " on node '" + st.infos[rank].node_id + "'";
   return out;
 }
@@ -136,6 +137,9 @@ start_call(caf::stateful_actor<group_state>* self, const std::string& op,
             out = make_error(errc::rank_failed,
                              prefix + ": rank died"
                                + (st.dead[r].empty() ? std::string{} : " (" + st.dead[r] + ")"));
+          else if (err.category() == errc_category && st.session)
+            out = make_error(static_cast<errc>(err.code()),
+                             error_message(err) + " (on node '" + st.infos[r].node_id + "')");
           else if (err.category() == errc_category)
             out = err; // the rank already named itself
           else
