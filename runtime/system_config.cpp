@@ -13,6 +13,7 @@
 #include "runtime/errc.hpp"
 #include "runtime/cluster_endpoint.hpp"
 #include "runtime/logging.hpp"
+#include "runtime/openssl_error_queue.hpp"
 #include "runtime/tls.hpp"
 #include "runtime/type_registry.hpp"
 
@@ -72,6 +73,7 @@ caf::error system_config::apply_tls() {
     return caf::none;
   if (auto err = check_tls(tls_dir))
     return err;
+  keep_openssl_error_queue_clean();
   auto files = tls_files_in(tls_dir);
   openssl_certificate = files.cert;
   openssl_key = files.key;

@@ -75,10 +75,10 @@ void test_cluster::start_head() {
   argv.insert(argv.end(), head_args_.begin(), head_args_.end());
   auto log = dir_ + "/head" + std::to_string(starts_++) + ".log";
   head_ = std::make_unique<child_process>(argv, log, child_env);
-  if (!head_->wait_for_log("listening on ", std::chrono::seconds(60)))
+  if (!head_->wait_for_log("rlforge head: listening on ", std::chrono::seconds(60)))
     throw std::runtime_error("the head did not start:\n" + head_->log());
   // "rlforge head: listening on 127.0.0.1:41234 (plain TCP)"
-  endpoint_ = word_after(head_->log(), "listening on ");
+  endpoint_ = word_after(head_->log(), "rlforge head: listening on ");
 }
 
 void test_cluster::restart_head() {

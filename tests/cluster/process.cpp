@@ -68,6 +68,11 @@ void child_process::signal(int sig) {
     ::kill(pid_, sig);
 }
 
+void child_process::reaped(int status) {
+  reaped_ = true;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 std::optional<int> child_process::wait_exit(std::chrono::milliseconds timeout) {
   if (pid_ <= 0)
     return -1;
@@ -75,11 +80,11 @@ std::optional<int> child_process::wait_exit(std::chrono::milliseconds timeout) {
   for (;;) {
     int status = 0;
     if (reaped_)
-      return -1;
+      return exit_code_;
     auto r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
-      reaped_ = true;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      reaped(status);
+      return exit_code_;
     }
     if (r < 0) {
       reaped_ = true;
@@ -97,7 +102,7 @@ void child_process::kill() {
   ::kill(pid_, SIGKILL);
   int status = 0;
   waitpid(pid_, &status, 0);
-  reaped_ = true;
+  reaped(status);
 }
 
 bool child_process::running() {
@@ -105,7 +110,11 @@ bool child_process::running() {
     return false;
   int status = 0;
   auto r = waitpid(pid_, &status, WNOHANG);
-  if (r == pid_ || r < 0) {
+  if (r == pid_) {
+    reaped(status);
+    return false;
+  }
+  if (r < 0) {
     reaped_ = true;
     return false;
   }

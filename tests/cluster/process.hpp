@@ -45,8 +45,12 @@ public:
   bool running();
 
 private:
+  /// Records how a reaped process ended.
+  void reaped(int status);
+
   pid_t pid_ = -1;
   bool reaped_ = false;
+  int exit_code_ = -1; ///< once reaped: its exit status, -1 when a signal ended it
   std::string log_path_;
 };
 
