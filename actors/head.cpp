@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_kind.hpp"
+#include "actors/local_exit.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/errc.hpp"
@@ -238,8 +239,8 @@ head_actor::behavior_type head(head_ptr self, head_options opts) {
     caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
   });
   self->set_exit_handler([=](caf::exit_msg& msg) {
-    if (msg.source && msg.source.node() != self->node()) {
-      log()->warn("ignored_remote_exit from={}", caf::to_string(msg.source.node()));
+    if (!local_exit(msg.source, self->address())) {
+      log()->warn("ignored_exit_from_elsewhere reason={}", self->system().render(msg.reason));
       return;
     }
     self->quit(msg.reason);

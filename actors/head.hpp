@@ -46,7 +46,8 @@ struct head_options {
 ///    declared, total, available, ranks, last_heartbeat_ms, death}], placement_groups: [{name,
 ///    state, strategy, owner, bundles, reason}], actor_groups: [{name, kind, owner,
 ///    placement_group, rank_nodes, state}], drivers: [{id, host, pid}]}.
-///  - ignores exit messages from other processes.
+///  - ignores exit messages from other processes (all but exit_reason::kill, which CAF 0.17
+///    makes unconditional; only peers holding the cluster certificate can connect at all).
 head_actor spawn_head(caf::actor_system& sys, head_options opts);
 
 } // namespace rlforge::actors

@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_kind.hpp"
+#include "actors/local_exit.hpp"
 #include "actors/rank_actor.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
@@ -149,7 +150,7 @@ node_agent_actor::behavior_type agent(agent_ptr self, node_agent_options opts) {
   self->set_exit_handler([=](caf::exit_msg& msg) {
     // Only this process may stop its agent: a remote exit (a confused or hostile peer) is
     // dropped.
-    if (msg.source && msg.source.node() != self->node()) {
+    if (!local_exit(msg.source, self->address())) {
       runtime::logger("actors.node")->warn("ignored_remote_exit node={}", node_id(self));
       return;
     }

@@ -30,8 +30,9 @@ struct node_agent_options {
 ///  - Ranks are stopped (exit reason user_shutdown) when their owner goes away (the driver
 ///    ended or its process died: the connection's down message), when the head is lost (the
 ///    node then joins again through its runner) or when the head expels the node.
-///  - Exit messages from other processes are ignored: only this process stops its agent. On its
-///    own exit the agent stops every rank.
+///  - Exit messages from other processes are ignored (all but exit_reason::kill, which CAF 0.17
+///    makes unconditional; with TLS only certificate holders connect): only this process stops
+///    its agent. On its own exit the agent stops every rank.
 ///
 /// Thread-safety: an actor; talk to it with messages only.
 node_agent_actor spawn_node_agent(caf::actor_system& sys, node_agent_options opts);

@@ -4,6 +4,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/local_exit.hpp"
 #include "actors/weight_sync.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
@@ -39,7 +40,7 @@ int run_node(caf::actor_system& sys, node_runner_options opts) {
   const auto head_name = "the head at " + runtime::to_string(opts.head);
   set_advertised_address(opts.agent.address);
   auto agent = spawn_node_agent(sys, opts.agent);
-  auto stop_agent = [&] { caf::anon_send_exit(agent, caf::exit_reason::user_shutdown); };
+  auto stop_agent = [&] { stop_from_this_process(sys, agent); };
   auto port = runtime::publish_actor(sys, agent, opts.port, opts.agent.address);
   if (!port) {
     say("node '" + id + "': cannot listen on " + opts.agent.address + ":"

@@ -16,6 +16,7 @@
 
 #include "actors/engine.hpp"
 #include "actors/head.hpp"
+#include "actors/local_exit.hpp"
 #include "actors/node.hpp"
 #include "actors/node_agent.hpp"
 #include "actors/node_runner.hpp"
@@ -206,7 +207,7 @@ int run_head(const args& a) {
   if (!bound) {
     std::cerr << prog << ": cannot listen on " << bind << ":" << port << ": "
               << sys.render(bound.error()) << "\n";
-    caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+    actors::stop_from_this_process(sys, head);
     return 1;
   }
   std::cerr << "rlforge head: listening on " << runtime::to_string({bind, *bound}) << " ("
@@ -226,8 +227,8 @@ int run_head(const args& a) {
       .receive([](join_reply&) {}, [&](caf::error& err) { failure = std::move(err); });
     if (failure) {
       std::cerr << prog << ": the head's own node cannot join: " << render(failure) << "\n";
-      caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+      actors::stop_from_this_process(sys, agent);
+      actors::stop_from_this_process(sys, head);
       return 2;
     }
     std::cerr << "rlforge head: with its own node '" << ao.resources.node_id << "' ("
@@ -237,8 +238,8 @@ int run_head(const args& a) {
   sigwait(&stop_signals, &sig);
   std::cerr << "rlforge head: signal " << sig << ", stopping\n";
   if (agent)
-    caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(head, caf::exit_reason::user_shutdown);
+    actors::stop_from_this_process(sys, agent);
+  actors::stop_from_this_process(sys, head);
   return 0;
 }
 

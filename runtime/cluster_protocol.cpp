@@ -56,7 +56,7 @@ std::string describe_mismatch(const std::string& peer, const std::string& self,
   if (peer_version != rlforge_version())
     return peer + " runs rlforge " + peer_version + ", the " + self + " runs "
            + rlforge_version() + "; build both from the same version";
-  auto head_of = [](const std::string& line) { return line.substr(0, line.find(':')); };
+  auto head_of = [](const std::string& line) { return line.substr(0, line.find(": ")); };
   for (size_t i = 0; i < std::max(peer_wire.size(), own_wire.size()); ++i) {
     if (i < peer_wire.size() && i < own_wire.size() && peer_wire[i] == own_wire[i])
       continue;
