@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
@@ -63,6 +65,11 @@ test_cluster::test_cluster(const std::string& tag, std::vector<std::string> head
 test_cluster::~test_cluster() {
   nodes_.clear();
   head_.reset();
+  // RLFORGE_KEEP_CLUSTER_LOGS=1 keeps the logs for a look after the run.
+  if (const char* keep = std::getenv("RLFORGE_KEEP_CLUSTER_LOGS"); keep && *keep == '1') {
+    std::fprintf(stderr, "cluster logs kept in %s\n", dir_.c_str());
+    return;
+  }
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }

@@ -2,8 +2,9 @@
 // Multi-process clusters on 127.0.0.1 for the tests: `rlforge head` and `rlforge node` run as
 // child processes (process.hpp: killed by pid when the test ends, and with the test process);
 // this test process attaches to them as a driver. Logs go to a temporary directory removed at
-// the end; a failing test prints them.
+// the end (kept with RLFORGE_KEEP_CLUSTER_LOGS=1); a failing test prints them.
 #include <chrono>
+#include <thread>
 #include <map>
 #include <memory>
 #include <string>
