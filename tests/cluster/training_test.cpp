@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <thread>
 #include <random>
 
 #include <caf/all.hpp>
@@ -235,4 +237,58 @@ TEST_F(ClusterTraining, ACheckpointSavedAcrossNodesResumesAndAnUnreachableOneIsR
   ASSERT_TRUE(t.error.empty()) << t.error;
   t.group.stop();
   ASSERT_TRUE(driver_->pgs().remove("ckpt"));
+}
+
+TEST_F(ClusterTraining, TwoDriversTrainingAtOnceEachGetTheLossesOfTheirWorkAlone) {
+  constexpr int steps = 4;
+  // Alone, embedded: the reference for both seeds.
+  std::map<uint64_t, std::vector<double>> alone;
+  for (uint64_t seed : {21u, 22u}) {
+    runtime::system_config cfg;
+    ASSERT_FALSE(cfg.parse_args({}));
+    caf::actor_system sys{cfg};
+    trainer t{sys, local_pg(), caf::actor{}};
+    ASSERT_TRUE(t.error.empty()) << t.error;
+    std::mt19937_64 rng(seed);
+    for (int s = 0; s < steps; ++s)
+      alone[seed].push_back(t.step(rng));
+  }
+  // Two drivers (two actor systems, two sessions) on the same two nodes at the same time; each
+  // group spans both node processes.
+  test_driver second{cluster_->endpoint()};
+  ASSERT_TRUE(second.error().empty()) << second.error();
+  std::map<uint64_t, std::vector<double>> together;
+  std::map<uint64_t, std::string> errors;
+  auto run = [&](test_driver& d, uint64_t seed) {
+    auto name = "both-" + std::to_string(seed);
+    auto pg = d.pgs().create({name, {{{"CPU", 1}}, {{"CPU", 1}}}, "strict_spread", 30});
+    if (!pg) {
+      errors[seed] = d.sys().render(pg.error());
+      return;
+    }
+    {
+      trainer t{d.sys(), *pg, d.manager()};
+      std::mt19937_64 rng(seed);
+      for (int s = 0; s < steps && t.error.empty(); ++s)
+        together[seed].push_back(t.step(rng));
+      errors[seed] = t.error;
+    }
+    d.pgs().remove(name);
+  };
+  // Each thread writes its own map entries only (created before the threads start).
+  together[21];
+  together[22];
+  errors[21];
+  errors[22];
+  std::thread a([&] { run(*driver_, 21); });
+  std::thread b([&] { run(second, 22); });
+  a.join();
+  b.join();
+  for (uint64_t seed : {21u, 22u}) {
+    ASSERT_TRUE(errors[seed].empty()) << errors[seed] << "\n" << cluster_->logs();
+    ASSERT_EQ(together[seed].size(), alone[seed].size());
+    for (int s = 0; s < steps; ++s)
+      EXPECT_NEAR(together[seed][s], alone[seed][s], 1e-6 * std::max(1.0, std::abs(alone[seed][s])))
+        << "seed " << seed << " step " << s;
+  }
 }
