@@ -4,6 +4,8 @@
 // placement API (refused, the cluster keeps serving).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <cstring>
 
 #include <caf/all.hpp>
@@ -214,4 +216,52 @@ TEST_F(ClusterBasics, StatusReportsNodesTheirResourcesAndPlacementGroups) {
   auto out = cli.log();
   EXPECT_NE(out.find("n1"), std::string::npos) << out;
   EXPECT_NE(out.find("alive"), std::string::npos) << out;
+}
+
+TEST(ClusterHead, AHeadThatDeclaresResourcesHostsRanksInItsOwnProcess) {
+  test_cluster cluster{"own-node", {"--gpus", "1", "--cpus", "1", "--node-id", "headnode"}};
+  ASSERT_TRUE(cluster.head().wait_for_log("with its own node 'headnode'", 30s)) << cluster.logs();
+  cluster.add_node("n1", 1, 1);
+  test_driver driver{cluster.endpoint()};
+  ASSERT_TRUE(driver.error().empty()) << driver.error();
+  auto pg = driver.pgs().create({"two", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10});
+  ASSERT_TRUE(pg) << driver.sys().render(pg.error());
+  EXPECT_EQ(bundle_nodes(*pg), (std::vector<std::string>{"headnode", "n1"}));
+  actors::group_spec spec;
+  spec.name = "g";
+  spec.kind = "policy";
+  spec.placement = *pg;
+  spec.threads_per_rank = 1;
+  auto group = actors::actor_group::spawn(driver.sys(), spec);
+  ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
+  auto where = group->call_all("location", caf::message{}, 10s);
+  ASSERT_TRUE(where);
+  EXPECT_EQ((*where)[0].get_as<int64_t>(1), cluster.head().pid());
+  EXPECT_EQ((*where)[1].get_as<int64_t>(1), cluster.node("n1").pid());
+  auto sums = group->call_mesh("all_reduce",
+                               {caf::make_message(tensor_list{f32_blob({1})}),
+                                caf::make_message(tensor_list{f32_blob({2})})},
+                               30s);
+  ASSERT_TRUE(sums) << driver.sys().render(sums.error());
+  EXPECT_EQ(floats((*sums)[1].get_as<tensor_list>(0).at(0)), std::vector<float>{3});
+  group->stop();
+}
+
+TEST(ClusterHead, ANodeLeavesCleanlyOnSigterm) {
+  test_cluster cluster{"leave"};
+  auto& node = cluster.add_node("n1", 1, 1);
+  test_driver driver{cluster.endpoint()};
+  ASSERT_TRUE(driver.error().empty()) << driver.error();
+  auto pg = driver.pgs().create({"one", {{{"GPU", 1}}}, "pack", 10});
+  ASSERT_TRUE(pg);
+  node.signal(SIGTERM);
+  ASSERT_EQ(node.wait_exit(30s), 0) << node.log();
+  EXPECT_NE(node.log().find("left the cluster"), std::string::npos) << node.log();
+  auto s = driver.status();
+  EXPECT_EQ(node_status(s, "n1")["alive"], false) << s.dump(2);
+  EXPECT_EQ(node_status(s, "n1")["death"], "left the cluster") << s.dump(2);
+  auto gone = driver.pgs().get("one");
+  ASSERT_FALSE(gone);
+  EXPECT_NE(error_message(gone.error()).find("node 'n1' left the cluster"), std::string::npos)
+    << error_message(gone.error());
 }
