@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Fails when a lower layer includes a higher one (DESIGN.md "Layers"):
 #   tinker/     standard C++ only: no CAF, no torch, no other rlforge folder
+#   text/       standard C++ and Debian libraries (PCRE2, ICU, SentencePiece, nlohmann-json): no CAF,
+#               no torch, no other rlforge folder
+#   chat/       standard C++ and nlohmann-json only: no CAF, no torch, no other rlforge folder
+#   env/        standard C++, POSIX and nlohmann-json only: no CAF, no torch, no other rlforge folder
 #   placement/  pure C++: no CAF, no torch, no other rlforge folder
 #   runtime/    CAF: no torch, no placement/backends/actors
 #   backends/   torch: no CAF, no placement/runtime/actors
@@ -15,6 +19,9 @@ check_tree() {
   local root=$1 status=0
   declare -A forbidden=(
     [tinker]='#include ["<](placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
+    [text]='#include ["<](tinker|chat|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [chat]='#include ["<](tinker|text|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [env]='#include ["<](tinker|text|chat|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
     [placement]='#include ["<](runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
     [runtime]='#include ["<](placement|backends|actors|cli|examples|bench|service)/|#include <(torch|ATen|c10)/'
     [backends]='#include ["<](placement|runtime|actors|cli|examples|bench|service)/|#include <caf/'
@@ -23,7 +30,7 @@ check_tree() {
   )
   # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
   local service_actor_headers='actors/tinker_backend\.hpp'
-  for dir in tinker placement runtime backends actors service; do
+  for dir in tinker text chat env placement runtime backends actors service; do
     [ -d "$root/$dir" ] || continue
     local hits
     hits=$(grep -rnE "${forbidden[$dir]}" "$root/$dir" --include='*.hpp' --include='*.cpp' \
@@ -66,6 +73,41 @@ if [ "${1:-}" = "--self-test" ]; then
     exit 1
   fi
   rm "$tmp/tinker/bad.cpp"
+  mkdir -p "$tmp/text"
+  echo '#include "text/tokenizer.hpp"' > "$tmp/text/ok.cpp"
+  echo '#include <unicode/normalizer2.h>' > "$tmp/text/ok2.cpp"
+  check_tree "$tmp" > /dev/null || { echo "self-test: clean text/ was rejected"; exit 1; }
+  for bad in '#include <caf/all.hpp>' '#include <torch/torch.h>' '#include "tinker/types.hpp"' \
+             '#include "chat/value.hpp"' '#include "runtime/errc.hpp"' '#include "tests/text/x.hpp"'; do
+    echo "$bad" > "$tmp/text/bad.hpp"
+    if check_tree "$tmp" > /dev/null; then
+      echo "self-test: text/ with '$bad' was not caught"
+      exit 1
+    fi
+    rm "$tmp/text/bad.hpp"
+  done
+  mkdir -p "$tmp/chat" "$tmp/env"
+  echo '#include "chat/value.hpp"' > "$tmp/chat/ok.cpp"
+  echo '#include <sys/wait.h>' > "$tmp/env/ok.cpp"
+  check_tree "$tmp" > /dev/null || { echo "self-test: clean chat/ or env/ was rejected"; exit 1; }
+  for bad in '#include <caf/all.hpp>' '#include <torch/torch.h>' '#include "runtime/errc.hpp"' \
+             '#include "tinker/types.hpp"' '#include "text/tokenizer.hpp"' '#include "env/pool.hpp"'; do
+    echo "$bad" > "$tmp/chat/bad.hpp"
+    if check_tree "$tmp" > /dev/null; then
+      echo "self-test: chat/ with '$bad' was not caught"
+      exit 1
+    fi
+    rm "$tmp/chat/bad.hpp"
+  done
+  for bad in '#include <caf/all.hpp>' '#include <ATen/ATen.h>' '#include "actors/worker.hpp"' \
+             '#include "chat/value.hpp"' '#include "service/http_server.hpp"'; do
+    echo "$bad" > "$tmp/env/bad.cpp"
+    if check_tree "$tmp" > /dev/null; then
+      echo "self-test: env/ with '$bad' was not caught"
+      exit 1
+    fi
+    rm "$tmp/env/bad.cpp"
+  done
   mkdir -p "$tmp/service"
   echo '#include "actors/tinker_backend.hpp"' > "$tmp/service/ok.cpp"
   check_tree "$tmp" > /dev/null || { echo "self-test: service/ with tinker_backend was rejected"; exit 1; }
