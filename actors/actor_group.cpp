@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/cluster.hpp"
 #include "actors/collective_ops.hpp"
 #include "actors/protocol.hpp"
 #include "actors/rank_actor.hpp"
@@ -29,6 +30,12 @@ double resource_of(const resource_amounts& r, const std::string& name) {
 
 // -- the routing actor --------------------------------------------------------------------
 
+/// The rendezvous store's name of a group: unique per driver process (`prefix` is the driver's
+/// cluster id, empty in the embedded default) and per routing actor.
+std::string store_name_of(const std::string& group, const std::string& prefix, caf::actor_id id) {
+  return group + "#" + prefix + std::to_string(id);
+}
+
 /// One in-flight group call: results per rank until all arrived or one failed.
 struct pending_call {
   std::string op;
@@ -44,6 +51,7 @@ struct group_state {
   std::string placement_group;
   std::vector<uint64_t> reservations;
   std::string store_name;              ///< in-process rendezvous store, dropped at stop
+  caf::actor session;                  ///< the driver's cluster session (cluster mode only)
   std::vector<caf::actor> ranks;
   std::vector<rank_info> infos;
   std::vector<std::string> dead; ///< per rank: empty while alive, else why it died
@@ -54,7 +62,21 @@ struct group_state {
 const char* group_state::name = "rlforge.actor_group";
 
 std::string rank_prefix(const group_state& st, size_t rank, const std::string& op) {
-  return "group '" + st.group + "' rank " + std::to_string(rank) + " op '" + op + "'";
+  auto out = "group '" + st.group + "' rank " + std::to_string(rank) + " op '" + op + "'";
+  // In a cluster the node matters: name it.
+  if (st.session && rank < st.infos.size())
+    out += " on node '" + st.infos[rank].node_id + "'";
+  return out;
+}
+
+/// Why a rank is gone, from its down message: a lost connection means its node is gone.
+std::string death_reason(caf::actor_system& sys, const caf::error& reason) {
+  if (!reason)
+    return "exited normally";
+  if (reason == caf::exit_reason::remote_link_unreachable)
+    return "its node is unreachable: the node process died, hung or lost the network ("
+           + sys.render(reason) + ")";
+  return sys.render(reason);
 }
 
 void fail_call(group_state& st, const std::shared_ptr<pending_call>& call, caf::error err) {
@@ -112,7 +134,12 @@ start_call(caf::stateful_actor<group_state>* self, const std::string& op,
             out = make_error(errc::timeout, prefix + ": no answer within "
                                               + std::to_string(timeout_ms) + " ms");
           else if (err == caf::sec::request_receiver_down)
-            out = make_error(errc::rank_failed, prefix + ": rank died");
+            out = make_error(errc::rank_failed,
+                             prefix + ": rank died"
+                               + (st.dead[r].empty() ? std::string{} : " (" + st.dead[r] + ")"));
+          else if (err.category() == errc_category && st.session)
+            out = make_error(static_cast<errc>(err.code()),
+                             error_message(err) + " (on node '" + st.infos[r].node_id + "')");
           else if (err.category() == errc_category)
             out = err; // the rank already named itself
           else
@@ -126,12 +153,14 @@ start_call(caf::stateful_actor<group_state>* self, const std::string& op,
 caf::behavior group_actor(caf::stateful_actor<group_state>* self, std::string name,
                           std::vector<caf::actor> ranks, std::vector<rank_info> infos,
                           caf::actor manager, std::string placement_group,
-                          std::vector<uint64_t> reservations) {
+                          std::vector<uint64_t> reservations, caf::actor session,
+                          std::string store_prefix) {
   auto& st = self->state;
+  st.session = std::move(session);
   st.manager = std::move(manager);
   st.placement_group = std::move(placement_group);
   st.reservations = std::move(reservations);
-  st.store_name = name + "#" + std::to_string(self->id());
+  st.store_name = store_name_of(name, store_prefix, self->id());
   st.group = std::move(name);
   st.ranks = std::move(ranks);
   st.infos = std::move(infos);
@@ -143,7 +172,7 @@ caf::behavior group_actor(caf::stateful_actor<group_state>* self, std::string na
     for (size_t r = 0; r < st.ranks.size(); ++r) {
       if (st.ranks[r].address() != dm.source)
         continue;
-      st.dead[r] = dm.reason ? self->system().render(dm.reason) : "exited normally";
+      st.dead[r] = death_reason(self->system(), dm.reason);
       runtime::logger("actors.group")->warn("rank_down group={} rank={} reason={}", st.group, r,
                                             st.dead[r]);
       // Every call still waiting on this rank fails now instead of waiting for its deadline.
@@ -181,9 +210,65 @@ caf::behavior group_actor(caf::stateful_actor<group_state>* self, std::string na
         for (auto id : st.reservations)
           self->send(st.manager, release_atom::value, st.placement_group, id);
       release_local_store(st.store_name);
+      if (st.session)
+        retire_group(st.session, st.group);
       self->quit();
     },
   };
+}
+
+/// How the ranks rendezvous: through an in-process store when they share a process (always in
+/// the embedded default), else through a TCP store served by rank 0 on its node's advertised
+/// address.
+caf::expected<collective_spec> collective_plan(caf::actor_system& sys,
+                                               const std::vector<caf::actor>& ranks,
+                                               const std::string& name,
+                                               std::chrono::milliseconds timeout,
+                                               bool cluster) {
+  collective_spec cs;
+  cs.store = "local";
+  cs.name = name;
+  cs.timeout_ms = timeout.count();
+  if (!cluster)
+    return cs;
+  caf::scoped_actor self{sys};
+  std::vector<std::pair<std::string, int64_t>> where;
+  caf::error failure;
+  for (size_t r = 0; r < ranks.size() && !failure; ++r)
+    self->request(ranks[r], timeout, call_atom::value, std::string{"location"}, caf::message{})
+      .receive(
+        [&](op_result& x) {
+          if (x.value.match_elements<std::string, int64_t, std::string>())
+            where.emplace_back(x.value.get_as<std::string>(0), x.value.get_as<int64_t>(1));
+          else
+            failure = make_error(errc::internal, "group '" + name + "': rank " + std::to_string(r)
+                                                   + " answered location with "
+                                                   + caf::to_string(x.value));
+        },
+        [&](caf::error& err) { failure = std::move(err); });
+  if (failure)
+    return failure;
+  bool one_process = std::all_of(where.begin(), where.end(),
+                                 [&](const auto& w) { return w == where.front(); });
+  if (one_process)
+    return cs;
+  self->request(ranks[0], timeout, call_atom::value, std::string{"open_store"},
+                caf::make_message(name, timeout.count()))
+    .receive(
+      [&](op_result& x) {
+        if (x.value.match_elements<std::string, int32_t>()) {
+          cs.store = "tcp";
+          cs.host = x.value.get_as<std::string>(0);
+          cs.port = static_cast<uint16_t>(x.value.get_as<int32_t>(1));
+        } else {
+          failure = make_error(errc::internal, "group '" + name + "': rank 0 answered open_store "
+                                                 "with " + caf::to_string(x.value));
+        }
+      },
+      [&](caf::error& err) { failure = std::move(err); });
+  if (failure)
+    return failure;
+  return cs;
 }
 
 } // namespace
@@ -283,32 +368,61 @@ caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_
       }
     }
   }
-  for (auto& info : *plan) {
-    auto r = spawn_rank(sys, spec.kind, info);
-    if (!r) {
-      stop_all();
-      return make_error(errc::invalid_argument,
-                        "group '" + spec.name + "': cannot spawn rank "
-                          + std::to_string(info.rank) + ": " + sys.render(r.error()));
-    }
-    ranks.push_back(std::move(*r));
+  auto cluster = cluster_session(sys);
+  if (!cluster) {
+    release_all();
+    return make_error(errc::io_error,
+                      "group '" + spec.name + "': " + (error_message(cluster.error()).empty()
+                                                         ? sys.render(cluster.error())
+                                                         : error_message(cluster.error())));
   }
+  if (*cluster) {
+    // A cluster: each node's agent spawns the ranks placed on it.
+    auto remote = spawn_cluster_ranks(sys, **cluster, spec.kind, *plan,
+                                      spec.init_timeout + std::chrono::seconds(10));
+    if (!remote) {
+      release_all();
+      return std::move(remote.error());
+    }
+    ranks = std::move(*remote);
+  } else {
+    for (auto& info : *plan) {
+      auto r = spawn_rank(sys, spec.kind, info);
+      if (!r) {
+        stop_all();
+        return make_error(errc::invalid_argument,
+                          "group '" + spec.name + "': cannot spawn rank "
+                            + std::to_string(info.rank) + ": " + sys.render(r.error()));
+      }
+      ranks.push_back(std::move(*r));
+    }
+  }
+  caf::actor session = *cluster ? (*cluster)->session : caf::actor{};
+  auto prefix = *cluster ? (*cluster)->driver_id + "#" : std::string{};
   auto group = sys.spawn(group_actor, spec.name, ranks, *plan, spec.placement_manager,
-                         spec.placement.name, reservations);
+                         spec.placement.name, reservations, session, prefix);
   if (spec.collectives) {
-    collective_spec cs;
-    cs.store = "local";
-    cs.name = spec.name + "#" + std::to_string(group.id());
-    cs.timeout_ms = spec.init_timeout.count();
     actor_group handle{sys, group};
+    auto cs = collective_plan(sys, ranks, store_name_of(spec.name, prefix, group.id()),
+                              spec.init_timeout, static_cast<bool>(session));
+    if (!cs) {
+      handle.stop();
+      return std::move(cs.error());
+    }
     // Ranks rendezvous concurrently; the call's deadline is the rendezvous timeout plus slack
     // for thread start-up.
-    auto res = handle.call_all("init_collective", caf::make_message(cs),
+    auto res = handle.call_all("init_collective", caf::make_message(*cs),
                                spec.init_timeout + std::chrono::seconds(5));
     if (!res) {
       handle.stop();
       return std::move(res.error());
     }
+  }
+  if (session) {
+    group_record record{spec.name, spec.kind, spec.placement.name, {}};
+    for (auto& info : *plan)
+      record.rank_nodes.push_back(info.node_id);
+    announce_group(session, record);
   }
   return group;
 }

@@ -40,6 +40,14 @@ caf::expected<std::vector<rank_info>> plan_ranks(const group_spec& spec);
 /// blocks), then, if `spec.collectives`, creates the collective group behind a barrier bounded
 /// by `spec.init_timeout`. Blocking: call from a driver thread, not from inside an actor.
 /// On any failure everything spawned is stopped again.
+///
+/// In the embedded default the ranks are spawned in this process. When this actor system is
+/// attached to a cluster (cluster.hpp), the agent of the node each bundle is on spawns its
+/// ranks; the routing actor stays here and calls them as it calls local ones. Ranks that share a
+/// process rendezvous through an in-process store; otherwise rank 0 serves a TCP store on its
+/// node's advertised address and Gloo connects the ranks across processes and hosts. Errors
+/// then also name the node (`... rank 1 op 'x' on node 'n2': ...`); a rank whose node dies fails
+/// the calls it is in with the reason (the connection to its node was lost).
 caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_spec& spec);
 
 /// Blocking driver-side handle to a group. Calls have a deadline (no infinite waits); when a

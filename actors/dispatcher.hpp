@@ -52,7 +52,9 @@ using dispatcher_transport_atom = caf::atom_constant<caf::atom("dtransp")>;
 /// (dispatcher_status_atom, int64 timeout_ms) → std::string: a JSON text with, per role, its
 /// kind, DP size, whether it is colocated, and what the dispatcher believes is on the device
 /// (`model_on_device`, `optimizer_on_device`; for engines `weights_awake`, `kv_cache_awake`);
-/// `weight_version` (the last version synced to the engines); and the per-device memory ledger
+/// `weight_version` (the last version synced to the engines); `last_sync`, the transport each
+/// engine rank got in the last sync ({"<role>/<rank>": "in_process" | "shm" | "gloo"}); and the
+/// per-device memory ledger
 /// `devices`: for each device ("<node>/gpu<id>", or "<node>/cpu" for a rank without GPU), the
 /// resident bytes each role's ranks report there (their `memory` op), measured now.
 using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;

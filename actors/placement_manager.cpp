@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/protocol.hpp"
 #include "placement/cluster.hpp"
@@ -99,6 +100,7 @@ struct waiting_group {
 struct manager_state {
   pl::placement_table table;
   std::map<std::string, std::string> strategies; ///< per placed group
+  std::map<std::string, std::string> failed;     ///< groups lost with a node: why
   std::unordered_map<std::string, waiting_group> waiting;
   uint64_t next_generation = 1;
   std::chrono::milliseconds default_timeout{180000};
@@ -125,6 +127,51 @@ void deliver_placed(manager_actor* self, const std::vector<std::string>& placed)
     runtime::logger("placement")->info("pg_placed_after_wait name={}", name);
     st.waiting.erase(i);
   }
+}
+
+/// The error for a group that failed with its node, or none.
+caf::error failed_error(const manager_state& st, const std::string& name) {
+  auto i = st.failed.find(name);
+  if (i == st.failed.end())
+    return caf::error{};
+  return make_error(errc::rank_failed, "placement group '" + name + "' failed: " + i->second
+                                         + " (remove it; its resources are gone)");
+}
+
+/// The manager's state as JSON (see `pg_status_atom`).
+std::string status_json(const manager_state& st) {
+  nlohmann::json doc;
+  doc["nodes"] = nlohmann::json::array();
+  for (auto& n : st.table.cluster().nodes()) {
+    nlohmann::json node{{"id", n.id},
+                        {"total", to_amounts(n.total)},
+                        {"available", to_amounts(n.available)}};
+    doc["nodes"].push_back(std::move(node));
+  }
+  doc["groups"] = nlohmann::json::array();
+  for (auto& name : st.table.placed()) {
+    auto bundles = st.table.bundles(name);
+    nlohmann::json g{{"name", name}, {"state", "placed"}, {"bundles", nlohmann::json::array()}};
+    auto s = st.strategies.find(name);
+    g["strategy"] = s == st.strategies.end() ? "" : s->second;
+    if (bundles.ok())
+      for (auto& b : bundles.value())
+        g["bundles"].push_back({{"index", b.request_index},
+                                {"node", b.node_id},
+                                {"devices", std::vector<int32_t>(b.device_ids.begin(),
+                                                                 b.device_ids.end())},
+                                {"resources", to_amounts(b.resources)}});
+    doc["groups"].push_back(std::move(g));
+  }
+  for (auto& name : st.table.pending()) {
+    auto reason = st.table.pending_reason(name);
+    doc["groups"].push_back({{"name", name},
+                             {"state", "pending"},
+                             {"reason", reason.ok() ? reason.value() : std::string{}}});
+  }
+  for (auto& [name, why] : st.failed)
+    doc["groups"].push_back({{"name", name}, {"state", "failed"}, {"reason", why}});
+  return doc.dump();
 }
 
 caf::behavior manager(manager_actor* self, std::vector<node_resources> nodes,
@@ -155,6 +202,8 @@ caf::behavior manager(manager_actor* self, std::vector<node_resources> nodes,
       if (st.waiting.count(req.name) > 0 || st.table.state(req.name))
         return make_error(errc::already_exists,
                           "placement group '" + req.name + "' already exists");
+      // A group lost with its node may be created again under its name.
+      st.failed.erase(req.name);
       std::vector<pl::resource_set> bundles;
       for (size_t i = 0; i < req.bundles.size(); ++i) {
         auto set = to_resource_set(req.bundles[i], "placement group '" + req.name + "' bundle "
@@ -211,6 +260,8 @@ caf::behavior manager(manager_actor* self, std::vector<node_resources> nodes,
     },
     [=](pg_remove_atom, const std::string& name) -> caf::result<void> {
       auto& st = self->state;
+      if (st.failed.erase(name) > 0)
+        return caf::unit;
       if (auto i = st.waiting.find(name); i != st.waiting.end()) {
         i->second.promise.deliver(
           make_error(errc::not_found, "placement group '" + name + "' was removed while pending"));
@@ -225,12 +276,30 @@ caf::behavior manager(manager_actor* self, std::vector<node_resources> nodes,
     },
     [=](pg_get_atom, const std::string& name) -> caf::result<placement_group_info> {
       auto& st = self->state;
+      if (auto err = failed_error(st, name))
+        return err;
       auto bundles = st.table.bundles(name);
       if (!bundles.ok())
         return to_error(bundles.error());
       return to_info(name, st.strategies[name], bundles.value());
     },
     [=](pg_table_atom) { return self->state.table.describe(); },
+    [=](pg_status_atom) { return status_json(self->state); },
+    [=](remove_node_atom, const std::string& node_id,
+        const std::string& reason) -> caf::result<std::vector<std::string>> {
+      auto& st = self->state;
+      auto removal = st.table.remove_node(node_id, pl::evicted_groups::drop);
+      if (!removal.ok())
+        return to_error(removal.error());
+      for (auto& name : removal.value().evicted) {
+        st.failed[name] = "node '" + node_id + "' " + reason;
+        st.strategies.erase(name);
+        runtime::logger("placement")->warn("pg_failed name={} node={} reason={}", name, node_id,
+                                           reason);
+      }
+      deliver_placed(self, removal.value().placed);
+      return removal.value().evicted;
+    },
     [=](add_node_atom, const node_resources& node) -> caf::result<void> {
       auto spec = to_node_spec(node);
       if (!spec)
@@ -243,6 +312,8 @@ caf::behavior manager(manager_actor* self, std::vector<node_resources> nodes,
     },
     [=](reserve_atom, const std::string& group, uint32_t bundle,
         const resource_amounts& amounts) -> caf::result<uint64_t> {
+      if (auto err = failed_error(self->state, group))
+        return err;
       auto set = to_resource_set(amounts, "reservation in group '" + group + "' bundle "
                                             + std::to_string(bundle));
       if (!set)
@@ -253,6 +324,8 @@ caf::behavior manager(manager_actor* self, std::vector<node_resources> nodes,
       return r.value().id;
     },
     [=](release_atom, const std::string& group, uint64_t id) -> caf::result<void> {
+      if (self->state.failed.count(group) > 0)
+        return caf::unit; // its reservations went with the node
       auto r = self->state.table.release_in_bundle(group, id);
       if (!r.ok())
         return to_error(r.error());

@@ -23,6 +23,14 @@ namespace rlforge::actors {
 ///  - (pg_get_atom, name) → placement_group_info of a placed group.
 ///  - (pg_table_atom) → std::string: the cluster's placement table for printing.
 ///  - (add_node_atom, node_resources) → (): a node joins; waiting groups may be placed.
+///  - (remove_node_atom, node_id, reason) → std::vector<std::string>: a node is gone (it died or
+///    left). Its resources leave the cluster; every placed group with a bundle on it FAILS (its
+///    other bundles are freed; waiting groups may be placed) and is returned. A failed group
+///    answers `pg_get` and `reserve` with errc::rank_failed naming the node and `reason`;
+///    `pg_remove` forgets it, and creating a group of that name replaces it.
+///  - (pg_status_atom) → std::string: JSON {nodes: [{id, total, available}], groups: [{name,
+///    state placed|pending|failed, strategy, bundles: [{index, node, devices, resources}],
+///    reason}]}.
 ///  - (reserve_atom, group, uint32 bundle, resource_amounts) → uint64 reservation id: an actor's
 ///    share of one bundle (exact fixed point: five 0.2-GPU shares fit a 1-GPU bundle, a sixth
 ///    does not). (release_atom, group, uint64 id) → () gives it back.

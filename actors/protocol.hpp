@@ -4,10 +4,14 @@
 
 #include <caf/atom.hpp>
 
+#include "runtime/cluster_protocol.hpp"
+
 namespace rlforge::actors {
 
-/// (call_atom, std::string op, caf::message args) → caf::message: run `op` on one rank.
-using call_atom = caf::atom_constant<caf::atom("call")>;
+/// (call_atom, std::string op, caf::message args) → op_result: run `op` on one rank. The atoms
+/// that also cross process boundaries are defined with the typed interfaces, in
+/// runtime/cluster_protocol.hpp.
+using rlforge::call_atom;
 /// (broadcast_call_atom, op, args, timeout_ms) → std::vector<caf::message>: every rank, rank order.
 using all_atom = caf::atom_constant<caf::atom("all")>;
 /// (mesh_atom, op, std::vector<caf::message> chunks, timeout_ms) → std::vector<caf::message>.
@@ -19,14 +23,16 @@ using handles_atom = caf::atom_constant<caf::atom("handles")>;
 /// (stop_atom): a group stops its ranks and itself.
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 
-/// Placement-group manager: create, remove, look up, describe, add a node.
-using pg_create_atom = caf::atom_constant<caf::atom("pgcreate")>;
-using pg_remove_atom = caf::atom_constant<caf::atom("pgremove")>;
-using pg_get_atom = caf::atom_constant<caf::atom("pgget")>;
-using pg_table_atom = caf::atom_constant<caf::atom("pgtable")>;
+/// Placement-group manager: create, remove, look up, describe, add or remove a node, status.
+using rlforge::pg_create_atom;
+using rlforge::pg_get_atom;
+using rlforge::pg_remove_atom;
+using rlforge::pg_table_atom;
+using rlforge::release_atom;
+using rlforge::reserve_atom;
 using add_node_atom = caf::atom_constant<caf::atom("addnode")>;
+using remove_node_atom = caf::atom_constant<caf::atom("rmnode")>;
 using pg_expire_atom = caf::atom_constant<caf::atom("pgexpire")>;
-using reserve_atom = caf::atom_constant<caf::atom("reserve")>;
-using release_atom = caf::atom_constant<caf::atom("release")>;
+using pg_status_atom = caf::atom_constant<caf::atom("pgstatus")>;
 
 } // namespace rlforge::actors

@@ -8,6 +8,7 @@
 
 #include "actors/actor_kind.hpp"
 #include "actors/backend_seam.hpp"
+#include "actors/checkpoint_probe.hpp"
 #include "actors/collective_ops.hpp"
 #include "actors/protocol.hpp"
 #include "actors/weight_sync.hpp"
@@ -44,10 +45,12 @@ caf::expected<caf::message> builtin_op(rank_context& ctx, const std::string& op,
     return caf::make_message(static_cast<int32_t>(backends::intra_op_threads()));
   if (op == "location") {
     auto here = this_process();
-    return caf::make_message(here.host, here.pid);
+    return caf::make_message(here.host, here.pid, here.address);
   }
-  if (op == "init_collective" || op == "all_reduce" || op == "broadcast")
+  if (op == "open_store" || op == "init_collective" || op == "all_reduce" || op == "broadcast")
     return run_collective_op(ctx, op, args);
+  if (op == "checkpoint_visible")
+    return checkpoint_visible_op(ctx, args);
   handled = false;
   return caf::message{};
 }
@@ -81,7 +84,8 @@ void flush_deliveries(rank_state& st) {
   }
 }
 
-caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, actor_kind kind, rank_info info) {
+rank_actor::behavior_type rank_behavior(rank_actor::stateful_pointer<rank_state> self,
+                                        actor_kind kind, rank_info info) {
   auto& st = self->state;
   st.kind = std::move(kind);
   st.ctx.info = std::move(info);
@@ -103,7 +107,8 @@ caf::behavior rank_actor(caf::stateful_actor<rank_state>* self, actor_kind kind,
         if (!handled) {
           auto i = st.kind.ops.find(op);
           if (i == st.kind.ops.end()) {
-            std::string known = "info, ping, threads, location, init_collective, all_reduce, broadcast";
+            std::string known = "info, ping, threads, location, open_store, init_collective, "
+                                "all_reduce, broadcast, checkpoint_visible";
             for (auto& [name, _] : st.kind.ops)
               known += ", " + name;
             return make_error(errc::not_found, context + ": kind '" + st.kind.name
@@ -151,7 +156,8 @@ caf::expected<caf::actor> spawn_rank(caf::actor_system& sys, const std::string& 
   if (info.threads < 1)
     return make_error(errc::invalid_argument, "rank threads must be >= 1, got "
                                                 + std::to_string(info.threads));
-  return sys.spawn<caf::detached>(rank_actor, std::move(*k), std::move(info));
+  return caf::actor_cast<caf::actor>(
+    sys.spawn<caf::detached>(rank_behavior, std::move(*k), std::move(info)));
 }
 
 } // namespace rlforge::actors

@@ -12,12 +12,19 @@ namespace rlforge::actors {
 /// Spawns one rank of kind `kind` as a detached actor (its own OS thread: ranks block in
 /// libtorch and collectives). The rank sets its torch intra-op threads to `info.threads` on its
 /// own thread, creates the kind's state, then answers
-/// `(call_atom, std::string op, caf::message args) → caf::message`.
+/// `(call_atom, std::string op, caf::message args) → op_result`: the typed interface
+/// `rlforge::rank_actor` (runtime/cluster_protocol.hpp), returned here as a `caf::actor`.
 ///
 /// Built-in ops of every kind:
 ///  - `info` → rank_info; `ping` → (); `threads` → int32 intra-op threads of the rank's thread
+///  - `location` → (std::string host identity, int64 pid, std::string advertised address), see
+///    `process_location` (weight_sync.hpp)
+///  - `open_store` (std::string group, int64 timeout_ms) → (std::string host, int32 port):
+///    rank 0 of a group whose ranks live in several processes serves its TCP rendezvous store
+///    on its node's advertised address
 ///  - `init_collective` (collective_spec) → (): joins the group's collective group (rendezvous
 ///    and barrier, bounded by the spec's timeout)
+///  - `checkpoint_visible` (root, step, role) → (): see checkpoint_probe.hpp
 ///  - `all_reduce` (tensor_list) → tensor_list: element-wise SUM over ranks
 ///  - `broadcast` (tensor_list, int32 root) → tensor_list: the root's tensors on every rank
 ///

@@ -1,5 +1,7 @@
 #include "actors/trainer_client.hpp"
 
+#include <filesystem>
+
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -156,8 +158,11 @@ caf::expected<void> trainer_client::save_checkpoint(const std::string& root, int
     if (!r)
       return std::move(r.error());
   }
-  // Every rank of every role has written its directory: commit the step.
+  // Every rank of every role has written its directory: commit the step. Ranks on other nodes
+  // may have written to their own file systems (per-node directories): the driver's copy of the
+  // step directory holds the trainer state and the commit marker.
   auto done = call_backend("save_checkpoint", [&] {
+    std::filesystem::create_directories(backends::step_directory(root, global_step));
     backends::finalize_checkpoint(root, global_step, trainer_state);
     return true;
   });
@@ -179,6 +184,13 @@ caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root, 
       return make_error(errc::not_found, "load_checkpoint: no committed checkpoint in '" + root +
                                              "' (no latest_global_step.txt)");
     global_step = **latest;
+  }
+  // Every rank must see its files before any rank loads (ranks on other nodes may not share
+  // this file system): a refused resume changes nothing.
+  for (const auto& role : roles) {
+    auto r = call(role, "checkpoint_visible", caf::make_message(root, global_step, role));
+    if (!r)
+      return std::move(r.error());
   }
   for (const auto& role : roles) {
     auto r = call(role, "load_checkpoint", caf::make_message(root, global_step, role));

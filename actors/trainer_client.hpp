@@ -84,13 +84,19 @@ public:
 
   /// Saves every rank of every role in `roles` under `root/global_step_N/<role>/`, then writes
   /// `trainer_state.json` (with `trainer_state`, an object) and `latest_global_step.txt` last.
+  /// In a cluster each rank writes on the node it runs on: with a file system shared by every
+  /// node all of it lands in one tree; with per-node directories (the same `root` path on each
+  /// node) every node holds its ranks' directories and the driver's holds the commit files.
   caf::expected<void>
   save_checkpoint(const std::string& root, int64_t global_step,
                   const std::vector<std::string>& roles,
                   const nlohmann::json& trainer_state = nlohmann::json::object());
 
-  /// Loads step `global_step` (negative: the latest committed one) into every role of `roles`;
-  /// returns the step loaded. A checkpoint saved with another DP size is an error.
+  /// Loads step `global_step` (negative: the latest committed one, from the driver's
+  /// `latest_global_step.txt`) into every role of `roles`; returns the step loaded. First every
+  /// rank checks that it sees its own directory (`checkpoint_visible`): a resume some rank cannot
+  /// see is refused before anything loads, naming the path and the node. A checkpoint saved with
+  /// another DP size is an error.
   caf::expected<int64_t> load_checkpoint(const std::string& root, int64_t global_step,
                                          const std::vector<std::string>& roles);
 

@@ -82,6 +82,7 @@ be::store_handle take_store(const std::string& channel) {
 std::unique_ptr<be::collective_group> join_group(const be::store_handle& store,
                                                  const weight_sync_spec& spec) {
   be::collective_options co;
+  co.interface_host = advertised_address();
   co.timeout = std::chrono::milliseconds{spec.timeout_ms};
   co.group_name = "weights-" + spec.channel;
   co.gloo_threads = 1;
@@ -95,18 +96,51 @@ std::uint64_t bytes_of(const be::named_tensors& weights) {
   return n;
 }
 
+std::string read_link(const char* path) {
+  char buf[256] = {};
+  auto n = ::readlink(path, buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string{};
+}
+
+struct advertised {
+  std::mutex mutex;
+  std::string address = "127.0.0.1";
+
+  static advertised& get() {
+    static advertised a;
+    return a;
+  }
+};
+
 } // namespace
+
+void set_advertised_address(const std::string& address) {
+  auto& a = advertised::get();
+  std::lock_guard<std::mutex> guard{a.mutex};
+  a.address = address;
+}
+
+std::string advertised_address() {
+  auto& a = advertised::get();
+  std::lock_guard<std::mutex> guard{a.mutex};
+  return a.address;
+}
 
 process_location this_process() {
   static const process_location here = [] {
     char name[256] = {};
     ::gethostname(name, sizeof(name) - 1);
     process_location p;
-    p.host = std::string{name} + "/" + read_first_line("/proc/sys/kernel/random/boot_id");
+    // The network namespace is part of the identity: the shm transport's abstract socket is
+    // per namespace, so a process in another one cannot reach it even on the same host.
+    p.host = std::string{name} + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/"
+             + read_link("/proc/self/ns/net");
     p.pid = static_cast<int64_t>(::getpid());
     return p;
   }();
-  return here;
+  auto out = here;
+  out.address = advertised_address();
+  return out;
 }
 
 std::string new_sync_channel() {

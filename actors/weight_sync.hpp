@@ -17,15 +17,27 @@ class causal_lm;
 
 namespace rlforge::actors {
 
-/// Where a rank runs: a host identity (host name and boot id, so two containers or reboots with
-/// one name differ) and the process id. Ranks answer it through the built-in op `location`.
+/// Where a rank runs: a host identity (host name, boot id and network namespace, so two
+/// containers, two reboots or two network namespaces with one host name differ: shared memory
+/// and its abstract socket only reach peers with the same identity), the process id, and the
+/// address peers on other hosts reach this process at (the node's advertised address). Ranks
+/// answer it through the built-in op `location` as (host, pid, address).
 struct process_location {
   std::string host;
   int64_t pid = 0;
+  std::string address = "127.0.0.1";
 };
 
 /// This process's location.
 process_location this_process();
+
+/// Sets the address this process advertises to peers (a node's `--node-ip`; default
+/// 127.0.0.1): Gloo groups and TCP stores of its ranks bind to it and peers connect to it. Call
+/// before ranks start. Thread-safe.
+void set_advertised_address(const std::string& address);
+
+/// The address set by `set_advertised_address`.
+std::string advertised_address();
 
 /// A fresh name for one transfer's meeting point (in-process channel, shared-memory socket, Gloo
 /// store and group), unique across every process and host of a cluster: a random per-process
@@ -35,7 +47,8 @@ process_location this_process();
 std::string new_sync_channel();
 
 /// The fastest weight transport that reaches `receiver` from `sender`: "in_process" when they
-/// share a process, "shm" when they share a host, "gloo" otherwise.
+/// share a process, "shm" when they share a host identity (host, boot and network namespace),
+/// "gloo" otherwise.
 std::string choose_transport(const process_location& sender, const process_location& receiver);
 
 /// The weights a trainer sends to its engines: the policy's base weights under Hugging Face

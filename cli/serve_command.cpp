@@ -2,6 +2,7 @@
 // models of one base model. The API key comes from the environment (RLFORGE_API_KEY), never from
 // the command line, where `ps` would show it.
 #include "cli/command.hpp"
+#include "cli/signals.hpp"
 
 #include <cerrno>
 #include <csignal>
@@ -91,17 +92,6 @@ serve_backend make_backend(const serve_config& c) {
   o.max_sampler_snapshots = c.max_sampler_snapshots;
   b.backend = std::make_unique<actors::dispatcher_backend>(*b.sys, o);
   return b;
-}
-
-/// Blocks SIGINT/SIGTERM in every thread started from now on and returns the set, so the main
-/// thread can wait for them with sigwait and stop the server cleanly.
-sigset_t block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
 }
 
 int run_serve(const args& a) {

@@ -29,8 +29,11 @@ endfunction()
 # rlforge_add_test(<name> SOURCES ... DEPS ... LABELS ... [TIMEOUT s]): one GoogleTest binary;
 # each test suite in it becomes one ctest entry `<name without _tests>.<Suite>` with the labels
 # (see cmake/gtest_suites.cmake for why suites rather than single tests).
+#
+# RUN_SERIAL: the suites run while no other test runs (multi-process tests whose heartbeats
+# must not starve).
 function(rlforge_add_test name)
-  cmake_parse_arguments(arg "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(arg "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${arg_SOURCES})
   target_link_libraries(${name} PRIVATE ${arg_DEPS} GTest::gtest GTest::gmock GTest::gtest_main
                         rlforge_warnings)
@@ -42,6 +45,7 @@ function(rlforge_add_test name)
   add_custom_command(TARGET ${name} POST_BUILD
     COMMAND ${CMAKE_COMMAND} -D TEST_EXECUTABLE=$<TARGET_FILE:${name}> -D CTEST_FILE=${ctest_file}
             -D PREFIX=${prefix} "-D LABELS=${arg_LABELS}" -D TIMEOUT=${arg_TIMEOUT}
+            -D RUN_SERIAL=${arg_RUN_SERIAL}
             -P ${PROJECT_SOURCE_DIR}/cmake/gtest_suites.cmake
     BYPRODUCTS ${ctest_file}
     VERBATIM)

@@ -18,6 +18,14 @@ set_target_properties(rlforge_caf_io PROPERTIES IMPORTED_LOCATION "${CAF_IO_LIBR
   INTERFACE_LINK_LIBRARIES rlforge_caf_core)
 add_library(CAF::core ALIAS rlforge_caf_core)
 add_library(CAF::io ALIAS rlforge_caf_io)
+# Cluster TLS (DESIGN.md "Cluster"): CAF's openssl module (libcaf-dev ships libcaf_openssl.so)
+# and OpenSSL itself (libssl-dev) for the certificate checks and `rlforge head --init-tls`.
+find_package(OpenSSL REQUIRED)
+find_library(CAF_OPENSSL_LIBRARY caf_openssl REQUIRED)
+add_library(rlforge_caf_openssl SHARED IMPORTED)
+set_target_properties(rlforge_caf_openssl PROPERTIES IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+  INTERFACE_LINK_LIBRARIES "rlforge_caf_io;OpenSSL::SSL;OpenSSL::Crypto")
+add_library(CAF::openssl ALIAS rlforge_caf_openssl)
 
 find_package(msgpack REQUIRED)        # target msgpackc-cxx
 find_package(spdlog REQUIRED)         # target spdlog::spdlog (compiled, external fmt)

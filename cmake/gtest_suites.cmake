@@ -18,7 +18,11 @@ foreach(line IN LISTS lines)
     set(name "${PREFIX}.${suite}")
     string(APPEND content
       "add_test([=[${name}]=] [=[${TEST_EXECUTABLE}]=] [=[--gtest_filter=${suite}.*]=])\n"
-      "set_tests_properties([=[${name}]=] PROPERTIES LABELS [=[${LABELS}]=] TIMEOUT ${TIMEOUT})\n")
+      "set_tests_properties([=[${name}]=] PROPERTIES LABELS [=[${LABELS}]=] TIMEOUT ${TIMEOUT}")
+    if(RUN_SERIAL)
+      string(APPEND content " RUN_SERIAL TRUE")
+    endif()
+    string(APPEND content ")\n")
   endif()
 endforeach()
 file(WRITE "${CTEST_FILE}" "${content}")

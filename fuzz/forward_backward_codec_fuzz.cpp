@@ -6,6 +6,7 @@
 // fixed point, or fails with a request_error of category user naming forward_backward; a decoded
 // request is then either accepted by the loss catalog and the datum check or refused by them with
 // a user error. Nothing else may escape.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +60,17 @@ tinker::forward_backward_request sample_request() {
   return r;
 }
 
+/// Element-wise equality where NaN equals NaN (the codec checks syntax only: a NaN weight
+/// decodes, and is refused later by the worker; it must survive a round trip as a NaN).
+bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))))
+      return false;
+  return true;
+}
+
 bool same(const tinker::forward_backward_request& a, const tinker::forward_backward_request& b) {
   if (a.model_id != b.model_id || a.seq_id != b.seq_id || a.loss_fn != b.loss_fn ||
       a.loss_fn_config != b.loss_fn_config || a.forward_only != b.forward_only ||
@@ -72,7 +84,8 @@ bool same(const tinker::forward_backward_request& a, const tinker::forward_backw
     for (const auto& [name, t] : x.loss_fn_inputs) {
       auto it = y.loss_fn_inputs.find(name);
       if (it == y.loss_fn_inputs.end() || it->second.type != t.type ||
-          it->second.shape != t.shape || it->second.floats != t.floats || it->second.ints != t.ints)
+          it->second.shape != t.shape || !same_values(it->second.floats, t.floats) ||
+          it->second.ints != t.ints)
         return false;
     }
   }

@@ -59,12 +59,19 @@ result<std::vector<std::string>> placement_table::add_node(const node_spec& node
   return place_pending();
 }
 
-result<node_removal> placement_table::remove_node(std::string_view node_id) {
+result<node_removal> placement_table::remove_node(std::string_view node_id,
+                                                  evicted_groups policy) {
   auto evicted = cluster_.remove_node(node_id);
   if (!evicted)
     return evicted.error();
   node_removal out;
   out.evicted = std::move(*evicted);
+  if (policy == evicted_groups::drop) {
+    for (const auto& id : out.evicted)
+      groups_.erase(id);
+    out.placed = place_pending();
+    return out;
+  }
   for (const auto& id : out.evicted) {
     auto& entry = groups_.at(id);
     entry.state = group_state::pending;

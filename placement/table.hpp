@@ -25,10 +25,17 @@ enum class group_state {
 /// Returns "placed" or "pending".
 const char* to_string(group_state x) noexcept;
 
+/// What becomes of the placed groups that had a bundle on a node being removed.
+enum class evicted_groups {
+  requeue, ///< released and queued again (to be placed on the remaining nodes)
+  drop,    ///< released and forgotten (a node died: their actors are gone, the groups failed)
+};
+
 /// What removing a node did.
 struct node_removal {
-  /// Placed groups that had a bundle on the node: released entirely and queued again, ahead of
-  /// the groups that were already pending (in id order).
+  /// Placed groups that had a bundle on the node, released entirely (in id order). With
+  /// `evicted_groups::requeue` they are queued again, ahead of the groups that were already
+  /// pending; with `evicted_groups::drop` they no longer exist.
   std::vector<std::string> evicted;
   /// Pending groups (evicted ones included) placed again on the remaining nodes, in the order
   /// they were placed.
@@ -49,9 +56,11 @@ public:
   /// in FIFO order.
   result<std::vector<std::string>> add_node(const node_spec& node);
 
-  /// Removes a node: groups with a bundle on it are released and queued again; then pending
-  /// groups are retried. Fails with `unknown_node` for ids not in the cluster.
-  result<node_removal> remove_node(std::string_view node_id);
+  /// Removes a node: groups with a bundle on it are released and queued again (or dropped, see
+  /// `evicted_groups`); then pending groups are retried. Fails with `unknown_node` for ids not in
+  /// the cluster.
+  result<node_removal> remove_node(std::string_view node_id,
+                                   evicted_groups evicted = evicted_groups::requeue);
 
   /// Creates group `group_id`: placed (reserved at once), pending (queued; `reason` says what
   /// is held by whom), infeasible (not queued; `reason` names the bundle and what no node can

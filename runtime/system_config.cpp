@@ -8,9 +8,13 @@
 #include <unistd.h>
 
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
 
 #include "runtime/errc.hpp"
+#include "runtime/cluster_endpoint.hpp"
 #include "runtime/logging.hpp"
+#include "runtime/openssl_error_queue.hpp"
+#include "runtime/tls.hpp"
 #include "runtime/type_registry.hpp"
 
 namespace rlforge::runtime {
@@ -52,7 +56,31 @@ system_config::system_config() {
     .add(node_id, "node-id", "this node's id")
     .add(pg_timeout_s, "pg-timeout", "seconds a placement group may stay pending")
     .add(call_timeout_s, "call-timeout", "default deadline of a group call in seconds")
-    .add(log_level, "log-level", "default log level (trace, debug, info, warn, error)");
+    .add(log_level, "log-level", "default log level (trace, debug, info, warn, error)")
+    .add(cluster, "cluster", "HOST:PORT of a cluster head to attach to (empty: embedded)")
+    .add(tls_dir, "tls", "directory with the cluster's ca.pem, cert.pem and key.pem")
+    .add(heartbeat_ms, "heartbeat-ms", "heartbeat interval of cluster connections in ms")
+    .add(dead_after_ms, "dead-after-ms", "silence in ms after which a cluster peer is dead");
+}
+
+void system_config::enable_cluster_transport() {
+  set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds{heartbeat_ms}});
+  set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds{dead_after_ms}});
+}
+
+caf::error system_config::apply_tls() {
+  if (tls_dir.empty() || tls_loaded_)
+    return caf::none;
+  if (auto err = check_tls(tls_dir))
+    return err;
+  keep_openssl_error_queue_clean();
+  auto files = tls_files_in(tls_dir);
+  openssl_certificate = files.cert;
+  openssl_key = files.key;
+  openssl_cafile = files.ca_cert;
+  load<caf::openssl::manager>();
+  tls_loaded_ = true;
+  return caf::none;
 }
 
 caf::error system_config::apply_environment() {
@@ -68,6 +96,14 @@ caf::error system_config::apply_environment() {
     return err;
   if (auto err = read_env("RLFORGE_CALL_TIMEOUT_S", call_timeout_s))
     return err;
+  if (auto err = read_env("RLFORGE_CLUSTER", cluster))
+    return err;
+  if (auto err = read_env("RLFORGE_TLS_DIR", tls_dir))
+    return err;
+  if (auto err = read_env("RLFORGE_HEARTBEAT_MS", heartbeat_ms))
+    return err;
+  if (auto err = read_env("RLFORGE_DEAD_AFTER_MS", dead_after_ms))
+    return err;
   return caf::none;
 }
 
@@ -75,8 +111,9 @@ caf::error system_config::parse_args(std::vector<std::string> args) {
   if (auto err = apply_environment())
     return err;
   // Short forms of rlforge's options: `--gpus=4` / `--gpus 4` mean `--rlforge.gpus=4`.
-  static const char* short_names[] = {"gpus",       "cpus",         "memory-gb", "node-id",
-                                      "pg-timeout", "call-timeout", "log-level"};
+  static const char* short_names[] = {"gpus",         "cpus",      "memory-gb", "node-id",
+                                      "pg-timeout",   "call-timeout", "log-level", "cluster",
+                                      "tls",          "heartbeat-ms", "dead-after-ms"};
   std::vector<std::string> rewritten;
   for (size_t i = 0; i < args.size(); ++i) {
     auto arg = args[i];
@@ -102,6 +139,10 @@ caf::error system_config::parse_args(std::vector<std::string> args) {
     return make_error(errc::invalid_argument, "unknown argument '" + remainder.front() + "'");
   if (auto err = validate())
     return err;
+  if (auto err = apply_tls())
+    return err;
+  if (!cluster.empty())
+    enable_cluster_transport();
   init_logging(log_level);
   return caf::none;
 }
@@ -129,6 +170,14 @@ caf::error system_config::validate() const {
   if (!std::isfinite(call_timeout_s) || call_timeout_s <= 0)
     return bad("call-timeout must be a finite number of seconds > 0, got "
                + std::to_string(call_timeout_s));
+  if (!cluster.empty())
+    if (auto at = parse_endpoint(cluster); !at)
+      return bad("cluster: " + error_message(at.error()));
+  if (heartbeat_ms < 10 || heartbeat_ms > 60000)
+    return bad("heartbeat-ms must be in 10..60000, got " + std::to_string(heartbeat_ms));
+  if (dead_after_ms < 2 * heartbeat_ms || dead_after_ms > 600000)
+    return bad("dead-after-ms must be at least twice heartbeat-ms (" + std::to_string(heartbeat_ms)
+               + ") and at most 600000, got " + std::to_string(dead_after_ms));
   static const char* levels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
   bool known = false;
   for (auto* l : levels)

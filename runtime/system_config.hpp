@@ -19,7 +19,16 @@ namespace rlforge::runtime {
 /// `--gpus=4`); CAF's are used as CAF documents them (`--scheduler.max-threads=2`).
 ///
 /// Environment: `RLFORGE_GPUS`, `RLFORGE_CPUS`, `RLFORGE_MEMORY_GB`, `RLFORGE_NODE_ID`,
-/// `RLFORGE_PG_TIMEOUT_S`, `RLFORGE_CALL_TIMEOUT_S`, `SPDLOG_LEVEL`.
+/// `RLFORGE_PG_TIMEOUT_S`, `RLFORGE_CALL_TIMEOUT_S`, `RLFORGE_CLUSTER`, `RLFORGE_TLS_DIR`,
+/// `RLFORGE_HEARTBEAT_MS`, `RLFORGE_DEAD_AFTER_MS`, `SPDLOG_LEVEL`.
+///
+/// Cluster settings (DESIGN.md "Cluster"): `cluster` (HOST:PORT of a head) makes a driver attach
+/// to that cluster instead of running the embedded one-process default; `tls_dir` loads CAF's
+/// openssl module with the directory's certificate, key and CA (runtime/tls.hpp), so every
+/// connection this process makes or accepts is mutual TLS; `heartbeat_ms` / `dead_after_ms` turn
+/// on CAF's connection heartbeats (a peer silent for `dead_after_ms` is disconnected, which every
+/// monitor of its actors sees as a `down_msg`). They apply when `cluster` is set or a cluster
+/// process calls `enable_cluster_transport()`.
 ///
 /// Defaults that differ from CAF's: the `sharing` scheduler with one worker per core (CAF's
 /// default work-stealing scheduler with 4 workers makes a blocking round trip ~5x slower on
@@ -53,9 +62,28 @@ public:
   double call_timeout_s = 600;
   /// Default log level for loggers not named in SPDLOG_LEVEL.
   std::string log_level = "warn";
+  /// HOST:PORT of the head to attach to; empty = the embedded one-process default.
+  std::string cluster;
+  /// Directory of the cluster's TLS files (ca.pem, cert.pem, key.pem); empty = plain TCP.
+  std::string tls_dir;
+  /// Interval of the heartbeats on cluster connections, in ms.
+  int64_t heartbeat_ms = 200;
+  /// A cluster peer silent for this long is declared dead (its connection closed), in ms.
+  int64_t dead_after_ms = 1000;
+
+  /// Turns on what cluster connections need: CAF's heartbeats and connection timeout from
+  /// `heartbeat_ms` / `dead_after_ms`. Called by `parse_args` when `cluster` is set and by the
+  /// head and node programs; must run before the actor system is created. Idempotent.
+  void enable_cluster_transport();
+
+  /// True when the openssl module is loaded (a TLS directory was given and checked).
+  bool tls() const { return tls_loaded_; }
 
 private:
   caf::error apply_environment();
+  caf::error apply_tls();
+
+  bool tls_loaded_ = false;
 };
 
 /// This node's resources from the configuration and the machine (CPUs from the hardware,

@@ -14,6 +14,9 @@ const char* const message_type_names[] = {
   "rlforge::optim_request",   "rlforge::optim_result",     "rlforge::model_spec",
   "rlforge::algorithm_config", "rlforge::tensor_map",     "rlforge::sample_request",
   "rlforge::sample_output",   "rlforge::weight_sync_spec",
+  "rlforge::node_join_request", "rlforge::join_reply",    "rlforge::driver_hello",
+  "rlforge::node_endpoint",   "rlforge::node_heartbeat",   "rlforge::group_record",
+  "rlforge::rank_actor",      "rlforge::node_agent_actor", "rlforge::head_actor",
 };
 
 namespace {

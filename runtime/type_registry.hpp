@@ -9,6 +9,7 @@
 #include <caf/detail/type_list.hpp>
 #include <caf/message.hpp>
 
+#include "runtime/cluster_protocol.hpp"
 #include "runtime/messages.hpp"
 
 namespace rlforge::runtime {
@@ -21,7 +22,9 @@ using message_types = caf::detail::type_list<
   rank_info, collective_spec, op_result, resource_amounts, std::vector<int32_t>, std::vector<int64_t>,
   std::vector<float>, std::vector<double>, std::vector<caf::message>, std::vector<uint8_t>,
   batch_payload, loss_request, batch_result, optim_request, optim_result, model_spec,
-  algorithm_config, tensor_map, sample_request, sample_output, weight_sync_spec>;
+  algorithm_config, tensor_map, sample_request, sample_output, weight_sync_spec,
+  node_join_request, join_reply, driver_hello, node_endpoint, node_heartbeat, group_record,
+  rank_actor, node_agent_actor, head_actor>;
 
 /// The CAF name of each type in `message_types` (same order).
 extern const char* const message_type_names[];

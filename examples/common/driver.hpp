@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_group.hpp"
+#include "actors/cluster.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/trainer_client.hpp"
 #include "runtime/system_config.hpp"
@@ -32,6 +33,8 @@ struct driver_options {
   uint64_t seed = 1;
   std::string metrics;
   bool quiet = false;
+  std::string cluster; ///< HOST:PORT of a cluster head (--cluster); empty = embedded
+  std::string tls;     ///< the cluster's TLS directory (--tls)
 };
 
 namespace detail {
@@ -88,6 +91,11 @@ inline bool parse_flags(int argc, char** argv, const char* prog, const std::stri
       o.metrics = v;
     } else if (a == "--quiet") {
       o.quiet = true;
+    } else if (a == "--cluster" || a == "--tls") {
+      auto v = value();
+      if (!v)
+        return false;
+      (a == "--cluster" ? o.cluster : o.tls) = v;
     } else {
       std::fprintf(stderr, "%s: unknown argument '%s'\n", prog, a.c_str());
       return false;
@@ -98,8 +106,8 @@ inline bool parse_flags(int argc, char** argv, const char* prog, const std::stri
 
 } // namespace detail
 
-/// Parses `count_flag N`, `--batch B`, `--ranks R`, `--lr X`, `--seed S`, `--metrics FILE` and
-/// `--quiet` into `o`; on a bad argument prints "<prog>: ..." and the usage line to stderr and
+/// Parses `count_flag N`, `--batch B`, `--ranks R`, `--lr X`, `--seed S`, `--metrics FILE`,
+/// `--quiet`, `--cluster HOST:PORT` and `--tls DIR` into `o`; on a bad argument prints "<prog>: ..." and the usage line to stderr and
 /// returns false.
 inline bool parse_options(int argc, char** argv, const char* prog, const std::string& count_flag,
                           driver_options& o) {
@@ -107,7 +115,7 @@ inline bool parse_options(int argc, char** argv, const char* prog, const std::st
     return true;
   std::fprintf(stderr,
                "usage: %s [%s N] [--batch B] [--ranks R] [--lr X] [--seed S] [--metrics FILE] "
-               "[--quiet]\n",
+               "[--quiet] [--cluster HOST:PORT] [--tls DIR]\n",
                prog, count_flag.c_str());
   return false;
 }
@@ -122,10 +130,20 @@ inline bool open_metrics(std::ofstream& out, const std::string& path, const char
   return true;
 }
 
-/// Sets `gpus` virtual GPUs on `cfg` and applies the defaults; prints the error on failure.
-inline bool configure(runtime::system_config& cfg, int gpus, const char* prog) {
+/// Sets `gpus` virtual GPUs on `cfg` and applies the defaults (and the environment); with
+/// `cluster` (or RLFORGE_CLUSTER) the driver attaches to that cluster instead of running the
+/// embedded default, over TLS with `tls`. Prints the error on failure.
+inline bool configure(runtime::system_config& cfg, int gpus, const char* prog,
+                      const std::string& cluster = {}, const std::string& tls = {}) {
   cfg.gpus = gpus;
-  if (auto err = cfg.parse_args({})) {
+  std::vector<std::string> args;
+  if (!cluster.empty())
+    args = {"--cluster", cluster};
+  if (!tls.empty()) {
+    args.push_back("--tls");
+    args.push_back(tls);
+  }
+  if (auto err = cfg.parse_args(args)) {
     std::fprintf(stderr, "%s: %s\n", prog, caf::to_string(err).c_str());
     return false;
   }
@@ -145,6 +163,15 @@ inline nlohmann::json llama_config(int64_t vocab_size) {
                         {"max_position_embeddings", 64},
                         {"rms_norm_eps", 1e-6},
                         {"tie_word_embeddings", false}};
+}
+
+/// The placement-group manager of the driver: a local one in the embedded default, the cluster's
+/// with --cluster (actors/cluster.hpp). Exits with a message when the cluster is unreachable.
+template <class OrDie>
+caf::actor placement(const OrDie& or_die, caf::actor_system& sys,
+                     const runtime::system_config& cfg) {
+  return or_die(actors::placement_manager_for(sys, cfg, std::chrono::seconds(30)),
+                "placement manager");
 }
 
 /// Unwraps results, or prints "<prog>: <what> failed: <error>" and exits with status 1.
@@ -186,10 +213,11 @@ inline actors::actor_group spawn_group(const fatal_errors& or_die, actors::place
   return or_die(actors::actor_group::spawn(or_die.sys, spec), what);
 }
 
-/// Stops the dispatcher and the placement manager (stop the groups first).
+/// Stops the dispatcher and the placement manager, or detaches from the cluster (stop the groups
+/// first).
 inline void shutdown(actors::trainer_client& client, const caf::actor& manager) {
   caf::anon_send_exit(client.dispatcher(), caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
+  actors::stop_placement_manager(manager);
 }
 
 /// Means of the first and of the last min(k, size) values (single iterations are noisy).

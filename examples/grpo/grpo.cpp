@@ -78,16 +78,18 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-/// Spawns `ranks` ranks of `kind` as group `role` into the shared placement group at 0.2 GPU
-/// per rank (reserved through the manager, so the roles' shares add up exactly).
-actor_group spawn_colocated(const examples::fatal_errors& or_die, const caf::actor& manager,
-                            const placement_group_info& pg, const std::string& role,
-                            const std::string& kind, bool collectives) {
+/// Spawns one rank per bundle of `pg` (times `per_bundle`) of `kind` as group `role` at `gpu`
+/// GPU per rank (reserved through the manager, so the roles' shares add up exactly).
+actor_group spawn_role(const examples::fatal_errors& or_die, const caf::actor& manager,
+                       const placement_group_info& pg, const std::string& role,
+                       const std::string& kind, bool collectives, double gpu,
+                       int per_bundle = 1) {
   group_spec spec;
   spec.name = role;
   spec.kind = kind;
   spec.placement = pg;
-  spec.gpu_per_rank = 0.2;
+  spec.num_ranks = per_bundle * static_cast<int32_t>(pg.bundles.size());
+  spec.gpu_per_rank = gpu;
   spec.threads_per_rank = 1;
   spec.collectives = collectives;
   spec.placement_manager = manager;
@@ -200,22 +202,37 @@ int run(int argc, char** argv) {
   const auto job_start = clock_type::now();
 
   runtime::system_config cfg;
-  if (!examples::configure(cfg, 2, prog)) // two virtual GPUs
+  if (!examples::configure(cfg, 2, prog, opt.cluster, opt.tls)) // two virtual GPUs
     return 2;
   register_worker_kinds();
   register_engine_kind();
   caf::actor_system sys{cfg};
   examples::fatal_errors or_die{prog, sys};
-  auto manager = spawn_placement_manager(sys, {local_node(cfg)}, 30s);
+  auto manager = examples::placement(or_die, sys, cfg);
   placement_client pgs{sys, manager};
   trainer_client client{sys, spawn_dispatcher(sys), 300s};
 
-  // One placement group, every role on both bundles at 0.2 GPU per rank.
   std::vector<resource_amounts> bundles(2, resource_amounts{{"GPU", 1.0}, {"CPU", 1.0}});
-  auto pg = or_die(pgs.create({"colocated", bundles, "pack", 30}), "placement group");
-  auto policy = spawn_colocated(or_die, manager, pg, "policy", "policy", true);
-  auto ref = spawn_colocated(or_die, manager, pg, "ref", "ref", true);
-  auto engines = spawn_colocated(or_die, manager, pg, "engines", "engine", false);
+  const bool split = opt.layout == "split";
+  actor_group policy, ref, engines;
+  if (!split) {
+    // One placement group, every role on both bundles at 0.2 GPU per rank.
+    auto pg = or_die(pgs.create({"colocated", bundles, "pack", 30}), "placement group");
+    policy = spawn_role(or_die, manager, pg, "policy", "policy", true, 0.2);
+    ref = spawn_role(or_die, manager, pg, "ref", "ref", true, 0.2);
+    engines = spawn_role(or_die, manager, pg, "engines", "engine", false, 0.2);
+  } else {
+    // Two bundles spread over the nodes: training on the first, generation on the second.
+    auto pg = or_die(pgs.create({"split", bundles, "spread", 30}), "placement group");
+    auto bundle = [&](size_t i) {
+      auto one = pg;
+      one.bundles = {pg.bundles.at(i)};
+      return one;
+    };
+    policy = spawn_role(or_die, manager, bundle(0), "policy", "policy", true, 0.5);
+    ref = spawn_role(or_die, manager, bundle(0), "ref", "ref", true, 0.5);
+    engines = spawn_role(or_die, manager, bundle(1), "engines", "engine", false, 0.5, 2);
+  }
   or_die(client.register_group("policy", policy), "register policy");
   or_die(client.register_group("ref", ref), "register ref");
   or_die(client.register_engines(engines), "register engines");
@@ -228,12 +245,21 @@ int run(int argc, char** argv) {
   auto params = or_die(client.init_model("policy", model), "init_model policy");
   or_die(client.init_model("ref", model), "init_model ref");
   or_die(client.init_model("engines", model), "init_model engines");
-  or_die(client.colocate({"policy", "ref", "engines"}), "colocate");
+  if (!split)
+    or_die(client.colocate({"policy", "ref", "engines"}), "colocate");
   const auto max_tokens = task.max_answer_tokens();
-  std::printf("grpo: %lld-parameter Llama; policy (2 DP ranks), ref (2) and engines (2) "
-              "colocated on 2 virtual GPUs at 0.2 each; task: %d-digit addition, %d held-out "
-              "problems\n",
-              static_cast<long long>(params), opt.digits, opt.held_out);
+  if (!split)
+    std::printf("grpo: %lld-parameter Llama; policy (2 DP ranks), ref (2) and engines (2) "
+                "colocated on 2 virtual GPUs at 0.2 each; task: %d-digit addition, %d held-out "
+                "problems\n",
+                static_cast<long long>(params), opt.digits, opt.held_out);
+  else
+    std::printf("grpo: %lld-parameter Llama; policy (1 rank) and ref (1) on node '%s', engines "
+                "(2) on node '%s'; task: %d-digit addition, %d held-out problems\n",
+                static_cast<long long>(params),
+                or_die(policy.ranks(), "ranks").at(0).node_id.c_str(),
+                or_die(engines.ranks(), "ranks").at(0).node_id.c_str(), opt.digits,
+                opt.held_out);
 
   // 1. Warm start.
   std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
@@ -361,6 +387,13 @@ int run(int argc, char** argv) {
   if (!opt.quiet)
     std::printf("\n");
   metrics.close();
+
+  // Which transport each engine rank's weights took (in_process, shm or gloo).
+  auto ledger = or_die(client.status(), "status");
+  std::string transports;
+  for (auto& [rank, transport] : ledger["last_sync"].items())
+    transports += " " + rank + "=" + transport.get<std::string>();
+  std::printf("grpo: weight sync transports:%s\n", transports.c_str());
 
   // 4. Held-out accuracy after GRPO, the plot, the verdict.
   double acc_after = greedy_accuracy(or_die, client, task.held_out(), max_tokens);

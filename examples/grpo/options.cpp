@@ -74,7 +74,9 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--kl-coef", {&o.kl_coef, true}},
     {"--sft-target", {&o.sft_target, true}},
   };
-  std::map<std::string, std::string*> paths{{"--metrics", &o.metrics}, {"--plot", &o.plot}};
+  std::map<std::string, std::string*> paths{{"--metrics", &o.metrics}, {"--plot", &o.plot},
+                                            {"--cluster", &o.cluster}, {"--tls", &o.tls},
+                                            {"--layout", &o.layout}};
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     if (a == "--quick")
@@ -123,6 +125,10 @@ parse_result parse_options(const std::vector<std::string>& args) {
         r.error = a + " needs a non-empty path";
         return r;
       }
+      if (a == "--layout" && v != "colocated" && v != "split") {
+        r.error = "--layout must be colocated or split, got '" + v + "'";
+        return r;
+      }
       *pt->second = v;
     } else { // --seed
       long long x = 0;
@@ -141,10 +147,13 @@ std::string usage(const std::string& prog) {
          " [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick]\n"
          "       [--digits D] [--held-out N] [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
          "       [--sft-target A] [--prompts P] [--group G] [--lr X] [--epochs E]\n"
-         "       [--temperature T] [--kl-coef C]\n"
+         "       [--temperature T] [--kl-coef C] [--layout colocated|split]\n"
+         "       [--cluster HOST:PORT] [--tls DIR]\n"
          "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
          "inference engines on virtual GPUs; prints held-out accuracy before and after.\n"
-         "--quick runs a small job (a few steps) to check everything end to end.\n";
+         "--quick runs a small job (a few steps) to check everything end to end.\n"
+         "--cluster runs the ranks on the nodes of a cluster (rlforge head / rlforge node);\n"
+         "--layout split puts the policy and the engines on different bundles (nodes).\n";
 }
 
 } // namespace rlforge::examples::grpo

@@ -33,6 +33,14 @@ struct options {
   int epochs = 2;                 ///< PPO-clip updates on each step's samples (--epochs)
   double temperature = 0.7;       ///< sampling temperature (--temperature), > 0
   double kl_coef = 0.001;         ///< KL-to-reference loss coefficient (--kl-coef; 0 = off)
+  // Where the job runs.
+  std::string cluster;            ///< HOST:PORT of a cluster head (--cluster; empty = embedded)
+  std::string tls;                ///< the cluster's TLS directory (--tls)
+  /// "colocated" (--layout; default): policy, ref and engines share both GPUs at 0.2 each and
+  /// take turns (SkyRL's colocate_all). "split": two bundles spread over the nodes, the policy
+  /// (1 rank) and the ref (1 rank) on the first at 0.5 GPU each, the engines (2 ranks) on the
+  /// second; nothing is offloaded and weight sync goes from one bundle's node to the other's.
+  std::string layout = "colocated";
 };
 
 /// The result of parsing: the options, or an error naming the flag and value.
@@ -45,8 +53,8 @@ struct parse_result {
 /// Parses `args` (without the program name). Unknown flags, missing values, values that are not
 /// numbers or are out of range (steps, sft-batch, prompts, held-out, epochs >= 1; sft-steps >= 0;
 /// group >= 2; digits 1..4; learning rates and temperature > 0 and finite; kl-coef >= 0;
-/// sft-target in [0, 1]) give an
-/// error naming the flag and the value; empty --metrics / --plot paths are refused too.
+/// sft-target in [0, 1]; --layout colocated or split) give an error naming the flag and the
+/// value; empty --metrics / --plot / --cluster / --tls values are refused too.
 parse_result parse_options(const std::vector<std::string>& args);
 
 /// The usage text, one flag per line.

@@ -83,12 +83,12 @@ int main(int argc, char** argv) {
     return 2;
   runtime::system_config cfg;
   // virtual GPUs; policy, critic and ref share them at 0.3 each
-  if (!examples::configure(cfg, opt.ranks, "ppo_example"))
+  if (!examples::configure(cfg, opt.ranks, "ppo_example", opt.cluster, opt.tls))
     return 2;
   register_worker_kinds();
   caf::actor_system sys{cfg};
   examples::fatal_errors or_die{"ppo_example", sys};
-  auto manager = spawn_placement_manager(sys, {local_node(cfg)}, 30s);
+  auto manager = examples::placement(or_die, sys, cfg);
   placement_client pgs{sys, manager};
   trainer_client client{sys, spawn_dispatcher(sys), 120s};
 

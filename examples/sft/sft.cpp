@@ -96,13 +96,14 @@ int main(int argc, char** argv) {
   if (!examples::open_metrics(metrics, opt.metrics, "sft_example"))
     return 2;
   runtime::system_config cfg;
-  if (!examples::configure(cfg, opt.ranks, "sft_example")) // virtual GPUs: one per rank
+  // Virtual GPUs: one per rank.
+  if (!examples::configure(cfg, opt.ranks, "sft_example", opt.cluster, opt.tls))
     return 2;
   register_worker_kinds();
   caf::actor_system sys{cfg};
   examples::fatal_errors or_die{"sft_example", sys};
 
-  auto manager = spawn_placement_manager(sys, {local_node(cfg)}, 30s);
+  auto manager = examples::placement(or_die, sys, cfg);
   placement_client pgs{sys, manager};
   auto group = examples::spawn_group(or_die, pgs, manager, "sft", "policy", opt.ranks,
                                      {{"GPU", 1}, {"CPU", 1}}, "spawn policy group");

@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "actors/placement_manager.hpp"
+#include "actors/protocol.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
 
@@ -175,4 +176,47 @@ TEST_F(PlacementManager, BadRequestsAreClearErrorsAndChangeNothing) {
   EXPECT_TRUE(is(bad_node.error(), errc::already_exists));
   expect_still_usable();
   ASSERT_TRUE(client_->get("dup"));
+}
+
+TEST_F(PlacementManager, ANodeThatDiesFailsItsGroupsAndFreesTheirOtherBundles) {
+  auto spread = client_->create(request("spread", {{{"GPU", 4}}, {{"GPU", 4}}}, "strict_spread"));
+  ASSERT_TRUE(spread) << sys_->render(spread.error());
+  caf::scoped_actor self{*sys_};
+  std::vector<std::string> failed;
+  self->request(client_->handle(), 10s, remove_node_atom::value, std::string{"n1"},
+                std::string{"died (test)"})
+    .receive([&](std::vector<std::string>& x) { failed = x; },
+             [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
+  EXPECT_EQ(failed, std::vector<std::string>{"spread"});
+  auto gone = client_->get("spread");
+  ASSERT_FALSE(gone);
+  EXPECT_TRUE(is(gone.error(), errc::rank_failed));
+  EXPECT_NE(error_message(gone.error()).find("node 'n1' died (test)"), std::string::npos)
+    << error_message(gone.error());
+  auto reserve = client_->reserve("spread", 0, {{"GPU", 0.5}});
+  ASSERT_FALSE(reserve);
+  EXPECT_TRUE(is(reserve.error(), errc::rank_failed));
+  // n0's GPUs are free again; n1's left the cluster.
+  auto all_of_n0 = client_->create(request("n0-full", {{{"GPU", 4}}}, "pack", 2));
+  ASSERT_TRUE(all_of_n0) << sys_->render(all_of_n0.error());
+  EXPECT_EQ(all_of_n0->bundles[0].node_id, "n0");
+  auto infeasible = client_->create(request("too-big", {{{"GPU", 1}}, {{"GPU", 1}}},
+                                            "strict_spread", 2));
+  ASSERT_FALSE(infeasible);
+  // The failed group is forgotten on remove and its name can be used again.
+  EXPECT_TRUE(client_->remove("spread"));
+  ASSERT_TRUE(client_->remove("n0-full"));
+  EXPECT_TRUE(client_->create(request("spread", {{{"GPU", 1}}})));
+  // An unknown node is an error; the manager stays usable.
+  caf::error unknown;
+  self->request(client_->handle(), 10s, remove_node_atom::value, std::string{"n9"},
+                std::string{"x"})
+    .receive([](std::vector<std::string>&) {}, [&](caf::error& e) { unknown = e; });
+  EXPECT_TRUE(is(unknown, errc::not_found)) << sys_->render(unknown);
+  // The status lists the remaining node and the groups.
+  std::string status;
+  self->request(client_->handle(), 10s, pg_status_atom::value)
+    .receive([&](std::string& s) { status = s; }, [](caf::error&) {});
+  EXPECT_NE(status.find("\"id\":\"n0\""), std::string::npos) << status;
+  EXPECT_EQ(status.find("\"id\":\"n1\""), std::string::npos) << status;
 }

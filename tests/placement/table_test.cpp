@@ -152,6 +152,22 @@ TEST(Table, RemoveNodeEvictsItsGroupsAndRequeuesThemFirst) {
   EXPECT_TRUE(error_names(unknown.error(), placement_errc::unknown_node, "n0"));
 }
 
+TEST(Table, RemoveNodeCanDropItsGroupsAndFreeTheirOtherBundles) {
+  auto t = table_of({gpu_node("n0", 1), gpu_node("n1", 1)});
+  // "spread" holds a GPU on both nodes; "late" waits for one.
+  ASSERT_TRUE(t.create("spread", gpus(placement_strategy::strict_spread, 2, 1)).placed());
+  ASSERT_TRUE(t.create("late", gpus(placement_strategy::pack, 1, 1)).pending());
+  auto removal = t.remove_node("n0", evicted_groups::drop);
+  ASSERT_TRUE(removal.ok());
+  EXPECT_EQ(removal->evicted, ids{"spread"});
+  // The dropped group is gone, and its bundle on n1 went to the waiting group.
+  EXPECT_FALSE(t.state("spread").has_value());
+  EXPECT_EQ(removal->placed, ids{"late"});
+  EXPECT_EQ(t.bundles("late")->front().node_id, "n1");
+  EXPECT_TRUE(t.pending().empty());
+  EXPECT_FALSE(t.remove("spread").ok());
+}
+
 TEST(Table, CancelPendingDropsOnlyPendingGroups) {
   auto t = table_of({gpu_node("n0", 1)});
   ASSERT_TRUE(t.create("placed", gpus(placement_strategy::pack, 1, 1)).placed());

@@ -115,6 +115,38 @@ weight_sync_spec sample(weight_sync_spec*) {
   return {"gloo", "sync-7", 3, 1 << 20, 5000, "127.0.0.1", 41234, 3, 1};
 }
 
+node_join_request sample(node_join_request*) {
+  return {sample(static_cast<node_resources*>(nullptr)), "10.0.0.7", 41234, "0.1.0",
+          {"rlforge::x: x(0)", "interface y: z"}, {"engine", "policy"}, "host-a", 4242};
+}
+join_reply sample(join_reply*) {
+  return {"c0ffee", "0.1.0", 200, 1000};
+}
+driver_hello sample(driver_hello*) {
+  return {"host-a:99:abcd", "0.1.0", {"line 1", "line 2"}, "host-a", 99};
+}
+node_endpoint sample(node_endpoint*) {
+  return {"n3", "::1", 6380};
+}
+node_heartbeat sample(node_heartbeat*) {
+  return {"n3", {"driver-a", "driver-b"}, {2, 5}};
+}
+group_record sample(group_record*) {
+  return {"policy", "policy", "train", {"n1", "n2"}};
+}
+/// A handle of a live actor of the client's system: it comes back as itself (a typed handle is
+/// an actor address on the wire; the cast does not check the interface).
+caf::actor handle_source;
+rank_actor sample(rank_actor*) {
+  return caf::actor_cast<rank_actor>(handle_source);
+}
+node_agent_actor sample(node_agent_actor*) {
+  return caf::actor_cast<node_agent_actor>(handle_source);
+}
+head_actor sample(head_actor*) {
+  return caf::actor_cast<head_actor>(handle_source);
+}
+
 bool equal(const std::vector<caf::message>& a, const std::vector<caf::message>& b) {
   if (a.size() != b.size())
     return false;
@@ -147,9 +179,12 @@ protected:
     ASSERT_TRUE(remote) << client_->render(remote.error());
     remote_ = *remote;
     local_echo_ = echo_actor;
+    handle_source = client_->spawn(echo);
   }
 
   void TearDown() override {
+    caf::anon_send_exit(handle_source, caf::exit_reason::user_shutdown);
+    handle_source = caf::actor{};
     caf::anon_send_exit(local_echo_, caf::exit_reason::user_shutdown);
     remote_ = caf::actor{};
     local_echo_ = caf::actor{};

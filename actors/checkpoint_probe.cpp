@@ -1,0 +1,36 @@
+#include "actors/checkpoint_probe.hpp"
+
+#include <filesystem>
+#include <system_error>
+
+#include "actors/actor_kind.hpp"
+#include "actors/weight_sync.hpp"
+#include "backends/error.hpp"
+#include "backends/train/checkpoint.hpp"
+
+namespace rlforge::actors {
+
+caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const caf::message& args) {
+  namespace be = rlforge::backends;
+  if (!args.match_elements<std::string, int64_t, std::string>())
+    be::fail(be::error_code::invalid_argument,
+             "checkpoint_visible expects (std::string root, int64 global_step, std::string "
+             "role), got " + caf::to_string(args));
+  be::checkpoint_location where{args.get_as<std::string>(0), args.get_as<int64_t>(1),
+                                args.get_as<std::string>(2), ctx.info.rank,
+                                ctx.info.world_size};
+  where.validate();
+  auto meta = std::filesystem::path{be::rank_directory(where)} / "meta.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(meta, ec))
+    be::fail(be::error_code::not_found,
+             "checkpoint file '" + meta.string() + "' is not visible on node '"
+               + ctx.info.node_id + "' (address " + this_process().address
+               + "): every rank must see its own rank directory, either on a file system shared "
+                 "by all nodes or in a per-node directory at the same path on the node the rank "
+                 "runs on (ranks keep their placement order, so rank "
+               + std::to_string(ctx.info.rank) + " needs it on its node)");
+  return caf::message{};
+}
+
+} // namespace rlforge::actors

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <caf/expected.hpp>
+#include <caf/message.hpp>
+
+namespace rlforge::actors {
+
+struct rank_context;
+
+/// The built-in op `checkpoint_visible` of every rank (rank_actor.hpp): (std::string root,
+/// int64 global_step, std::string role) → (). Answers () when this rank can see its own
+/// complete checkpoint directory `root/global_step_N/<role>/rank_<r>/` (its `meta.json`, written
+/// last, exists) on the file system of the node it runs on; otherwise fails naming the path, the
+/// node and the two supported setups (a shared file system, or per-node directories that each
+/// hold the ranks placed there). A resume asks every rank first, so a checkpoint some rank
+/// cannot see is refused before any rank loads anything. Throws `backends::error` for bad
+/// arguments.
+caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const caf::message& args);
+
+} // namespace rlforge::actors

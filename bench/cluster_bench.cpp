@@ -1,0 +1,347 @@
+// A cluster on this machine (`rlforge head` and two `rlforge node` processes on 127.0.0.1, this
+// program the driver), each figure against its peer or limit measured in the same run:
+//  1. control round trip driver -> group of 4 ranks spread over the 2 node processes ->
+//     gathered reply, empty payload, from an event-based driver; peer: one remote rank's round
+//     trip (CAF's loopback RTT); goal <= 300 us median.
+//  2. remote rank spawn rate: ranks in groups of 16 (8 per node) spawned through the node
+//     agents, counted when every rank answered its first call; peer: Ray's 551 actors/s on one
+//     node; goal >= 2,000 ranks/s.
+//  3. weight sync from a policy rank on one node to an engine on the other over Gloo (a
+//     ~160 MB model), as a ratio to raw TCP loopback bandwidth (two sockets in this process);
+//     goal >= 0.7.
+//  4. node death detection: a node process SIGKILLed / SIGSTOPped, until the head reports it
+//     dead (polled every 10 ms), with rlforge's default heartbeats (200 ms, dead after 1 s);
+//     goal <= 2 s.
+//  5. the GRPO job (examples/grpo, layout split: policy + ref on one bundle, 2 engines on the
+//     other) on 2 node processes vs embedded on one node, same work per role: median step time
+//     ratio. Skipped with --quick.
+// Medians of repeated runs.
+//
+// Usage: cluster_bench [--quick]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/actor_group.hpp"
+#include "actors/dispatcher.hpp"
+#include "actors/protocol.hpp"
+#include "actors/trainer_client.hpp"
+#include "bench/bench_util.hpp"
+#include "tests/cluster/cluster_fixture.hpp"
+
+using namespace rlforge;
+using namespace rlforge::actors;
+using namespace rlforge::cluster_test;
+using rlforge::bench::clock_type;
+using rlforge::bench::median;
+using rlforge::bench::seconds_since;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* prog = "cluster_bench";
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", prog, what.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T or_die(caf::expected<T> x, caf::actor_system& sys, const char* what) {
+  if (!x)
+    die(std::string{what} + ": " + sys.render(x.error()));
+  return std::move(*x);
+}
+
+const char* verdict(bool met) {
+  return met ? "met" : "not met";
+}
+
+actor_group spawn_group(test_driver& d, const std::string& name, const std::string& kind,
+                        const placement_group_info& pg, int ranks, bool collectives = false) {
+  group_spec spec;
+  spec.name = name;
+  spec.kind = kind;
+  spec.placement = pg;
+  spec.num_ranks = ranks;
+  spec.threads_per_rank = 1;
+  spec.collectives = collectives;
+  return or_die(actor_group::spawn(d.sys(), spec), d.sys(), "spawn group");
+}
+
+/// Round trips of `request` from an event-based driver, in microseconds.
+template <class Send>
+std::vector<double> round_trips(caf::actor_system& sys, int n, Send send) {
+  struct state {
+    std::vector<double> us;
+    clock_type::time_point sent;
+  };
+  caf::scoped_actor self{sys};
+  auto reply_to = caf::actor_cast<caf::actor>(self);
+  auto driver = sys.spawn([=](caf::stateful_actor<state>* d) -> caf::behavior {
+    auto next = [=] {
+      d->state.sent = clock_type::now();
+      send(d);
+    };
+    next();
+    auto done = [=] {
+      d->state.us.push_back(seconds_since(d->state.sent) * 1e6);
+      if (static_cast<int>(d->state.us.size()) < n)
+        next();
+      else
+        d->send(reply_to, d->state.us);
+    };
+    return {
+      [=](std::vector<caf::message>&) { done(); },
+      [=](op_result&) { done(); },
+    };
+  });
+  std::vector<double> out;
+  self->receive([&](std::vector<double>& us) { out = std::move(us); });
+  caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+  return out;
+}
+
+void control_round_trip(test_driver& d) {
+  auto pg = or_die(d.pgs().create({"rtt", std::vector<resource_amounts>(4, {{"CPU", 1}}),
+                                   "spread", 10}),
+                   d.sys(), "create rtt group");
+  auto group = spawn_group(d, "rtt", "ref", pg, 4);
+  auto handles = or_die(group.rank_handles(), d.sys(), "rank handles");
+  auto g = group.handle();
+  auto one = handles.at(0);
+  round_trips(d.sys(), 200, [=](caf::event_based_actor* a) {
+    a->send(g, all_atom::value, std::string{"ping"}, caf::message{}, int64_t{10000});
+  });
+  auto group_us = median(round_trips(d.sys(), 2000, [=](caf::event_based_actor* a) {
+    a->send(g, all_atom::value, std::string{"ping"}, caf::message{}, int64_t{10000});
+  }));
+  auto single_us = median(round_trips(d.sys(), 2000, [=](caf::event_based_actor* a) {
+    a->send(one, call_atom::value, std::string{"ping"}, caf::message{});
+  }));
+  std::printf("cluster.rtt group of 4 ranks on 2 node processes, event-based driver: %.0f us "
+              "(median of 2000) | one remote rank (CAF loopback RTT): %.0f us, ratio %.2f | "
+              "goal <= 300 us: %s\n",
+              group_us, single_us, group_us / single_us, verdict(group_us <= 300));
+  group.stop();
+  d.pgs().remove("rtt");
+}
+
+void spawn_rate(test_driver& d, int groups) {
+  constexpr int per_group = 16;
+  auto pg = or_die(d.pgs().create({"spawn", std::vector<resource_amounts>(2, {{"CPU", 1}}),
+                                   "strict_spread", 10}),
+                   d.sys(), "create spawn group");
+  std::vector<double> rates;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<actor_group> spawned;
+    auto t0 = clock_type::now();
+    for (int i = 0; i < groups; ++i)
+      spawned.push_back(spawn_group(d, "s" + std::to_string(rep) + "_" + std::to_string(i), "ref",
+                                    pg, per_group));
+    for (auto& g : spawned)
+      or_die(g.call_all("ping", caf::message{}, 60s), d.sys(), "first call");
+    rates.push_back(groups * per_group / seconds_since(t0));
+    for (auto& g : spawned)
+      g.stop();
+    // Let the nodes reap the threads before the next round.
+    std::this_thread::sleep_for(500ms);
+  }
+  auto r = median(rates);
+  std::printf("cluster.spawn %d ranks (groups of %d, 8 per node) through 2 node agents: %.0f "
+              "ranks/s (median of 3) | vs Ray 551/s: %.1fx | goal >= 2000/s: %s\n",
+              groups * per_group, per_group, r, r / 551.0, verdict(r >= 2000));
+  d.pgs().remove("spawn");
+}
+
+/// Raw TCP bandwidth over 127.0.0.1 between two threads of this process, bytes/s.
+double tcp_loopback_bandwidth(size_t bytes) {
+  int server = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (server < 0 || bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+      || listen(server, 1) != 0
+      || getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    die("tcp baseline: cannot listen");
+  std::vector<double> secs;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::thread sender([&] {
+      int c = socket(AF_INET, SOCK_STREAM, 0);
+      if (connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+        die("tcp baseline: cannot connect");
+      std::vector<char> buf(1 << 20, 'x');
+      size_t sent = 0;
+      while (sent < bytes) {
+        auto n = send(c, buf.data(), std::min(buf.size(), bytes - sent), 0);
+        if (n <= 0)
+          break;
+        sent += static_cast<size_t>(n);
+      }
+      close(c);
+    });
+    int s = accept(server, nullptr, nullptr);
+    std::vector<char> buf(1 << 20);
+    size_t got = 0;
+    auto t0 = clock_type::now();
+    while (got < bytes) {
+      auto n = recv(s, buf.data(), buf.size(), 0);
+      if (n <= 0)
+        break;
+      got += static_cast<size_t>(n);
+    }
+    secs.push_back(seconds_since(t0));
+    close(s);
+    sender.join();
+  }
+  close(server);
+  return static_cast<double>(bytes) / median(secs);
+}
+
+void weight_sync(test_driver& d) {
+  auto pg = or_die(d.pgs().create({"sync", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10}),
+                   d.sys(), "create sync group");
+  auto bundle = [&](size_t i) {
+    auto one = pg;
+    one.bundles = {pg.bundles.at(i)};
+    return one;
+  };
+  auto policy = spawn_group(d, "policy", "policy", bundle(0), 1, true);
+  auto engines = spawn_group(d, "engines", "engine", bundle(1), 1);
+  auto dispatcher = spawn_dispatcher(d.sys());
+  trainer_client client{d.sys(), dispatcher, 300s};
+  or_die(client.register_group("policy", policy), d.sys(), "register policy");
+  or_die(client.register_engines(engines), d.sys(), "register engines");
+  model_spec m;
+  m.config_json = nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                                 {"model_type", "llama"},
+                                 {"vocab_size", 8192},
+                                 {"hidden_size", 768},
+                                 {"intermediate_size", 2048},
+                                 {"num_hidden_layers", 4},
+                                 {"num_attention_heads", 12},
+                                 {"num_key_value_heads", 12},
+                                 {"max_position_embeddings", 256},
+                                 {"tie_word_embeddings", false}}
+                    .dump();
+  auto params = or_die(client.init_model("policy", m), d.sys(), "init policy");
+  or_die(client.init_model("engines", m), d.sys(), "init engines");
+  auto ok = client.set_weight_transport("gloo");
+  if (!ok)
+    die("set_weight_transport: " + d.sys().render(ok.error()));
+  double bytes = static_cast<double>(params) * 4;
+  or_die(client.save_weights_for_sampler("policy"), d.sys(), "warm-up sync");
+  std::vector<double> secs;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = clock_type::now();
+    or_die(client.save_weights_for_sampler("policy"), d.sys(), "sync");
+    secs.push_back(seconds_since(t0));
+  }
+  auto status = or_die(client.status(), d.sys(), "status");
+  auto sync_bw = bytes / median(secs);
+  auto tcp_bw = tcp_loopback_bandwidth(static_cast<size_t>(bytes));
+  std::printf("cluster.weight_sync %.0f MB policy (node %s) -> engine (node %s) over %s: %.2f "
+              "GB/s, %.3f s (median of 5, pause + transfer + resume) | raw TCP loopback %.2f "
+              "GB/s, ratio %.2f | goal >= 0.7: %s\n",
+              bytes / 1e6, pg.bundles[0].node_id.c_str(), pg.bundles[1].node_id.c_str(),
+              status["last_sync"]["engines/0"].get<std::string>().c_str(), sync_bw / 1e9,
+              median(secs), tcp_bw / 1e9, sync_bw / tcp_bw, verdict(sync_bw / tcp_bw >= 0.7));
+  policy.stop();
+  engines.stop();
+  caf::anon_send_exit(dispatcher, caf::exit_reason::user_shutdown);
+  d.pgs().remove("sync");
+}
+
+void death_detection(test_cluster& c, test_driver& d) {
+  const std::vector<std::string> defaults{"--heartbeat-ms", "200", "--dead-after-ms", "1000"};
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    std::vector<double> secs;
+    for (int rep = 0; rep < 3; ++rep) {
+      auto id = std::string{sig == SIGKILL ? "killed" : "stopped"} + std::to_string(rep);
+      auto& node = c.add_node(id, 1, 1, defaults);
+      if (!node.wait_for_log("joined cluster", 1ms))
+        die("node " + id + " did not join:\n" + node.log());
+      std::this_thread::sleep_for(300ms);
+      auto t0 = clock_type::now();
+      node.signal(sig);
+      double latency = -1;
+      while (latency < 0 && seconds_since(t0) < 30) {
+        auto s = d.status();
+        if (node_status(s, id)["alive"] == false)
+          latency = seconds_since(t0);
+        else
+          std::this_thread::sleep_for(10ms);
+      }
+      node.kill();
+      c.drop_node(id);
+      if (latency < 0)
+        die("node " + id + " was not declared dead within 30 s");
+      secs.push_back(latency);
+    }
+    auto m = median(secs);
+    std::printf("cluster.death_detection %s: %.2f s (median of 3; max %.2f) | Ray ~15-30 s | "
+                "goal <= 2 s: %s\n",
+                sig == SIGKILL ? "SIGKILL" : "SIGSTOP", m,
+                *std::max_element(secs.begin(), secs.end()), verdict(m <= 2.0));
+  }
+}
+
+double grpo_step_time(const std::vector<std::string>& extra, const std::string& dir,
+                      const std::string& tag) {
+  std::vector<std::string> argv{grpo_example_binary(), "--layout", "split", "--steps", "20",
+                                "--held-out", "50", "--quiet", "--metrics",
+                                dir + "/" + tag + ".jsonl", "--plot", dir + "/" + tag + ".png"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  child_process job(argv, dir + "/" + tag + ".log", {{"OMP_WAIT_POLICY", "PASSIVE"}});
+  if (job.wait_exit(600s) != 0)
+    die("grpo (" + tag + ") failed:\n" + job.log());
+  auto s = word_after(job.log(), "steps) ");
+  if (s.empty())
+    die("grpo (" + tag + ") printed no step time:\n" + job.log());
+  return std::atof(s.c_str());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string{argv[i]} == "--quick")
+      quick = true;
+    else
+      return rlforge::bench::usage_error(prog, std::string{"unknown argument '"} + argv[i] + "'",
+                                         "[--quick]");
+  }
+  test_cluster cluster{"bench", {"--heartbeat-ms", "200", "--dead-after-ms", "1000"}};
+  cluster.add_node("n1", 4, 8, {"--heartbeat-ms", "200", "--dead-after-ms", "1000"});
+  cluster.add_node("n2", 4, 8, {"--heartbeat-ms", "200", "--dead-after-ms", "1000"});
+  test_driver driver{cluster.endpoint(), {"--heartbeat-ms", "200", "--dead-after-ms", "1000"}};
+  if (!driver.error().empty())
+    die("attach: " + driver.error() + "\n" + cluster.logs());
+  control_round_trip(driver);
+  spawn_rate(driver, quick ? 8 : 32);
+  weight_sync(driver);
+  death_detection(cluster, driver);
+  if (!quick) {
+    auto one = grpo_step_time({}, cluster.dir(), "grpo_one_node");
+    auto two = grpo_step_time({"--cluster", cluster.endpoint()}, cluster.dir(), "grpo_two_nodes");
+    std::printf("cluster.grpo step time (split layout, median of 20 steps): 2 node processes "
+                "%.3f s vs embedded on one node %.3f s | overhead ratio %.2f\n",
+                two, one, two / one);
+  }
+  return 0;
+}

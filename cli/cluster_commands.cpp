@@ -1,0 +1,445 @@
+// `rlforge head`, `rlforge node` and `rlforge status`: a cluster over CAF's io middleman
+// (DESIGN.md "Cluster"). README "A cluster of machines" shows how to start one by hand.
+#include "cli/command.hpp"
+#include "cli/signals.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/engine.hpp"
+#include "actors/head.hpp"
+#include "actors/local_exit.hpp"
+#include "actors/node.hpp"
+#include "actors/node_agent.hpp"
+#include "actors/node_runner.hpp"
+#include "actors/weight_sync.hpp"
+#include "actors/worker.hpp"
+#include "runtime/cluster_endpoint.hpp"
+#include "runtime/errc.hpp"
+#include "runtime/system_config.hpp"
+#include "runtime/tls.hpp"
+
+namespace rlforge::cli {
+namespace {
+
+/// The command's own flags, and the rest (rlforge's and CAF's options, for system_config).
+struct split_flags {
+  std::map<std::string, std::string> own;
+  args rest;
+  std::string error;
+};
+
+split_flags split(const args& a, const std::vector<std::string>& value_flags,
+                  const std::vector<std::string>& bool_flags) {
+  split_flags out;
+  auto has = [](const std::vector<std::string>& xs, const std::string& x) {
+    return std::find(xs.begin(), xs.end(), x) != xs.end();
+  };
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto name = a[i];
+    std::string value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    if (has(bool_flags, name)) {
+      if (inline_value) {
+        out.error = "flag " + name + " takes no value";
+        return out;
+      }
+      out.own[name] = "true";
+    } else if (has(value_flags, name)) {
+      if (!inline_value) {
+        if (i + 1 >= a.size()) {
+          out.error = "flag " + name + " needs a value";
+          return out;
+        }
+        value = a[++i];
+      }
+      out.own[name] = value;
+    } else {
+      out.rest.push_back(a[i]);
+    }
+  }
+  return out;
+}
+
+bool given(const args& a, const std::string& flag, const char* env) {
+  for (auto& x : a)
+    if (x == flag || x.rfind(flag + "=", 0) == 0)
+      return true;
+  const char* v = std::getenv(env);
+  return v != nullptr && *v != '\0';
+}
+
+std::string render(const caf::error& err) {
+  auto msg = error_message(err);
+  return msg.empty() ? caf::to_string(err) : msg;
+}
+
+/// Parses a port flag (0..65535).
+bool parse_port(const std::string& text, uint16_t& out, std::string& error) {
+  if (text.empty() || text.size() > 5 || text.find_first_not_of("0123456789") != std::string::npos
+      || std::stoul(text) > 65535) {
+    error = "--port expects an integer in 0..65535, got '" + text + "'";
+    return false;
+  }
+  out = static_cast<uint16_t>(std::stoul(text));
+  return true;
+}
+
+/// The TLS policy every cluster process applies to the address it listens on: loopback is
+/// always allowed; any other address needs TLS, or --insecure (with a warning).
+bool check_bind(const char* prog, const std::string& address, bool tls, bool insecure) {
+  if (insecure && tls) {
+    std::cerr << prog << ": --insecure and --tls contradict each other; drop one\n";
+    return false;
+  }
+  if (runtime::is_loopback(address) || tls)
+    return true;
+  if (!insecure) {
+    std::cerr << prog << ": listening on " << address
+              << " without TLS would let anyone who reaches it run code in the cluster (the "
+                 "ShadowRay attack, CVE-2023-48022); use --tls DIR (`rlforge head --init-tls "
+                 "DIR` writes one) or, on a trusted network only, --insecure\n";
+    return false;
+  }
+  std::cerr << prog << ": WARNING: listening on " << address
+            << " WITHOUT TLS OR AUTHENTICATION (--insecure): anyone who can reach this port can "
+               "join the cluster and run code on it\n";
+  return true;
+}
+
+/// Waits for SIGINT/SIGTERM on its own thread and sets `flag`.
+class stop_watcher {
+public:
+  explicit stop_watcher(sigset_t set) : set_(set) {
+    thread_ = std::thread([this] {
+      timespec tick{0, 100 * 1000 * 1000};
+      while (!done_.load()) {
+        if (sigtimedwait(&set_, nullptr, &tick) > 0) {
+          stop.store(true);
+          return;
+        }
+      }
+    });
+  }
+  ~stop_watcher() {
+    done_.store(true);
+    thread_.join();
+  }
+  std::atomic<bool> stop{false};
+
+private:
+  sigset_t set_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// -- rlforge head -------------------------------------------------------------------------------
+
+constexpr const char* head_usage =
+  "usage: rlforge head [--port 6380] [--bind ADDR] [--tls DIR | --insecure] [--gpus N] "
+  "[--cpus M] [--memory-gb X] [--node-id ID] [--heartbeat-ms MS] [--dead-after-ms MS] "
+  "[--pg-timeout S]\n       rlforge head --init-tls DIR";
+
+int run_head(const args& a) {
+  const char* prog = "rlforge head";
+  auto f = split(a, {"--port", "--bind", "--init-tls"}, {"--insecure"});
+  if (!f.error.empty()) {
+    std::cerr << prog << ": " << f.error << "\n" << head_usage << "\n";
+    return 2;
+  }
+  if (auto dir = f.own.find("--init-tls"); dir != f.own.end()) {
+    if (f.own.size() > 1 || !f.rest.empty()) {
+      std::cerr << prog << ": --init-tls DIR takes no other flags\n";
+      return 2;
+    }
+    if (auto err = runtime::init_tls(dir->second)) {
+      std::cerr << prog << ": " << render(err) << "\n";
+      return 1;
+    }
+    std::cout << "rlforge head: wrote the cluster CA (ca.pem, ca-key.pem) and certificate "
+                 "(cert.pem, key.pem) to "
+              << dir->second
+              << "; copy the directory to every machine of the cluster (keep ca-key.pem "
+                 "off them) and start every head, node and driver with --tls "
+              << dir->second << "\n";
+    return 0;
+  }
+  uint16_t port = 6380;
+  std::string error;
+  if (auto p = f.own.find("--port"); p != f.own.end() && !parse_port(p->second, port, error)) {
+    std::cerr << prog << ": " << error << "\n";
+    return 2;
+  }
+  auto bind = f.own.count("--bind") ? f.own["--bind"] : std::string{"127.0.0.1"};
+  bool local_node = given(f.rest, "--gpus", "RLFORGE_GPUS") || given(f.rest, "--cpus", "RLFORGE_CPUS");
+  auto stop_signals = block_stop_signals();
+  runtime::system_config cfg;
+  if (auto err = cfg.parse_args(f.rest)) {
+    std::cerr << prog << ": " << render(err) << "\n" << head_usage << "\n";
+    return 2;
+  }
+  if (!check_bind(prog, bind, cfg.tls(), f.own.count("--insecure") > 0))
+    return 2;
+  cfg.enable_cluster_transport();
+  actors::register_worker_kinds();
+  actors::register_engine_kind();
+  actors::set_advertised_address(bind);
+  caf::actor_system sys{cfg};
+  actors::head_options opts;
+  opts.heartbeat = std::chrono::milliseconds{cfg.heartbeat_ms};
+  opts.dead_after = std::chrono::milliseconds{cfg.dead_after_ms};
+  opts.pg_timeout = std::chrono::milliseconds{static_cast<int64_t>(cfg.pg_timeout_s * 1000)};
+  auto head = actors::spawn_head(sys, opts);
+  auto bound = runtime::publish_actor(sys, head, port, bind);
+  if (!bound) {
+    std::cerr << prog << ": cannot listen on " << bind << ":" << port << ": "
+              << sys.render(bound.error()) << "\n";
+    actors::stop_from_this_process(sys, head);
+    return 1;
+  }
+  std::cerr << "rlforge head: listening on " << runtime::to_string({bind, *bound}) << " ("
+            << (cfg.tls() ? "TLS, cluster CA " + runtime::tls_files_in(cfg.tls_dir).ca_cert
+                          : std::string{"plain TCP"})
+            << ")" << std::endl;
+  node_agent_actor agent;
+  if (local_node) {
+    actors::node_agent_options ao;
+    ao.resources = actors::local_node(cfg);
+    ao.address = bind;
+    agent = actors::spawn_node_agent(sys, ao);
+    caf::scoped_actor self{sys};
+    caf::error failure;
+    self->request(agent, std::chrono::seconds(15), use_head_atom::value,
+                  caf::actor_cast<caf::actor>(head), uint16_t{0})
+      .receive([](join_reply&) {}, [&](caf::error& err) { failure = std::move(err); });
+    if (failure) {
+      std::cerr << prog << ": the head's own node cannot join: " << render(failure) << "\n";
+      actors::stop_from_this_process(sys, agent);
+      actors::stop_from_this_process(sys, head);
+      return 2;
+    }
+    std::cerr << "rlforge head: with its own node '" << ao.resources.node_id << "' ("
+              << ao.resources.gpus << " GPUs, " << ao.resources.cpus << " CPUs)" << std::endl;
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::cerr << "rlforge head: signal " << sig << ", stopping\n";
+  if (agent)
+    actors::stop_from_this_process(sys, agent);
+  actors::stop_from_this_process(sys, head);
+  return 0;
+}
+
+// -- rlforge node -------------------------------------------------------------------------------
+
+constexpr const char* node_usage =
+  "usage: rlforge node --head HOST:PORT [--gpus N] [--cpus M] [--memory-gb X] [--node-id ID] "
+  "[--node-ip ADDR] [--port P] [--tls DIR | --insecure] [--connect-timeout S] [--heartbeat-ms MS] "
+  "[--dead-after-ms MS]";
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+int run_node(const args& a) {
+  const char* prog = "rlforge node";
+  auto f = split(a, {"--head", "--node-ip", "--port", "--connect-timeout"}, {"--insecure"});
+  if (!f.error.empty()) {
+    std::cerr << prog << ": " << f.error << "\n" << node_usage << "\n";
+    return 2;
+  }
+  if (!f.own.count("--head")) {
+    std::cerr << prog << ": --head HOST:PORT is required\n" << node_usage << "\n";
+    return 2;
+  }
+  auto head = runtime::parse_endpoint(f.own["--head"]);
+  if (!head) {
+    std::cerr << prog << ": --head: " << render(head.error()) << "\n";
+    return 2;
+  }
+  uint16_t port = 0;
+  std::string error;
+  if (auto p = f.own.find("--port"); p != f.own.end() && !parse_port(p->second, port, error)) {
+    std::cerr << prog << ": " << error << "\n";
+    return 2;
+  }
+  double connect_timeout = 15;
+  if (auto c = f.own.find("--connect-timeout"); c != f.own.end()) {
+    char* end = nullptr;
+    connect_timeout = std::strtod(c->second.c_str(), &end);
+    if (end == c->second.c_str() || *end != '\0' || !(connect_timeout > 0)
+        || connect_timeout > 86400) {
+      std::cerr << prog << ": --connect-timeout expects seconds in (0, 86400], got '"
+                << c->second << "'\n";
+      return 2;
+    }
+  }
+  auto address = f.own.count("--node-ip") ? f.own["--node-ip"] : std::string{"127.0.0.1"};
+  bool named = given(f.rest, "--node-id", "RLFORGE_NODE_ID");
+  auto stop_signals = block_stop_signals();
+  runtime::system_config cfg;
+  if (auto err = cfg.parse_args(f.rest)) {
+    std::cerr << prog << ": " << render(err) << "\n" << node_usage << "\n";
+    return 2;
+  }
+  if (!named)
+    cfg.node_id = host_name() + "-" + std::to_string(::getpid());
+  if (!check_bind(prog, address, cfg.tls(), f.own.count("--insecure") > 0))
+    return 2;
+  cfg.enable_cluster_transport();
+  actors::register_worker_kinds();
+  actors::register_engine_kind();
+  caf::actor_system sys{cfg};
+  stop_watcher watcher{stop_signals};
+  actors::node_runner_options o;
+  o.head = *head;
+  o.agent.resources = actors::local_node(cfg);
+  o.agent.address = address;
+  o.port = port;
+  o.first_join_timeout =
+    std::chrono::milliseconds{static_cast<int64_t>(connect_timeout * 1000)};
+  o.stop = &watcher.stop;
+  o.report = [](const std::string& line) { std::cerr << "rlforge " << line << std::endl; };
+  return actors::run_node(sys, o);
+}
+
+// -- rlforge status -----------------------------------------------------------------------------
+
+constexpr const char* status_usage =
+  "usage: rlforge status --cluster HOST:PORT [--json] [--tls DIR]";
+
+std::string amounts(const nlohmann::json& used_from, const nlohmann::json& total,
+                    const std::string& name) {
+  auto t = total.contains(name) ? total[name].get<double>() : 0.0;
+  auto free = used_from.contains(name) ? used_from[name].get<double>() : 0.0;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g/%g", t - free, t);
+  return buf;
+}
+
+void print_table(const nlohmann::json& s) {
+  std::cout << "cluster " << s["cluster_id"].get<std::string>() << " at "
+            << s["endpoint"].get<std::string>() << " (rlforge " << s["version"].get<std::string>()
+            << ")\n\nnodes:\n";
+  std::printf("  %-20s %-6s %-22s %-9s %-9s %-6s %s\n", "id", "state", "address", "GPU used",
+              "CPU used", "ranks", "last heartbeat");
+  for (auto& n : s["nodes"]) {
+    auto addr = n["address"].get<std::string>() + ":" + std::to_string(n["port"].get<int>());
+    auto total = n.value("total", nlohmann::json::object());
+    auto avail = n.value("available", nlohmann::json::object());
+    bool alive = n["alive"].get<bool>();
+    std::printf("  %-20s %-6s %-22s %-9s %-9s %-6d %s\n", n["id"].get<std::string>().c_str(),
+                alive ? "alive" : "dead", addr.c_str(),
+                alive ? amounts(avail, total, "GPU").c_str() : "-",
+                alive ? amounts(avail, total, "CPU").c_str() : "-", n["ranks"].get<int>(),
+                (std::to_string(n["last_heartbeat_ms"].get<int64_t>()) + " ms ago"
+                 + (alive ? "" : " (" + n["death"].get<std::string>() + ")"))
+                  .c_str());
+  }
+  std::cout << "\nplacement groups:\n";
+  if (s["placement_groups"].empty())
+    std::cout << "  none\n";
+  for (auto& g : s["placement_groups"]) {
+    std::string where;
+    for (auto& b : g.value("bundles", nlohmann::json::array())) {
+      where += (where.empty() ? "" : " ") + b["node"].get<std::string>();
+      for (auto& d : b["devices"])
+        where += ":gpu" + std::to_string(d.get<int>());
+    }
+    std::printf("  %-20s %-8s %-14s owner %-28s %s\n", g["name"].get<std::string>().c_str(),
+                g["state"].get<std::string>().c_str(), g.value("strategy", "").c_str(),
+                g.value("owner", "").c_str(),
+                g.contains("reason") && !g["reason"].get<std::string>().empty()
+                  ? g["reason"].get<std::string>().c_str()
+                  : where.c_str());
+  }
+  std::cout << "\nactor groups:\n";
+  if (s["actor_groups"].empty())
+    std::cout << "  none\n";
+  for (auto& g : s["actor_groups"]) {
+    std::string nodes;
+    for (auto& n : g["rank_nodes"])
+      nodes += (nodes.empty() ? "" : ",") + n.get<std::string>();
+    std::printf("  %-20s kind %-8s owner %-28s ranks on %s: %s\n",
+                g["name"].get<std::string>().c_str(), g["kind"].get<std::string>().c_str(),
+                g["owner"].get<std::string>().c_str(), nodes.c_str(),
+                g["state"].get<std::string>().c_str());
+  }
+  std::cout << "\ndrivers:\n";
+  if (s["drivers"].empty())
+    std::cout << "  none\n";
+  for (auto& d : s["drivers"])
+    std::cout << "  " << d["id"].get<std::string>() << "\n";
+}
+
+int run_status(const args& a) {
+  const char* prog = "rlforge status";
+  auto f = split(a, {}, {"--json"});
+  if (!f.error.empty()) {
+    std::cerr << prog << ": " << f.error << "\n" << status_usage << "\n";
+    return 2;
+  }
+  runtime::system_config cfg;
+  if (auto err = cfg.parse_args(f.rest)) {
+    std::cerr << prog << ": " << render(err) << "\n" << status_usage << "\n";
+    return 2;
+  }
+  if (cfg.cluster.empty()) {
+    std::cerr << prog << ": --cluster HOST:PORT (or RLFORGE_CLUSTER) is required\n"
+              << status_usage << "\n";
+    return 2;
+  }
+  caf::actor_system sys{cfg};
+  auto at = *runtime::parse_endpoint(cfg.cluster);
+  auto head = runtime::connect_actor<head_actor>(sys, at, "the cluster head at " + cfg.cluster);
+  if (!head) {
+    std::cerr << prog << ": " << render(head.error()) << "\n";
+    return 1;
+  }
+  caf::scoped_actor self{sys};
+  int rc = 0;
+  self->request(*head, std::chrono::seconds(10), cluster_status_atom::value)
+    .receive(
+      [&](std::string& text) {
+        auto doc = nlohmann::json::parse(text, nullptr, false);
+        if (doc.is_discarded()) {
+          std::cerr << prog << ": the head answered something that is not JSON\n";
+          rc = 1;
+        } else if (f.own.count("--json")) {
+          doc["endpoint"] = cfg.cluster;
+          std::cout << doc.dump(2) << "\n";
+        } else {
+          doc["endpoint"] = cfg.cluster;
+          print_table(doc);
+        }
+      },
+      [&](caf::error& err) {
+        std::cerr << prog << ": " << render(err) << "\n";
+        rc = 1;
+      });
+  return rc;
+}
+
+const command_registrar head_reg{"head", "run a cluster head (placement and node registry)",
+                                 run_head};
+const command_registrar node_reg{"node", "run a node that joins a cluster head", run_node};
+const command_registrar status_reg{"status", "show a cluster's nodes, placement and actor groups",
+                                   run_status};
+
+} // namespace
+} // namespace rlforge::cli

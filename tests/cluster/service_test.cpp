@@ -1,0 +1,108 @@
+// The Tinker backend (actors/dispatcher_backend.hpp) unchanged in a driver attached to a
+// cluster: given a placement group on a node, its models' training groups and engines run in
+// that node's process; training, sampler snapshots and sampling work as on one node.
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+
+#include "actors/dispatcher_backend.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/model_config.hpp"
+#include "runtime/cluster_protocol.hpp"
+#include "tests/cluster/cluster_fixture.hpp"
+#include "tinker/error.hpp"
+
+using namespace rlforge;
+using namespace rlforge::cluster_test;
+using namespace std::chrono_literals;
+namespace tk = rlforge::tinker;
+
+namespace {
+
+tk::datum next_tokens(const std::vector<int64_t>& seq) {
+  tk::datum d;
+  d.tokens.assign(seq.begin(), seq.end() - 1);
+  tk::tensor_data target;
+  target.type = tk::dtype::int64;
+  target.shape = {static_cast<int64_t>(seq.size() - 1)};
+  target.ints.assign(seq.begin() + 1, seq.end());
+  d.loss_fn_inputs["target_tokens"] = target;
+  tk::tensor_data weights;
+  weights.type = tk::dtype::float32;
+  weights.shape = target.shape;
+  weights.floats.assign(seq.size() - 1, 1.0);
+  d.loss_fn_inputs["weights"] = weights;
+  return d;
+}
+
+} // namespace
+
+TEST(ClusterService, TheTinkerBackendTrainsAndSamplesOnANode) {
+  test_cluster cluster{"service"};
+  cluster.add_node("n1", 1, 2);
+  test_driver driver{cluster.endpoint()};
+  ASSERT_TRUE(driver.error().empty()) << driver.error() << cluster.logs();
+  auto base = cluster.dir() + "/tiny-base";
+  backends::causal_lm::random(backends::preset("tiny"), 7)->save_hf(base);
+  auto pg = driver.pgs().create({"tinker", {{{"CPU", 1}}}, "pack", 10});
+  ASSERT_TRUE(pg) << driver.sys().render(pg.error());
+  actors::dispatcher_backend_options o;
+  o.base_model_dir = base;
+  o.placement = *pg;
+  o.placement_manager = driver.manager();
+  o.timeout = 60s;
+  try {
+    actors::dispatcher_backend backend{driver.sys(), o};
+    tk::lora_config lora;
+    lora.rank = 4;
+    lora.has_seed = true;
+    lora.seed = 1;
+    backend.create_model("m", lora, tk::model_role::policy);
+    // The model's rank runs in the node's process.
+    auto ranks = backend.model_ranks("m");
+    ASSERT_EQ(ranks.size(), 1u);
+    caf::scoped_actor self{driver.sys()};
+    int64_t pid = 0;
+    self->request(ranks[0], 10s, call_atom::value, std::string{"location"}, caf::message{})
+      .receive([&](op_result& r) { pid = r.value.get_as<int64_t>(1); }, [](caf::error&) {});
+    EXPECT_EQ(pid, cluster.node("n1").pid());
+    tk::forward_backward_request req;
+    req.model_id = "m";
+    req.loss_fn = "cross_entropy";
+    req.data = {next_tokens({1, 5, 9, 13, 17, 21}), next_tokens({2, 4, 6, 8, 10})};
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) {
+      auto out = backend.forward_backward({req});
+      losses.push_back(out.at(0).metrics.at("loss:sum"));
+      tk::adam_params p;
+      p.learning_rate = 1e-2;
+      backend.optim_step("m", p);
+    }
+    EXPECT_LT(losses.back(), losses.front());
+    auto version = backend.save_sampler_snapshot("m");
+    tk::sample_request sr;
+    sr.prompt = {1, 5, 9};
+    sr.num_samples = 2;
+    sr.params.max_tokens = 4;
+    sr.params.has_seed = true;
+    sr.params.seed = 3;
+    sr.sampler.type = tk::sampler_ref::kind::snapshot;
+    sr.sampler.model_id = "m";
+    sr.sampler.version = version;
+    sr.sampler.name = "snapshot";
+    auto out = backend.sample({sr});
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_EQ(out[0].sequences.size(), 2u);
+    EXPECT_EQ(out[0].sequences[0].tokens.size(), out[0].sequences[0].logprobs.size());
+    backend.delete_model("m");
+  } catch (const tk::request_error& e) {
+    FAIL() << e.what() << "\n" << cluster.logs();
+  }
+  // Everything the backend spawned is gone from the node.
+  EXPECT_TRUE(eventually([&] { return driver.status(); },
+                         [](const nlohmann::json& s) {
+                           return node_status(s, "n1")["ranks"] == 0;
+                         },
+                         10s))
+    << driver.status().dump(2);
+}
