@@ -294,3 +294,13 @@ TEST_F(TextCli, BadTextInputIsRefusedWithOneLine) {
       {"score " + n + "--text hello", 1, "has no tokenizer"},
   });
 }
+
+TEST_F(TextCli, SentencePieceModelsAreRefusedNamingWhy) {
+  // The rlforge binary loads libprotobuf (libtorch, the service), which clashes with the copy
+  // inside libsentencepiece: a directory with only tokenizer.model gets a clear refusal.
+  model_dir spm;
+  std::filesystem::create_directories(spm.path);
+  std::ofstream(spm.path / "tokenizer.model") << "a SentencePiece model would be here";
+  expect_rejected({{"tokenize --model '" + spm.path.string() + "' --text hi", 1,
+                    "SentencePiece models cannot be loaded in this program"}});
+}
