@@ -48,4 +48,11 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
   }
 }
 
+std::string format_int_list(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i)
+    out += (i ? "," : "") + std::to_string(ids[i]);
+  return out;
+}
+
 } // namespace rlforge::cli

@@ -22,4 +22,7 @@ double parse_double(const std::string& flag, const std::string& text);
 /// `usage_error` naming the flag and the entry.
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text);
 
+/// The inverse of `parse_int_list`: "5,17,3" (empty for no ids).
+std::string format_int_list(const std::vector<int64_t>& ids);
+
 } // namespace rlforge::cli

@@ -33,13 +33,6 @@ std::string format_double(double x) {
   return buf;
 }
 
-std::string id_list(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size(); ++i)
-    out += (i ? "," : "") + std::to_string(ids[i]);
-  return out;
-}
-
 // Scoring: ids and values the model refuses are usage errors; the rest (files) runtime failures.
 command_error scoring_error(const be::error& e) {
   const bool usage =
@@ -87,7 +80,7 @@ int run_score(const args& a) {
     }
     std::string out = "{";
     if (flags.has("--text"))
-      out += "\"tokens\":[" + id_list(tokens) + "],";
+      out += "\"tokens\":[" + format_int_list(tokens) + "],";
     out += "\"logprobs\":[";
     for (size_t i = 0; i < lp.size(); ++i)
       out += (i ? "," : "") + format_double(lp[i]);

@@ -33,10 +33,7 @@ int run_tokenize(const args& a) {
         pieces.push_back(tok.id_to_token(id).value_or(""));
       std::cout << json{{"ids", ids}, {"tokens", pieces}}.dump() << "\n";
     } else {
-      std::string line;
-      for (size_t i = 0; i < ids.size(); ++i)
-        line += (i ? "," : "") + std::to_string(ids[i]);
-      std::cout << line << "\n";
+      std::cout << format_int_list(ids) << "\n";
     }
     return 0;
   });

@@ -16,9 +16,6 @@ namespace {
 namespace be = rlforge::backends;
 using clock_type = std::chrono::steady_clock;
 
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));

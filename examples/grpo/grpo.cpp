@@ -80,9 +80,6 @@ constexpr double required_gain = 0.20;   ///< the full run's goal: +20 accuracy 
 
 using clock_type = std::chrono::steady_clock;
 
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 /// Spawns `ranks` ranks of `kind` as group `role` into the shared placement group at 0.2 GPU
 /// per rank (reserved through the manager, so the roles' shares add up exactly).
@@ -194,7 +191,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   }
   auto t_sft = clock_type::now();
   auto sft = warm_start(or_die, client, opt, task, validation, rng);
-  double sft_seconds = seconds_since(t_sft);
+  double sft_seconds = examples::seconds_since(t_sft);
   if (opt.sft_target > 0 && !sft.reached)
     std::printf("grpo: note: the warm start did not reach its validation target %.0f%% in %d "
                 "steps (last %.0f%%); GRPO starts from a weaker model\n",
@@ -244,7 +241,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     }
     auto t0 = clock_type::now();
     auto samples = or_die(client.generate(requests), "generate");
-    st.generate_seconds = seconds_since(t0);
+    st.generate_seconds = examples::seconds_since(t0);
 
     // Rewards sit on the last response token; one group per prompt.
     examples::grpo::grpo_rows rows;
@@ -474,7 +471,7 @@ int run(int argc, char** argv) {
                 "%lld stopped by the driver, %lld failed; %.0f s in all\n",
                 first, last, static_cast<long long>(env_res.episodes),
                 static_cast<long long>(env_res.done), static_cast<long long>(env_res.stopped),
-                static_cast<long long>(env_res.failed), seconds_since(job_start));
+                static_cast<long long>(env_res.failed), examples::seconds_since(job_start));
     for (const auto& [message, count] : env_res.errors)
       std::printf("grpo: failed episodes: %lld x %s\n", static_cast<long long>(count),
                   message.c_str());
@@ -504,7 +501,8 @@ int run(int argc, char** argv) {
   std::printf("grpo: mean reward %.3f -> %.3f; held-out accuracy %.1f%% (after SFT) -> %.1f%% "
               "(after GRPO), %+.1f points; %.0f s in all\n",
               first, last, 100 * arith_res.acc_before, 100 * arith_res.acc_after,
-              100 * (arith_res.acc_after - arith_res.acc_before), seconds_since(job_start));
+              100 * (arith_res.acc_after - arith_res.acc_before),
+              examples::seconds_since(job_start));
   // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
   if (int bad = check_outputs(opt, drawn))
     return bad;

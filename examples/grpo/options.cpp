@@ -204,8 +204,9 @@ parse_result parse_options(const std::vector<std::string>& args) {
       *rt->second.first = x;
     } else if (auto pt = paths.find(a); pt != paths.end()) {
       if (v.empty()) {
-        r.error = a + (a == "--env" ? " needs a command" : a == "--task" ? " needs a JSON object"
-                                                                         : " needs a non-empty path");
+        r.error = a + (a == "--env"    ? " needs a command"
+                       : a == "--task" ? " needs a JSON object"
+                                       : " needs a non-empty path");
         return r;
       }
       *pt->second = v;

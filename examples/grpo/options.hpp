@@ -51,8 +51,9 @@ struct options {
 inline constexpr int max_environments = 256;
 
 /// Splits a command line into words at unquoted whitespace: '...' and "..." quote literally,
-/// a backslash outside quotes takes the next character literally. No other shell syntax. Returns false with `error` set for an unterminated quote, a trailing backslash or no
-/// words at all.
+/// a backslash outside quotes takes the next character literally. No other shell syntax.
+/// Returns false with `error` set for an unterminated quote, a trailing backslash or no words at
+/// all.
 bool split_command(const std::string& command, std::vector<std::string>& words,
                    std::string& error);
 

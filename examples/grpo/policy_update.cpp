@@ -18,9 +18,6 @@ namespace be = rlforge::backends;
 namespace algo = rlforge::backends::algo;
 using clock_type = std::chrono::steady_clock;
 
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 } // namespace
 

@@ -189,10 +189,7 @@ protected:
   }
   // The text of `ids` by `rlforge detokenize --json`.
   static std::string detokenize(const std::vector<int64_t>& ids, bool skip_special) {
-    std::string list;
-    for (size_t i = 0; i < ids.size(); ++i)
-      list += (i ? "," : "") + std::to_string(ids[i]);
-    auto r = run_cli("detokenize " + model_flag(*dir_) + "--json --tokens " + list +
+    auto r = run_cli("detokenize " + model_flag(*dir_) + "--json --tokens " + join_ids(ids) +
                      (skip_special ? " --skip-special-tokens" : ""));
     EXPECT_EQ(r.code, 0) << r.err;
     return nlohmann::json::parse(r.out).at("text");
@@ -231,10 +228,8 @@ TEST_F(GenerateTextCli, PromptTextIsEncodedAndTheCompletionDecoded) {
   EXPECT_EQ(j.at("text").get<std::string>(), detokenize(tokens, true));
   EXPECT_EQ(j.at("stop_reason"), "length");
   // The same ids as a token prompt give the same completion, and its text too.
-  std::string list;
-  for (size_t i = 0; i < prompt.size(); ++i)
-    list += (i ? "," : "") + std::to_string(prompt[i]);
-  const auto by_ids = generate_ok("--prompt-tokens " + list + " --max-tokens 6 --temperature 0");
+  const auto by_ids =
+      generate_ok("--prompt-tokens " + join_ids(prompt) + " --max-tokens 6 --temperature 0");
   EXPECT_EQ(by_ids.at("tokens"), j.at("tokens"));
   EXPECT_EQ(by_ids.at("text"), j.at("text"));
   EXPECT_FALSE(by_ids.contains("prompt_tokens"));

@@ -141,13 +141,6 @@ std::vector<int64_t> tokenize_ids(const std::string& model_flag, const std::stri
   return nlohmann::json::parse(r.out).at("ids").get<std::vector<int64_t>>();
 }
 
-std::string join_ids(const std::vector<int64_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i)
-    s += (i ? "," : "") + std::to_string(ids[i]);
-  return s;
-}
-
 } // namespace
 
 TEST(ModelCli, InitModelWritesADeterministicTokenizerWithAChatTemplate) {
@@ -223,7 +216,8 @@ TEST_F(TextCli, TokenizeAndDetokenizeRoundTrip) {
   auto skipped = run_cli("detokenize " + model() + "--json --skip-special-tokens --tokens " +
                          join_ids(ids));
   ASSERT_EQ(skipped.code, 0) << skipped.err;
-  EXPECT_EQ(nlohmann::json::parse(skipped.out).at("text"), "Hello, I guess 50!\n\tΩμέγα 😀 user");
+  EXPECT_EQ(nlohmann::json::parse(skipped.out).at("text"),
+            "Hello, I guess 50!\n\tΩμέγα 😀 user");
 
   // The JSON form spells each token.
   auto spelled = run_cli("tokenize " + model() + "--json --text '<|im_end|>ab'");
