@@ -1,9 +1,12 @@
 #pragma once
 
+#include <exception>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rlforge::cli {
@@ -29,6 +32,36 @@ struct command_registrar {
     commands()[std::move(name)] = command{std::move(fn), std::move(summary)};
   }
 };
+
+/// A refusal a command reports as one line on stderr with its exit code: 2 for bad usage (a
+/// malformed or out-of-domain flag value, bad input text or ids), 1 for a runtime failure (a
+/// missing or malformed file).
+struct command_error {
+  int exit_code;
+  std::string message;
+};
+
+inline command_error usage_error(std::string message) {
+  return {2, std::move(message)};
+}
+
+inline command_error runtime_failure(std::string message) {
+  return {1, std::move(message)};
+}
+
+/// Runs a command's `body` (returning its exit code); a `command_error` it throws becomes
+/// "rlforge NAME: MESSAGE" on stderr and its exit code, any other exception the same with 1.
+template <class Body> int run_reporting(const char* name, Body body) {
+  try {
+    return body();
+  } catch (const command_error& e) {
+    std::cerr << "rlforge " << name << ": " << e.message << "\n";
+    return e.exit_code;
+  } catch (const std::exception& e) {
+    std::cerr << "rlforge " << name << ": " << e.what() << "\n";
+    return 1;
+  }
+}
 
 /// Small flag parser for `--name value` and `--flag` arguments. Unknown flags are an error.
 class flag_parser {

@@ -1,15 +1,16 @@
-// `rlforge generate`: sample one completion of a tokenised prompt from an HF checkpoint and print
-// it as one JSON object {"tokens":[...],"logprobs":[...],"stop_reason":"..."}.
+// `rlforge generate`: sample one completion from an HF checkpoint and print it as one JSON object
+// {"tokens":[...],"logprobs":[...],"stop_reason":"...", "text":"..."}. The prompt is token ids
+// (--prompt-tokens), a text (--prompt), a user message in the model's chat template (--prompt
+// with --chat) or chat messages (--messages JSON).
 #include "cli/command.hpp"
 
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
+#include <algorithm>
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,80 +18,84 @@
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/sampler.hpp"
 #include "backends/threads.hpp"
+#include "cli/flag_values.hpp"
+#include "cli/model_text.hpp"
 
 namespace rlforge::cli {
 namespace {
 
-constexpr const char* usage_line =
-    "usage: rlforge generate --model DIR --prompt-tokens 1,2,3 --max-tokens N [--temperature T] "
-    "[--top-k K] [--top-p P] [--seed S] [--stop-tokens a,b] [--threads N]";
+using json = nlohmann::ordered_json;
 
-// Thrown for malformed flag values; reported with exit code 2.
-struct usage_error {
-  std::string message;
+constexpr const char* usage_line =
+    "usage: rlforge generate --model DIR (--prompt-tokens 1,2,3 | --prompt TEXT [--chat] | "
+    "--messages JSON) --max-tokens N [--temperature T] [--top-k K] [--top-p P] [--seed S] "
+    "[--stop-tokens a,b] [--threads N]";
+
+// What to sample from: the prompt ids and, when the model has one, its tokenizer.
+struct prompt_input {
+  std::vector<int64_t> ids;
+  std::optional<prompt::chat_prompt> text;
+  bool from_text = false; // the ids were encoded here, so they are printed too
+  bool chat = false;      // rendered with the chat template
 };
 
-int64_t parse_int(const std::string& flag, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
-    throw usage_error{flag + " expects an integer, got '" + text + "'"};
-  return static_cast<int64_t>(v);
-}
-
-uint64_t parse_seed(const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || text[0] == '-' || end != text.c_str() + text.size() || errno == ERANGE)
-    throw usage_error{"--seed expects an unsigned 64-bit integer, got '" + text + "'"};
-  return static_cast<uint64_t>(v);
-}
-
-double parse_double(const std::string& flag, const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
-    throw usage_error{flag + " expects a number, got '" + text + "'"};
-  return v;
-}
-
-std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> out;
-  size_t start = 0;
-  for (;;) {
-    const size_t comma = text.find(',', start);
-    const std::string item =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (item.empty())
-      throw usage_error{flag + " expects comma-separated integers, got '" + text + "'"};
-    out.push_back(parse_int(flag, item));
-    if (comma == std::string::npos)
-      return out;
-    start = comma + 1;
+prompt_input read_prompt(const flag_parser& flags) {
+  const int given = static_cast<int>(flags.has("--prompt-tokens")) +
+                    static_cast<int>(flags.has("--prompt")) +
+                    static_cast<int>(flags.has("--messages"));
+  if (given != 1)
+    throw usage_error(std::string(given == 0 ? "missing --prompt-tokens"
+                                             : "give only one of "
+                                               "--prompt-tokens, "
+                                               "--prompt and "
+                                               "--messages") +
+                      " (" + usage_line + ")");
+  if (flags.has("--chat") && !flags.has("--prompt"))
+    throw usage_error("--chat applies to --prompt (--messages is always a chat)");
+  const auto dir = *flags.get("--model");
+  prompt_input in;
+  if (auto ids = flags.get("--prompt-tokens")) {
+    in.ids = parse_int_list("--prompt-tokens", *ids);
+    // The text of the completion is printed when the model has a tokenizer.
+    if (has_tokenizer_files(dir))
+      in.text = load_model_text(dir);
+    return in;
   }
+  in.from_text = true;
+  json messages;
+  if (auto text = flags.get("--prompt")) {
+    require_utf8("--prompt", *text);
+    in.text = load_model_text(dir);
+    if (!flags.has("--chat")) {
+      // As Hugging Face's tokenizer(text): with the special tokens its post-processor adds.
+      in.ids = in.text->tokenizer().encode(*text, true);
+      if (in.ids.empty())
+        throw usage_error("--prompt encodes to no tokens");
+      return in;
+    }
+    messages = json::array({json{{"role", "user"}, {"content", *text}}});
+  } else {
+    messages = parse_messages("--messages", *flags.get("--messages"));
+    in.text = load_model_text(dir);
+  }
+  in.chat = true;
+  in.ids = encode_chat(*in.text, messages);
+  return in;
 }
 
 int run_generate(const args& a) {
-  flag_parser flags({"--model", "--prompt-tokens", "--max-tokens", "--temperature", "--top-k",
-                     "--top-p", "--seed", "--stop-tokens", "--threads"});
-  if (!flags.parse(a)) {
-    std::cerr << "rlforge generate: " << flags.error() << " (" << usage_line << ")\n";
-    return 2;
-  }
-  for (const char* required : {"--model", "--prompt-tokens", "--max-tokens"}) {
-    if (!flags.has(required)) {
-      std::cerr << "rlforge generate: missing " << required << " (" << usage_line << ")\n";
-      return 2;
-    }
-  }
-  std::vector<int64_t> prompt;
-  backends::sampling_params params;
-  int threads = 2;
-  try {
-    prompt = parse_int_list("--prompt-tokens", *flags.get("--prompt-tokens"));
+  return run_reporting("generate", [&] {
+    flag_parser flags({"--model", "--prompt-tokens", "--prompt", "--messages", "--max-tokens",
+                       "--temperature", "--top-k", "--top-p", "--seed", "--stop-tokens",
+                       "--threads"},
+                      {"--chat"});
+    if (!flags.parse(a))
+      throw usage_error(flags.error() + " (" + usage_line + ")");
+    for (const char* required : {"--model", "--max-tokens"})
+      if (!flags.has(required))
+        throw usage_error(std::string("missing ") + required + " (" + usage_line + ")");
+    backends::sampling_params params;
+    int threads = 2;
     params.max_tokens = parse_int("--max-tokens", *flags.get("--max-tokens"));
     if (auto v = flags.get("--temperature"))
       params.temperature = parse_double("--temperature", *v);
@@ -99,53 +104,58 @@ int run_generate(const args& a) {
     if (auto v = flags.get("--top-p"))
       params.top_p = parse_double("--top-p", *v);
     if (auto v = flags.get("--seed"))
-      params.seed = parse_seed(*v);
+      params.seed = parse_seed("--seed", *v);
     if (auto v = flags.get("--stop-tokens"))
       params.stop_token_ids = parse_int_list("--stop-tokens", *v);
     if (auto v = flags.get("--threads")) {
       const int64_t n = parse_int("--threads", *v);
       if (n < 1 || n > 1024)
-        throw usage_error{"--threads must be in [1, 1024], got " + *v};
+        throw usage_error("--threads must be in [1, 1024], got " + *v);
       threads = static_cast<int>(n);
     }
-  } catch (const usage_error& e) {
-    std::cerr << "rlforge generate: " << e.message << "\n";
-    return 2;
-  }
+    const auto prompt = read_prompt(flags);
+    // A chat turn ends with the template's end-of-turn token, as generation_config's eos ids
+    // end it in Hugging Face's generate.
+    if (prompt.chat && prompt.text->end_of_turn_id()) {
+      auto& stops = params.stop_token_ids;
+      const auto eot = *prompt.text->end_of_turn_id();
+      if (std::find(stops.begin(), stops.end(), eot) == stops.end())
+        stops.push_back(eot);
+    }
 
-  std::unique_ptr<backends::causal_lm> model;
-  try {
-    backends::set_intra_op_threads(threads);
-    model = backends::causal_lm::load(*flags.get("--model"));
-  } catch (const std::exception& e) {
-    std::cerr << "rlforge generate: cannot load model from '" << *flags.get("--model")
-              << "': " << e.what() << "\n";
-    return 1;
-  }
+    std::unique_ptr<backends::causal_lm> model;
+    try {
+      backends::set_intra_op_threads(threads);
+      model = backends::causal_lm::load(*flags.get("--model"));
+    } catch (const std::exception& e) {
+      throw runtime_failure("cannot load model from '" + *flags.get("--model") + "': " + e.what());
+    }
 
-  std::vector<backends::sample_result> out;
-  try {
-    out = backends::generate(*model, {prompt}, {params});
-  } catch (const backends::error& e) {
-    // Requests the model cannot serve (bad ids, bad parameters) are the caller's input.
-    const bool bad_input = e.code() == backends::error_code::invalid_argument ||
-                           e.code() == backends::error_code::out_of_range;
-    std::cerr << "rlforge generate: " << e.what() << "\n";
-    return bad_input ? 2 : 1;
-  } catch (const std::exception& e) {
-    std::cerr << "rlforge generate: " << e.what() << "\n";
-    return 1;
-  }
-  nlohmann::ordered_json j; // keys in the documented order
-  j["tokens"] = out[0].tokens;
-  j["logprobs"] = out[0].logprobs;
-  j["stop_reason"] = out[0].stop_reason;
-  std::cout << j.dump() << "\n";
-  return 0;
+    std::vector<backends::sample_result> out;
+    try {
+      out = backends::generate(*model, {prompt.ids}, {params});
+    } catch (const backends::error& e) {
+      // Requests the model cannot serve (bad ids, bad parameters) are the caller's input.
+      const bool bad_input = e.code() == backends::error_code::invalid_argument ||
+                             e.code() == backends::error_code::out_of_range;
+      throw command_error{bad_input ? 2 : 1, e.what()};
+    }
+    json j; // keys in the documented order
+    if (prompt.from_text)
+      j["prompt_tokens"] = prompt.ids;
+    j["tokens"] = out[0].tokens;
+    j["logprobs"] = out[0].logprobs;
+    j["stop_reason"] = out[0].stop_reason;
+    if (prompt.text)
+      j["text"] = prompt.text->decode_generated(out[0].tokens, /*skip_special_tokens=*/true);
+    std::cout << j.dump() << "\n";
+    return 0;
+  });
 }
 
 const command_registrar reg{
-    "generate", "sample tokens from an HF checkpoint (KV cache; prints JSON)", run_generate};
+    "generate", "sample tokens from an HF checkpoint (KV cache; prints JSON with the text)",
+    run_generate};
 
 } // namespace
 } // namespace rlforge::cli

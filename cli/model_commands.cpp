@@ -1,14 +1,12 @@
-// `rlforge score` and `rlforge init-model`: scoring a token sequence with an HF checkpoint and
-// writing a randomly initialised one.
+// `rlforge score` and `rlforge init-model`: scoring a token sequence (or a text) with an HF
+// checkpoint, and writing a randomly initialised one with a tokenizer of its size.
 #include "cli/command.hpp"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -16,42 +14,16 @@
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
+#include "cli/flag_values.hpp"
+#include "cli/model_text.hpp"
+#include "text/model_tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 namespace rlforge::cli {
 namespace {
 
 namespace be = rlforge::backends;
-
-bool parse_int(const std::string& s, int64_t& out) {
-  if (s.empty())
-    return false;
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end != s.c_str() + s.size())
-    return false;
-  out = v;
-  return true;
-}
-
-// "5,17,3" -> {5, 17, 3}; false with `bad` set to the offending piece.
-bool parse_tokens(const std::string& s, std::vector<int64_t>& out, std::string& bad) {
-  std::stringstream in(s);
-  std::string piece;
-  while (std::getline(in, piece, ',')) {
-    int64_t v = 0;
-    if (!parse_int(piece, v)) {
-      bad = piece;
-      return false;
-    }
-    out.push_back(v);
-  }
-  if (!s.empty() && s.back() == ',') {
-    bad = "";
-    return false;
-  }
-  return true;
-}
+namespace fs = std::filesystem;
 
 std::string format_double(double x) {
   if (!std::isfinite(x))
@@ -61,117 +33,152 @@ std::string format_double(double x) {
   return buf;
 }
 
+// Scoring: ids and values the model refuses are usage errors; the rest (files) runtime failures.
+command_error scoring_error(const be::error& e) {
+  const bool usage =
+      e.code() == be::error_code::out_of_range || e.code() == be::error_code::invalid_argument;
+  return command_error{usage ? 2 : 1, e.what()};
+}
+
+// Creating a model: only I/O is a runtime failure; everything else is the given configuration.
+command_error creation_error(const be::error& e) {
+  return command_error{e.code() == be::error_code::io_error ? 1 : 2, e.what()};
+}
+
 int run_score(const args& a) {
-  flag_parser flags({"--model", "--tokens", "--temperature"});
-  if (!flags.parse(a)) {
-    std::cerr << "rlforge score: " << flags.error() << "\n";
-    return 2;
-  }
-  if (!flags.has("--model") || !flags.has("--tokens")) {
-    std::cerr << "rlforge score: usage: rlforge score --model DIR --tokens ID,ID,... "
-                 "[--temperature T]\n";
-    return 2;
-  }
-  std::vector<int64_t> tokens;
-  std::string bad;
-  if (!parse_tokens(*flags.get("--tokens"), tokens, bad)) {
-    std::cerr << "rlforge score: --tokens must be comma-separated integers, bad entry '" << bad
-              << "'\n";
-    return 2;
-  }
-  if (tokens.size() < 2) {
-    std::cerr << "rlforge score: --tokens needs at least 2 ids, got " << tokens.size() << "\n";
-    return 2;
-  }
-  double temperature = 1.0;
-  if (auto t = flags.get("--temperature")) {
-    char* end = nullptr;
-    temperature = std::strtod(t->c_str(), &end);
-    if (t->empty() || end != t->c_str() + t->size() || !(temperature > 0)) {
-      std::cerr << "rlforge score: --temperature must be a number > 0, got '" << *t << "'\n";
-      return 2;
+  return run_reporting("score", [&] {
+    flag_parser flags({"--model", "--tokens", "--text", "--temperature"});
+    if (!flags.parse(a))
+      throw usage_error(flags.error());
+    if (!flags.has("--model") || flags.has("--tokens") == flags.has("--text"))
+      throw usage_error("usage: rlforge score --model DIR (--tokens ID,ID,... | --text TEXT) "
+                        "[--temperature T]");
+    double temperature = 1.0;
+    if (auto t = flags.get("--temperature")) {
+      temperature = parse_double("--temperature", *t);
+      if (!(temperature > 0))
+        throw usage_error("--temperature must be a number > 0, got '" + *t + "'");
     }
-  }
-  try {
-    auto model = be::causal_lm::load(*flags.get("--model"));
-    auto lp = be::score_tokens(*model, tokens, temperature);
-    std::string out = "{\"logprobs\":[";
+    std::vector<int64_t> tokens;
+    if (auto list = flags.get("--tokens")) {
+      tokens = parse_int_list("--tokens", *list);
+    } else {
+      const auto text = *flags.get("--text");
+      require_utf8("--text", text);
+      // As Hugging Face's tokenizer(text): with the special tokens its post-processor adds.
+      tokens = load_model_text(*flags.get("--model")).tokenizer().encode(text, true);
+    }
+    if (tokens.size() < 2)
+      throw usage_error(std::string(flags.has("--text") ? "--text encodes to " : "--tokens has ") +
+                        std::to_string(tokens.size()) + " ids; scoring needs at least 2");
+    std::vector<double> lp;
+    try {
+      auto model = be::causal_lm::load(*flags.get("--model"));
+      lp = be::score_tokens(*model, tokens, temperature);
+    } catch (const be::error& e) {
+      throw scoring_error(e);
+    }
+    std::string out = "{";
+    if (flags.has("--text"))
+      out += "\"tokens\":[" + format_int_list(tokens) + "],";
+    out += "\"logprobs\":[";
     for (size_t i = 0; i < lp.size(); ++i)
       out += (i ? "," : "") + format_double(lp[i]);
     std::cout << out << "]}\n";
     return 0;
-  } catch (const be::error& e) {
-    std::cerr << "rlforge score: " << e.what() << "\n";
-    return e.code() == be::error_code::out_of_range || e.code() == be::error_code::invalid_argument
-             ? 2
-             : 1;
-  } catch (const std::exception& e) {
-    std::cerr << "rlforge score: " << e.what() << "\n";
-    return 1;
+  });
+}
+
+// Tokenizer files init-model replaces: a stale one beside a new model would not fit it.
+constexpr const char* tokenizer_file_names[] = {"tokenizer.json", "tokenizer_config.json",
+                                                "tokenizer.model", "chat_template.jinja"};
+
+// Writes the model tokenizer for `vocab_size` ids into `out`; returns what init-model reports.
+nlohmann::json write_model_tokenizer(const fs::path& out, int64_t vocab_size) {
+  for (const char* name : tokenizer_file_names) {
+    std::error_code ec;
+    fs::remove(out / name, ec);
+    if (ec)
+      throw runtime_failure("cannot remove the old " + (out / name).string() + ": " + ec.message());
   }
+  if (vocab_size < static_cast<int64_t>(text::min_model_tokenizer_vocab))
+    return nullptr;
+  const auto files = text::train_model_tokenizer(static_cast<size_t>(vocab_size));
+  text::write_tokenizer_files(out, files);
+  const auto tok = text::tokenizer::load(out);
+  nlohmann::json specials = nlohmann::json::object();
+  for (auto name : {text::end_of_text_token, text::im_start_token, text::im_end_token})
+    specials[std::string(name)] = *tok.token_to_id(name);
+  return {
+      {"vocab_size", tok.vocab_size()}, {"special_tokens", specials}, {"chat_template", "chatml"}};
 }
 
 int run_init_model(const args& a) {
-  flag_parser flags({"--config", "--preset", "--out", "--seed"});
-  if (!flags.parse(a)) {
-    std::cerr << "rlforge init-model: " << flags.error() << "\n";
-    return 2;
-  }
-  if (flags.has("--config") == flags.has("--preset") || !flags.has("--out")) {
-    std::cerr << "rlforge init-model: usage: rlforge init-model (--config FILE | --preset NAME) "
-                 "--out DIR [--seed S]\n";
-    return 2;
-  }
-  int64_t seed = 0;
-  if (auto s = flags.get("--seed"); s && (!parse_int(*s, seed) || seed < 0)) {
-    std::cerr << "rlforge init-model: --seed must be a non-negative integer, got '" << *s << "'\n";
-    return 2;
-  }
-  try {
-    be::model_config config;
-    if (auto path = flags.get("--config")) {
-      std::ifstream in(*path);
-      if (!in) {
-        std::cerr << "rlforge init-model: cannot open config file " << *path << "\n";
-        return 1;
-      }
-      nlohmann::json j;
-      try {
-        in >> j;
-      } catch (const nlohmann::json::exception& e) {
-        std::cerr << "rlforge init-model: " << *path << " is not JSON: " << e.what() << "\n";
-        return 1;
-      }
-      config = be::parse_model_config(j);
-    } else {
-      config = be::preset(*flags.get("--preset"));
+  return run_reporting("init-model", [&] {
+    flag_parser flags({"--config", "--preset", "--out", "--seed"});
+    if (!flags.parse(a))
+      throw usage_error(flags.error());
+    if (flags.has("--config") == flags.has("--preset") || !flags.has("--out"))
+      throw usage_error("usage: rlforge init-model (--config FILE | --preset NAME) --out DIR "
+                        "[--seed S]");
+    int64_t seed = 0;
+    if (auto s = flags.get("--seed")) {
+      seed = parse_int("--seed", *s);
+      if (seed < 0)
+        throw usage_error("--seed must be a non-negative integer, got '" + *s + "'");
     }
-    auto model = be::causal_lm::random(config, static_cast<uint64_t>(seed));
-    auto out = *flags.get("--out");
-    model->save_hf(out);
-    std::cout << nlohmann::json{{"out", out},
-                                {"architecture", be::to_string(config.arch)},
-                                {"num_parameters", model->num_parameters()},
-                                {"seed", seed}}
-                   .dump()
-              << "\n";
+    be::model_config config;
+    try {
+      if (auto path = flags.get("--config")) {
+        std::ifstream in(*path);
+        if (!in)
+          throw runtime_failure("cannot open config file " + *path);
+        nlohmann::json j;
+        try {
+          in >> j;
+        } catch (const nlohmann::json::exception& e) {
+          throw runtime_failure(*path + " is not JSON: " + e.what());
+        }
+        config = be::parse_model_config(j);
+      } else {
+        config = be::preset(*flags.get("--preset"));
+      }
+    } catch (const be::error& e) {
+      throw creation_error(e);
+    }
+    const auto out = *flags.get("--out");
+    std::unique_ptr<be::causal_lm> model;
+    try {
+      model = be::causal_lm::random(config, static_cast<uint64_t>(seed));
+      model->save_hf(out);
+    } catch (const be::error& e) {
+      throw creation_error(e);
+    }
+    nlohmann::json report{{"out", out},
+                          {"architecture", be::to_string(config.arch)},
+                          {"num_parameters", model->num_parameters()},
+                          {"seed", seed}};
+    report["tokenizer"] = write_model_tokenizer(out, config.vocab_size);
+    if (report["tokenizer"].is_null())
+      report["tokenizer_note"] =
+          "no tokenizer: vocab_size " + std::to_string(config.vocab_size) + " is below the " +
+          std::to_string(text::min_model_tokenizer_vocab) +
+          " ids a byte-level tokenizer needs (256 bytes and 3 special tokens)";
+    std::cout << report.dump() << "\n";
     return 0;
-  } catch (const be::error& e) {
-    std::cerr << "rlforge init-model: " << e.what() << "\n";
-    return e.code() == be::error_code::io_error ? 1 : 2;
-  } catch (const std::exception& e) {
-    std::cerr << "rlforge init-model: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }
 
 const command_registrar score_reg{
-  "score", "log-probs of a token sequence under an HF checkpoint (--model DIR --tokens 1,2,3)",
-  run_score};
+    "score",
+    "log-probs of tokens or a text under an HF checkpoint (--model DIR --tokens 1,2,3 | --text T)",
+    run_score};
 
 const command_registrar init_reg{
-  "init-model", "write a randomly initialised HF checkpoint (--preset NAME | --config FILE) --out DIR",
-  run_init_model};
+    "init-model",
+    "write a random HF checkpoint and a tokenizer of its size (--preset NAME | --config FILE) "
+    "--out DIR",
+    run_init_model};
 
 } // namespace
 } // namespace rlforge::cli

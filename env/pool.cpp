@@ -135,9 +135,20 @@ episode_batch::episode_batch(environment_pool& pool, const std::vector<reset_req
 std::vector<std::size_t> episode_batch::running() const {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < records_.size(); ++i)
-    if (!records_[i].done && !records_[i].error)
+    if (!records_[i].done && !records_[i].error && !records_[i].stopped)
       out.push_back(i);
   return out;
+}
+
+void episode_batch::stop(std::size_t i) {
+  if (i >= records_.size())
+    throw env_error(failure::usage, "stop: no episode " + std::to_string(i) + " in a batch of " +
+                                        std::to_string(records_.size()));
+  auto& rec = records_[i];
+  if (rec.done || rec.error || rec.stopped)
+    throw env_error(failure::usage, "stop: episode " + std::to_string(i) + " is not running");
+  rec.stopped = true;
+  leases_[i].reset();
 }
 
 const std::string& episode_batch::last_observation(std::size_t i) const {

@@ -42,6 +42,7 @@ struct episode_record {
   std::vector<turn_record> turns;
   double total_reward = 0;
   bool done = false;              ///< the environment ended the episode
+  bool stopped = false;           ///< the driver ended it first (episode_batch::stop)
   std::optional<env_error> error; ///< what stopped it early, if anything
 };
 
@@ -109,7 +110,7 @@ public:
   /// cannot be created or reset is recorded as failed.
   episode_batch(environment_pool& pool, const std::vector<reset_request>& requests);
 
-  /// The episodes still running (neither done nor failed), in index order.
+  /// The episodes still running (neither done, failed nor stopped), in index order.
   std::vector<std::size_t> running() const;
 
   /// The text the policy answers next for episode `i`: the last observation.
@@ -119,6 +120,12 @@ public:
   /// episode; entries of episodes not running are ignored). Returns the episodes that finished
   /// or failed in this step.
   std::vector<std::size_t> step(const std::vector<std::string>& actions);
+
+  /// Ends running episode `i` on the driver's side (a turn limit, a full context window): it is
+  /// no longer running, its record says `stopped`, and its environment goes back to the pool
+  /// (the next `reset` there abandons the episode, as the protocol allows). Throws env_error
+  /// (usage) when `i` is out of range or not running.
+  void stop(std::size_t i);
 
   const std::vector<episode_record>& episodes() const noexcept { return records_; }
 

@@ -333,6 +333,10 @@ tokenizer_files train_bpe(std::string_view corpus, const bpe_trainer_options& op
                       {"unk_token", nullptr},
                       {"clean_up_tokenization_spaces", false},
                       {"added_tokens_decoder", added_decoder}};
+  if (options.chat_template) {
+    unicode::require_valid_utf8(*options.chat_template, "train_bpe: chat_template");
+    config["chat_template"] = *options.chat_template;
+  }
   return {doc.dump(1) + "\n", config.dump(2) + "\n"};
 }
 

@@ -28,6 +28,9 @@ struct bpe_trainer_options {
   /// Whether encoding with special tokens prepends `bos_token` (a TemplateProcessing
   /// post-processor, as Llama 3); needs `bos_token`.
   bool add_bos_token = false;
+  /// When set, tokenizer_config.json carries it as its `chat_template` (a Jinja template, as
+  /// transformers reads it; chat/template_renderer.hpp renders it).
+  std::optional<std::string> chat_template;
 };
 
 /// The two files of a trained tokenizer, as text.

@@ -1,11 +1,33 @@
 #include "text/sentencepiece_tokenizer.hpp"
 
+#include <link.h>
+
 #include <sentencepiece_processor.h>
 
 #include "text/error.hpp"
 #include "text/unicode/utf8.hpp"
 
 namespace rlforge::text {
+
+namespace {
+
+// The path of a libprotobuf loaded into this process, or "" when none is.
+std::string loaded_libprotobuf() {
+  std::string found;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        const auto slash = name.rfind('/');
+        if (name.compare(slash == std::string::npos ? 0 : slash + 1, 14, "libprotobuf.so") != 0)
+          return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &found);
+  return found;
+}
+
+} // namespace
 
 sentencepiece_tokenizer::sentencepiece_tokenizer()
     : processor_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
@@ -15,6 +37,15 @@ sentencepiece_tokenizer::~sentencepiece_tokenizer() = default;
 std::unique_ptr<const sentencepiece_tokenizer>
 sentencepiece_tokenizer::load(const std::string& model_file, std::optional<bool> add_bos_flag,
                               std::optional<bool> add_eos_flag) {
+  // Debian's libsentencepiece carries its own copy of protobuf-lite and exports its symbols. In a
+  // process that also loads libprotobuf (libtorch does, through ONNX; so does the Tinker service)
+  // the two copies bind to each other's functions, and loading a model fails deep inside
+  // protobuf. Such programs get this refusal instead.
+  if (const auto protobuf = loaded_libprotobuf(); !protobuf.empty())
+    fail(model_file + ": SentencePiece models cannot be loaded in this program: it also loads " +
+         protobuf + " (through libtorch or the service), which clashes with the protobuf copy "
+         "inside libsentencepiece; give the model a tokenizer.json (Hugging Face ships one with "
+         "most models), which is preferred when both exist");
   std::unique_ptr<sentencepiece_tokenizer> t(new sentencepiece_tokenizer());
   t->file_ = model_file;
   auto status = t->processor_->Load(model_file);

@@ -4,6 +4,7 @@
 // group in its own placement group, shutdown and the first/last averages the examples check.
 // Header-only so each example stays a single translation unit.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -218,6 +219,11 @@ inline actors::actor_group spawn_group(const fatal_errors& or_die, actors::place
 inline void shutdown(actors::trainer_client& client, const caf::actor& manager) {
   caf::anon_send_exit(client.dispatcher(), caf::exit_reason::user_shutdown);
   actors::stop_placement_manager(manager);
+}
+
+/// Seconds elapsed since `t0` on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// Means of the first and of the last min(k, size) values (single iterations are noisy).

@@ -20,7 +20,12 @@
 //     (gnuplot), and checks the gain (full run: at least 20 points; --quick: that the outputs
 //     are valid).
 //
+// With --env CMD --model DIR the task is instead an environment program's multi-turn episodes
+// (examples/grpo/env_job.hpp): the model in DIR, its tokenizer and chat template, the same
+// colocated roles and GRPO update; no warm start and no held-out evaluation.
+//
 //   grpo [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick] ...
+//   grpo --env 'python3 examples/envs/guess_number.py' --model DIR [--quick] ...
 //   (grpo --help lists every flag)
 #include <algorithm>
 #include <chrono>
@@ -46,21 +51,22 @@
 #include "actors/placement_manager.hpp"
 #include "actors/trainer_client.hpp"
 #include "actors/worker.hpp"
-#include "backends/algo/advantages.hpp"
-#include "backends/algo/reductions.hpp"
+#include "backends/model/model_config.hpp"
 #include "backends/train/training_batch.hpp"
 #include "runtime/system_config.hpp"
 
 #include "../common/driver.hpp"
 #include "examples/grpo/arith_task.hpp"
+#include "examples/grpo/env_job.hpp"
 #include "examples/grpo/options.hpp"
+#include "examples/grpo/policy_update.hpp"
 #include "examples/grpo/report.hpp"
+#include "prompt/chat_prompt.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
 using namespace std::chrono_literals;
 namespace be = rlforge::backends;
-namespace algo = rlforge::backends::algo;
 namespace arith = rlforge::examples::arith;
 namespace report = rlforge::examples::report;
 namespace fs = std::filesystem;
@@ -74,9 +80,6 @@ constexpr double required_gain = 0.20;   ///< the full run's goal: +20 accuracy 
 
 using clock_type = std::chrono::steady_clock;
 
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 /// Spawns one rank per bundle of `pg` (times `per_bundle`) of `kind` as group `role` at `gpu`
 /// GPU per rank (reserved through the manager, so the roles' shares add up exactly).
@@ -169,6 +172,179 @@ warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_clien
   return res;
 }
 
+/// What the arithmetic task's GRPO steps measured.
+struct arith_result {
+  std::vector<double> rewards; ///< mean reward per step
+  double acc_before = 0;       ///< held-out greedy accuracy after the warm start
+  double acc_after = 0;        ///< ... and after GRPO
+};
+
+/// The arithmetic task: warm start, held-out accuracy, GRPO steps, held-out accuracy again.
+arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client& client,
+                            const examples::grpo::options& opt, const arith::task& task,
+                            std::ostream& metrics) {
+  // 1. Warm start.
+  std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
+  std::vector<arith::problem> validation;
+  {
+    std::mt19937_64 vrng(opt.seed + 1000003);
+    for (int i = 0; i < validation_problems; ++i)
+      validation.push_back(task.sample_train(vrng));
+  }
+  auto t_sft = clock_type::now();
+  auto sft = warm_start(or_die, client, opt, task, validation, rng);
+  double sft_seconds = examples::seconds_since(t_sft);
+  if (opt.sft_target > 0 && !sft.reached)
+    std::printf("grpo: note: the warm start did not reach its validation target %.0f%% in %d "
+                "steps (last %.0f%%); GRPO starts from a weaker model\n",
+                100 * opt.sft_target, sft.steps, 100 * sft.validation);
+
+  // 2. Engines get the warm-started weights; the reference model is a copy of them.
+  arith_result res;
+  const auto max_tokens = task.max_answer_tokens();
+  or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
+  res.acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+  std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
+              sft.steps, sft_seconds, 100 * res.acc_before);
+  auto export_dir = fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
+  or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
+  model_spec ref_model;
+  ref_model.hf_dir = export_dir.string();
+  or_die(client.init_model("ref", ref_model), "init_model ref");
+  std::error_code ec;
+  fs::remove_all(export_dir, ec);
+  algorithm_config pcfg;
+  pcfg.use_kl_loss = opt.kl_coef > 0;
+  pcfg.kl_loss_coef = opt.kl_coef;
+  or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+
+  // 3. GRPO.
+  be::adam_params adam;
+  adam.learning_rate = opt.lr;
+  adam.grad_clip_norm = 1.0;
+  for (int step = 1; step <= opt.steps; ++step) {
+    adam.learning_rate = examples::grpo::learning_rate(opt, step);
+    report::step_stats st;
+    st.step = step;
+    st.total_steps = opt.steps;
+    std::vector<arith::problem> problems;
+    std::vector<sample_request> requests;
+    for (int i = 0; i < opt.prompts; ++i) {
+      problems.push_back(task.sample_train(rng));
+      sample_request r;
+      r.prompt = arith::prompt_tokens(problems.back());
+      r.max_tokens = max_tokens;
+      r.temperature = opt.temperature;
+      r.has_seed = true;
+      r.seed = rng();
+      r.stop_token_ids = {arith::tokenizer::eos_id};
+      r.num_samples = opt.group;
+      requests.push_back(std::move(r));
+    }
+    auto t0 = clock_type::now();
+    auto samples = or_die(client.generate(requests), "generate");
+    st.generate_seconds = examples::seconds_since(t0);
+
+    // Rewards sit on the last response token; one group per prompt.
+    examples::grpo::grpo_rows rows;
+    double correct = 0;
+    for (size_t row = 0; row < samples.size(); ++row) {
+      size_t i = row / static_cast<size_t>(opt.group);
+      double r = arith::reward(problems[i], samples[row].tokens);
+      st.reward += r / static_cast<double>(samples.size());
+      correct += r == 1.0 ? 1.0 : 0.0;
+      st.tokens += static_cast<int64_t>(samples[row].tokens.size());
+      std::vector<float> rr(samples[row].tokens.size(), 0.0f);
+      rr.back() = static_cast<float>(r);
+      rows.per_token["rewards"].push_back(std::move(rr));
+      rows.prompts.push_back(requests[i].prompt);
+      rows.responses.push_back(std::move(samples[row].tokens));
+      rows.group_ids.push_back(static_cast<int64_t>(i));
+    }
+    st.accuracy = correct / static_cast<double>(samples.size());
+    res.rewards.push_back(st.reward);
+    examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
+    examples::grpo::finish_step(or_die, client, opt, st, metrics);
+  }
+  if (!opt.quiet)
+    std::printf("\n");
+
+  // 4. Held-out accuracy after GRPO.
+  res.acc_after = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+  return res;
+}
+
+/// What the --env mode needs from the model directory, read before anything starts.
+struct env_model {
+  std::unique_ptr<prompt::chat_prompt> chat;
+  int64_t context = 0; ///< max_position_embeddings
+};
+
+/// Loads --model's tokenizer, chat template and config for --env; "" or the reason it cannot.
+std::string load_env_model(const examples::grpo::options& opt, env_model& out) {
+  try {
+    out.chat = std::make_unique<prompt::chat_prompt>(prompt::chat_prompt::load(opt.model));
+  } catch (const std::exception& e) {
+    return "--model " + opt.model + ": cannot load its tokenizer: " + e.what();
+  }
+  if (!out.chat->has_template())
+    return "--model " + opt.model + " has no chat template (tokenizer_config.json has no "
+           "chat_template); --env builds every prompt with it";
+  be::model_config config;
+  try {
+    config = be::load_model_config(opt.model);
+  } catch (const std::exception& e) {
+    return "--model " + opt.model + ": " + e.what();
+  }
+  if (out.chat->tokenizer().vocab_size() > config.vocab_size)
+    return "--model " + opt.model + ": its tokenizer has " +
+           std::to_string(out.chat->tokenizer().vocab_size()) + " ids, more than the model's " +
+           std::to_string(config.vocab_size);
+  out.context = config.max_position_embeddings;
+  return "";
+}
+
+/// Checks what every run writes (the metrics, the plot) and prints the step-time breakdown;
+/// returns 0, or 1 after printing what is wrong.
+int check_outputs(const examples::grpo::options& opt, const report::plot_result& drawn) {
+  try {
+    auto records = report::read_metrics(opt.metrics);
+    if (static_cast<int>(records.size()) != opt.steps) {
+      std::printf("grpo: FAILED: %zu metrics records, expected %d\n", records.size(), opt.steps);
+      return 1;
+    }
+    // The step-time breakdown: medians over the steps (docs/PERFORMANCE.md quotes this line).
+    auto median_of = [&](auto field) {
+      std::vector<double> v;
+      for (auto& r : records)
+        v.push_back(field(r));
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    auto field = [](const char* key) {
+      return [key](const nlohmann::json& r) { return r.at(key).get<double>(); };
+    };
+    double step_s = median_of(field("seconds"));
+    double gen_s = median_of(field("generate_seconds"));
+    double train_s = median_of(field("train_seconds"));
+    double sync_s = median_of(field("sync_seconds"));
+    double tps = median_of(field("tokens_per_second"));
+    auto share = [&](double x) { return step_s > 0 ? 100 * x / step_s : 0.0; };
+    std::printf("grpo: step time (medians of %zu steps) %.3f s: generate %.3f s (%.0f%%), train "
+                "%.3f s (%.0f%%), sync %.4f s (%.1f%%); generation %.0f tok/s\n",
+                records.size(), step_s, gen_s, share(gen_s), train_s, share(train_s), sync_s,
+                share(sync_s), tps);
+  } catch (const std::exception& e) {
+    std::printf("grpo: FAILED: %s\n", e.what());
+    return 1;
+  }
+  if (drawn.written && !report::is_png(opt.plot)) {
+    std::printf("grpo: FAILED: %s is not a PNG\n", opt.plot.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 /// The job; returns the exit status (fatal runtime errors exit from inside `fatal_errors`).
 int run(int argc, char** argv) {
   auto parsed = examples::grpo::parse_options(std::vector<std::string>(argv + 1, argv + argc));
@@ -182,18 +358,26 @@ int run(int argc, char** argv) {
     return 2;
   }
   const auto opt = parsed.opts;
-  arith::task_config tcfg;
-  tcfg.digits = opt.digits;
-  tcfg.held_out = opt.held_out;
-  tcfg.seed = opt.seed;
+  const bool env_mode = !opt.env_command.empty();
   std::unique_ptr<arith::task> task_ptr;
-  try {
-    task_ptr = std::make_unique<arith::task>(tcfg);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "%s: %s\n", prog, e.what());
-    return 2;
+  env_model envm;
+  if (env_mode) {
+    if (auto why = load_env_model(opt, envm); !why.empty()) {
+      std::fprintf(stderr, "%s: %s\n", prog, why.c_str());
+      return 2;
+    }
+  } else {
+    arith::task_config tcfg;
+    tcfg.digits = opt.digits;
+    tcfg.held_out = opt.held_out;
+    tcfg.seed = opt.seed;
+    try {
+      task_ptr = std::make_unique<arith::task>(tcfg);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "%s: %s\n", prog, e.what());
+      return 2;
+    }
   }
-  const auto& task = *task_ptr;
   std::ofstream metrics(opt.metrics, std::ios::trunc);
   if (!metrics) {
     std::fprintf(stderr, "%s: cannot open metrics file '%s'\n", prog, opt.metrics.c_str());
@@ -237,155 +421,57 @@ int run(int argc, char** argv) {
   or_die(client.register_group("ref", ref), "register ref");
   or_die(client.register_engines(engines), "register engines");
 
-  // Every role gets a model before colocation starts moving them (the reference model is
-  // replaced by the warm-started weights later; the engines get them by weight sync).
+  // Every role gets a model before colocation starts moving them. The arithmetic task's
+  // reference model is replaced by the warm-started weights later and the engines get them by
+  // weight sync; with --env all three start from the model directory.
   model_spec model;
-  model.config_json = examples::llama_config(arith::tokenizer::vocab_size()).dump();
+  if (env_mode)
+    model.hf_dir = opt.model;
+  else
+    model.config_json = examples::llama_config(arith::tokenizer::vocab_size()).dump();
   model.seed = opt.seed;
   auto params = or_die(client.init_model("policy", model), "init_model policy");
   or_die(client.init_model("ref", model), "init_model ref");
   or_die(client.init_model("engines", model), "init_model engines");
   if (!split)
     or_die(client.colocate({"policy", "ref", "engines"}), "colocate");
-  const auto max_tokens = task.max_answer_tokens();
-  if (!split)
-    std::printf("grpo: %lld-parameter Llama; policy (2 DP ranks), ref (2) and engines (2) "
-                "colocated on 2 virtual GPUs at 0.2 each; task: %d-digit addition, %d held-out "
-                "problems\n",
-                static_cast<long long>(params), opt.digits, opt.held_out);
-  else
-    std::printf("grpo: %lld-parameter Llama; policy (1 rank) and ref (1) on node '%s', engines "
-                "(2) on node '%s'; task: %d-digit addition, %d held-out problems\n",
-                static_cast<long long>(params),
-                or_die(policy.ranks(), "ranks").at(0).node_id.c_str(),
-                or_die(engines.ranks(), "ranks").at(0).node_id.c_str(), opt.digits,
-                opt.held_out);
+  // Where the ranks are, for the opening line.
+  std::string layout_text =
+      "policy (2 DP ranks), ref (2) and engines (2) colocated on 2 virtual GPUs at 0.2 each";
+  if (split)
+    layout_text = "policy (1 rank) and ref (1) on node '" +
+                  or_die(policy.ranks(), "ranks").at(0).node_id + "', engines (2) on node '" +
+                  or_die(engines.ranks(), "ranks").at(0).node_id + "'";
 
-  // 1. Warm start.
-  std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
-  std::vector<arith::problem> validation;
-  {
-    std::mt19937_64 vrng(opt.seed + 1000003);
-    for (int i = 0; i < validation_problems; ++i)
-      validation.push_back(task.sample_train(vrng));
-  }
-  auto t_sft = clock_type::now();
-  auto sft = warm_start(or_die, client, opt, task, validation, rng);
-  double sft_seconds = seconds_since(t_sft);
-  if (opt.sft_target > 0 && !sft.reached)
-    std::printf("grpo: note: the warm start did not reach its validation target %.0f%% in %d "
-                "steps (last %.0f%%); GRPO starts from a weaker model\n",
-                100 * opt.sft_target, sft.steps, 100 * sft.validation);
-
-  // 2. Engines get the warm-started weights; the reference model is a copy of them.
-  or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
-  double acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
-  std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
-              sft.steps, sft_seconds, 100 * acc_before);
-  auto export_dir = fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
-  or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
-  model_spec ref_model;
-  ref_model.hf_dir = export_dir.string();
-  or_die(client.init_model("ref", ref_model), "init_model ref");
-  std::error_code ec;
-  fs::remove_all(export_dir, ec);
-  algorithm_config pcfg;
-  pcfg.use_kl_loss = opt.kl_coef > 0;
-  pcfg.kl_loss_coef = opt.kl_coef;
-  or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
-
-  // 3. GRPO.
-  be::adam_params adam;
-  adam.learning_rate = opt.lr;
-  adam.grad_clip_norm = 1.0;
   std::vector<double> rewards;
-  for (int step = 1; step <= opt.steps; ++step) {
-    // Cosine decay from --lr to a tenth of it: late steps polish instead of jumping around
-    // (with a constant rate the greedy accuracy swung by ~10 points between nearby steps).
-    double progress = opt.steps > 1 ? static_cast<double>(step - 1) / (opt.steps - 1) : 0.0;
-    adam.learning_rate = opt.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
-    report::step_stats st;
-    st.step = step;
-    st.total_steps = opt.steps;
-    std::vector<arith::problem> problems;
-    std::vector<sample_request> requests;
-    for (int i = 0; i < opt.prompts; ++i) {
-      problems.push_back(task.sample_train(rng));
-      sample_request r;
-      r.prompt = arith::prompt_tokens(problems.back());
-      r.max_tokens = max_tokens;
-      r.temperature = opt.temperature;
-      r.has_seed = true;
-      r.seed = rng();
-      r.stop_token_ids = {arith::tokenizer::eos_id};
-      r.num_samples = opt.group;
-      requests.push_back(std::move(r));
-    }
-    auto t0 = clock_type::now();
-    auto samples = or_die(client.generate(requests), "generate");
-    st.generate_seconds = seconds_since(t0);
-
-    // Rewards sit on the last response token; one group per prompt.
-    std::vector<std::vector<int64_t>> prompts, responses;
-    std::vector<int64_t> group_ids;
-    be::per_token_values per_token;
-    double correct = 0;
-    for (size_t row = 0; row < samples.size(); ++row) {
-      size_t i = row / static_cast<size_t>(opt.group);
-      double r = arith::reward(problems[i], samples[row].tokens);
-      st.reward += r / static_cast<double>(samples.size());
-      correct += r == 1.0 ? 1.0 : 0.0;
-      st.tokens += static_cast<int64_t>(samples[row].tokens.size());
-      std::vector<float> rr(samples[row].tokens.size(), 0.0f);
-      rr.back() = static_cast<float>(r);
-      per_token["rewards"].push_back(std::move(rr));
-      prompts.push_back(requests[i].prompt);
-      responses.push_back(std::move(samples[row].tokens));
-      group_ids.push_back(static_cast<int64_t>(i));
-    }
-    st.accuracy = correct / static_cast<double>(samples.size());
-    rewards.push_back(st.reward);
-
-    auto t1 = clock_type::now();
-    auto batch = be::from_sequences(prompts, responses, per_token);
-    algo::advantage_inputs ain;
-    ain.rewards = batch.get("rewards");
-    ain.response_mask = batch.get("response_mask").to(at::kFloat);
-    ain.group_ids = group_ids;
-    auto adv = algo::compute_advantages("grpo", ain);
-    batch.tensors["advantages"] =
-        algo::scale_advantages(adv.advantages * ain.response_mask, batch.get("loss_mask"));
-    auto old = or_die(client.forward("policy", batch), "policy forward");
-    batch.tensors["action_log_probs"] = old.outputs.at("logprobs");
-    if (pcfg.use_kl_loss) {
-      auto base = or_die(client.forward("ref", batch), "ref forward");
-      batch.tensors["base_action_log_probs"] = base.outputs.at("logprobs");
-    }
-    // --epochs PPO-clip updates on the same samples; the old log-probs stay those of the
-    // policy that sampled, so from the second update on the clip bounds the step.
-    for (int e = 0; e < opt.epochs; ++e) {
-      auto out = or_die(client.forward_backward("policy", batch, "regular"),
-                        "policy forward_backward");
-      auto step_out = or_die(client.optim_step("policy", adam), "policy optim_step");
-      st.loss += out.metric("loss:sum") / opt.epochs;
-      st.kl += (pcfg.use_kl_loss ? out.metric("kl:mean") : 0.0) / opt.epochs;
-      st.entropy += out.metric("entropy:mean") / opt.epochs;
-      st.grad_norm = std::max(st.grad_norm, step_out.grad_norm);
-    }
-    st.train_seconds = seconds_since(t1);
-
-    auto t2 = clock_type::now();
-    st.weight_version = or_die(client.save_weights_for_sampler("policy"),
-                               "save_weights_for_sampler");
-    st.sync_seconds = seconds_since(t2);
-    metrics << report::to_json(st).dump() << "\n" << std::flush;
-    if (!opt.quiet) {
-      std::printf("\r%s ", report::progress_line(st).c_str());
-      std::fflush(stdout);
-    }
+  std::string title;
+  arith_result arith_res;
+  examples::grpo::env_job_result env_res;
+  if (env_mode) {
+    std::printf("grpo: %lld-parameter model from %s; %s; task: episodes of '%s', %d x %d "
+                "per step, at most %d turns of %d tokens\n",
+                static_cast<long long>(params), opt.model.c_str(), layout_text.c_str(),
+                opt.env_command.c_str(),
+                opt.prompts, opt.group, opt.max_turns, opt.turn_tokens);
+    algorithm_config pcfg;
+    pcfg.use_kl_loss = opt.kl_coef > 0;
+    pcfg.kl_loss_coef = opt.kl_coef;
+    or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+    env_res = examples::grpo::run_env_job(or_die, client, opt, *envm.chat, envm.context,
+                                          pcfg.use_kl_loss, metrics);
+    rewards = env_res.rewards;
+    title = "GRPO on the episodes of " + opt.env_argv.back();
+  } else {
+    std::printf("grpo: %lld-parameter Llama; %s; task: %d-digit addition, %d held-out "
+                "problems\n",
+                static_cast<long long>(params), layout_text.c_str(), opt.digits, opt.held_out);
+    arith_res = run_arithmetic(or_die, client, opt, *task_ptr, metrics);
+    rewards = arith_res.rewards;
+    title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
+            std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_before))) +
+            "% -> " + std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_after))) +
+            "%";
   }
-  if (!opt.quiet)
-    std::printf("\n");
   metrics.close();
 
   // Which transport each engine rank's weights took (in_process, shm or gloo).
@@ -394,18 +480,13 @@ int run(int argc, char** argv) {
   for (auto& [rank, transport] : ledger["last_sync"].items())
     transports += " " + rank + "=" + transport.get<std::string>();
   std::printf("grpo: weight sync transports:%s\n", transports.c_str());
-
-  // 4. Held-out accuracy after GRPO, the plot, the verdict.
-  double acc_after = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
   for (auto* g : {&policy, &ref, &engines})
     g->stop();
   examples::shutdown(client, manager);
 
   report::plot_spec plot;
   plot.rewards = rewards;
-  plot.title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
-               std::to_string(static_cast<int>(std::lround(100 * acc_before))) + "% -> " +
-               std::to_string(static_cast<int>(std::lround(100 * acc_after))) + "%";
+  plot.title = title;
   plot.png_path = opt.plot;
   plot.smoothing = std::max(1, std::min(10, opt.steps / 5));
   auto drawn = report::plot_reward_curve(plot);
@@ -415,59 +496,60 @@ int run(int argc, char** argv) {
     std::printf("grpo: no plot: %s\n", drawn.message.c_str());
   std::printf("grpo: metrics written to %s (%d records)\n", opt.metrics.c_str(), opt.steps);
   auto [first, last] = examples::first_last_means(rewards, 5);
-  std::printf("grpo: mean reward %.3f -> %.3f; held-out accuracy %.1f%% (after SFT) -> %.1f%% "
-              "(after GRPO), %+.1f points; %.0f s in all\n",
-              first, last, 100 * acc_before, 100 * acc_after, 100 * (acc_after - acc_before),
-              seconds_since(job_start));
 
-  // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
-  try {
-    auto records = report::read_metrics(opt.metrics);
-    if (static_cast<int>(records.size()) != opt.steps) {
-      std::printf("grpo: FAILED: %zu metrics records, expected %d\n", records.size(), opt.steps);
+  if (env_mode) {
+    std::printf("grpo: mean reward %.3f -> %.3f; %lld episodes: %lld ended by the environment, "
+                "%lld stopped by the driver, %lld failed; %.0f s in all\n",
+                first, last, static_cast<long long>(env_res.episodes),
+                static_cast<long long>(env_res.done), static_cast<long long>(env_res.stopped),
+                static_cast<long long>(env_res.failed), examples::seconds_since(job_start));
+    for (const auto& [message, count] : env_res.errors)
+      std::printf("grpo: failed episodes: %lld x %s\n", static_cast<long long>(count),
+                  message.c_str());
+    if (int bad = check_outputs(opt, drawn))
+      return bad;
+    // The environment's failures are its episodes'; a job none of whose episodes ran has
+    // nothing to show, though.
+    if (env_res.failed == env_res.episodes) {
+      std::printf("grpo: FAILED: every episode failed (%lld); see the errors above\n",
+                  static_cast<long long>(env_res.episodes));
       return 1;
     }
-    // The step-time breakdown: medians over the steps (docs/PERFORMANCE.md quotes this line).
-    auto median_of = [&](auto field) {
-      std::vector<double> v;
-      for (auto& r : records)
-        v.push_back(field(r));
-      std::sort(v.begin(), v.end());
-      return v.empty() ? 0.0 : v[v.size() / 2];
-    };
-    auto field = [](const char* key) {
-      return [key](const nlohmann::json& r) { return r.at(key).get<double>(); };
-    };
-    double step_s = median_of(field("seconds"));
-    double gen_s = median_of(field("generate_seconds"));
-    double train_s = median_of(field("train_seconds"));
-    double sync_s = median_of(field("sync_seconds"));
-    double tps = median_of(field("tokens_per_second"));
-    auto share = [&](double x) { return step_s > 0 ? 100 * x / step_s : 0.0; };
-    std::printf("grpo: step time (medians of %zu steps) %.3f s: generate %.3f s (%.0f%%), train "
-                "%.3f s (%.0f%%), sync %.4f s (%.1f%%); generation %.0f tok/s\n",
-                records.size(), step_s, gen_s, share(gen_s), train_s, share(train_s), sync_s,
-                share(sync_s), tps);
-  } catch (const std::exception& e) {
-    std::printf("grpo: FAILED: %s\n", e.what());
-    return 1;
+    if (opt.min_final_reward >= 0 && last < opt.min_final_reward) {
+      std::printf("grpo: FAILED: the mean reward of the last steps is %.3f, the goal is %.3f\n",
+                  last, opt.min_final_reward);
+      return 1;
+    }
+    std::printf("grpo: ok: %s run finished, %lld of %lld episodes ran%s%s\n",
+                opt.quick ? "quick" : "full",
+                static_cast<long long>(env_res.episodes - env_res.failed),
+                static_cast<long long>(env_res.episodes),
+                drawn.written ? ", metrics and plot valid" : ", metrics valid",
+                opt.min_final_reward >= 0 ? ", final reward goal reached" : "");
+    return 0;
   }
-  if (drawn.written && !report::is_png(opt.plot)) {
-    std::printf("grpo: FAILED: %s is not a PNG\n", opt.plot.c_str());
-    return 1;
-  }
+
+  std::printf("grpo: mean reward %.3f -> %.3f; held-out accuracy %.1f%% (after SFT) -> %.1f%% "
+              "(after GRPO), %+.1f points; %.0f s in all\n",
+              first, last, 100 * arith_res.acc_before, 100 * arith_res.acc_after,
+              100 * (arith_res.acc_after - arith_res.acc_before),
+              examples::seconds_since(job_start));
+  // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
+  if (int bad = check_outputs(opt, drawn))
+    return bad;
   if (opt.quick) {
     std::printf("grpo: ok: quick run finished, metrics%s valid\n",
                 drawn.written ? " and plot" : "");
     return 0;
   }
-  if (acc_after - acc_before < required_gain) {
+  const double gain = arith_res.acc_after - arith_res.acc_before;
+  if (gain < required_gain) {
     std::printf("grpo: FAILED: held-out accuracy rose by %.1f points, the goal is %.0f\n",
-                100 * (acc_after - acc_before), 100 * required_gain);
+                100 * gain, 100 * required_gain);
     return 1;
   }
-  std::printf("grpo: ok: held-out accuracy up %.1f points (goal %.0f)\n",
-              100 * (acc_after - acc_before), 100 * required_gain);
+  std::printf("grpo: ok: held-out accuracy up %.1f points (goal %.0f)\n", 100 * gain,
+              100 * required_gain);
   return 0;
 }
 

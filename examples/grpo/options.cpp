@@ -7,6 +7,9 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 namespace rlforge::examples::grpo {
 
@@ -47,13 +50,85 @@ void apply_quick(options& o) {
   o.group = 4;
 }
 
+// The environment run: fewer, longer episodes (each step talks to prompts x group processes).
+void apply_env_defaults(options& o) {
+  o.steps = 20;
+  o.prompts = 8;
+  o.group = 4;
+}
+
+void apply_env_quick(options& o) {
+  o.quick = true;
+  o.steps = 3;
+  o.prompts = 2;
+  o.group = 4;
+  o.max_turns = 3;
+  o.turn_tokens = 8;
+}
+
+// Flags that belong to one mode only.
+const std::set<std::string> arithmetic_flags{"--digits",    "--held-out", "--sft-steps",
+                                             "--sft-batch", "--sft-lr",   "--sft-target"};
+const std::set<std::string> env_flags{"--model",       "--task",        "--max-turns",
+                                      "--turn-tokens", "--env-timeout", "--min-final-reward"};
+
 } // namespace
+
+bool split_command(const std::string& command, std::vector<std::string>& words,
+                   std::string& error) {
+  words.clear();
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < command.size(); ++i) {
+    const char c = command[i];
+    if (quote != 0) {
+      if (c == quote)
+        quote = 0;
+      else
+        word += c;
+    } else if (c == '\\') {
+      if (i + 1 == command.size()) {
+        error = "the command ends with a backslash";
+        return false;
+      }
+      word += command[++i];
+      in_word = true;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word)
+        words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (quote != 0) {
+    error = std::string("the command has an unterminated ") + quote + " quote";
+    return false;
+  }
+  if (in_word)
+    words.push_back(word);
+  if (words.empty()) {
+    error = "the command is empty";
+    return false;
+  }
+  return true;
+}
 
 parse_result parse_options(const std::vector<std::string>& args) {
   parse_result r;
   auto& o = r.opts;
-  if (std::find(args.begin(), args.end(), "--quick") != args.end())
-    apply_quick(o);
+  const bool env_mode = std::find(args.begin(), args.end(), "--env") != args.end();
+  const bool quick = std::find(args.begin(), args.end(), "--quick") != args.end();
+  if (env_mode)
+    apply_env_defaults(o);
+  if (quick)
+    env_mode ? apply_env_quick(o) : apply_quick(o);
   constexpr long long big = 1000000000;
   // Integer flags: target, smallest and largest allowed value.
   struct int_flag {
@@ -65,6 +140,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--held-out", {&o.held_out, 1, big}},   {"--sft-steps", {&o.sft_steps, 0, big}},
     {"--sft-batch", {&o.sft_batch, 1, big}}, {"--prompts", {&o.prompts, 1, big}},
     {"--group", {&o.group, 2, big}},         {"--epochs", {&o.epochs, 1, 100}},
+    {"--max-turns", {&o.max_turns, 1, 1000}}, {"--turn-tokens", {&o.turn_tokens, 1, 100000}},
   };
   // Real flags: target and whether 0 is allowed (all must be finite and not negative).
   std::map<std::string, std::pair<double*, bool>> reals{
@@ -73,10 +149,14 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--temperature", {&o.temperature, false}},
     {"--kl-coef", {&o.kl_coef, true}},
     {"--sft-target", {&o.sft_target, true}},
+    {"--env-timeout", {&o.env_timeout, false}},
+    {"--min-final-reward", {&o.min_final_reward, true}},
   };
   std::map<std::string, std::string*> paths{{"--metrics", &o.metrics}, {"--plot", &o.plot},
                                             {"--cluster", &o.cluster}, {"--tls", &o.tls},
-                                            {"--layout", &o.layout}};
+                                            {"--layout", &o.layout},   {"--env", &o.env_command},
+                                            {"--model", &o.model},     {"--task", &o.task}};
+  std::set<std::string> given;
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     if (a == "--quick")
@@ -98,6 +178,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
       r.error = a + " needs a value";
       return r;
     }
+    given.insert(a);
     const auto& v = args[++i];
     if (auto it = ints.find(a); it != ints.end()) {
       long long x = 0;
@@ -122,7 +203,9 @@ parse_result parse_options(const std::vector<std::string>& args) {
       *rt->second.first = x;
     } else if (auto pt = paths.find(a); pt != paths.end()) {
       if (v.empty()) {
-        r.error = a + " needs a non-empty path";
+        r.error = a + (a == "--env"    ? " needs a command"
+                       : a == "--task" ? " needs a JSON object"
+                                       : " needs a non-empty path");
         return r;
       }
       if (a == "--layout" && v != "colocated" && v != "split") {
@@ -139,6 +222,38 @@ parse_result parse_options(const std::vector<std::string>& args) {
       o.seed = static_cast<uint64_t>(x);
     }
   }
+  for (const auto& flag : given) {
+    if (env_mode && arithmetic_flags.count(flag)) {
+      r.error = flag + " belongs to the arithmetic task and does not apply with --env";
+      return r;
+    }
+    if (!env_mode && env_flags.count(flag)) {
+      r.error = flag + " applies only with --env CMD";
+      return r;
+    }
+  }
+  if (!env_mode)
+    return r;
+  if (!split_command(o.env_command, o.env_argv, r.error)) {
+    r.error = "--env: " + r.error + " ('" + o.env_command + "')";
+    return r;
+  }
+  if (o.model.empty()) {
+    r.error = "--env needs --model DIR (a model directory with a tokenizer and a chat template, "
+              "e.g. written by rlforge init-model)";
+    return r;
+  }
+  const auto task = nlohmann::json::parse(o.task, nullptr, /*allow_exceptions=*/false);
+  if (!task.is_object()) {
+    r.error = "--task must be a JSON object, got '" + o.task + "'";
+    return r;
+  }
+  if (static_cast<long long>(o.prompts) * o.group > max_environments) {
+    r.error = "--prompts x --group = " +
+              std::to_string(static_cast<long long>(o.prompts) * o.group) +
+              " environments at once; at most " + std::to_string(max_environments);
+    return r;
+  }
   return r;
 }
 
@@ -149,8 +264,16 @@ std::string usage(const std::string& prog) {
          "       [--sft-target A] [--prompts P] [--group G] [--lr X] [--epochs E]\n"
          "       [--temperature T] [--kl-coef C] [--layout colocated|split]\n"
          "       [--cluster HOST:PORT] [--tls DIR]\n"
+         "       [--env CMD --model DIR [--task JSON] [--max-turns N] [--turn-tokens N]\n"
+         "        [--env-timeout S] [--min-final-reward R]]\n"
          "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
          "inference engines on virtual GPUs; prints held-out accuracy before and after.\n"
+         "With --env CMD: GRPO on the multi-turn episodes of an environment program speaking\n"
+         "rlforge's JSON-lines protocol (docs/ENVIRONMENTS.md), e.g.\n"
+         "  --env 'python3 examples/envs/guess_number.py' --model DIR\n"
+         "with the tokenizer and chat template of the model in DIR (rlforge init-model writes\n"
+         "them); defaults --steps 20 --prompts 8 --group 4. A failing environment fails its\n"
+         "episode, not the job.\n"
          "--quick runs a small job (a few steps) to check everything end to end.\n"
          "--cluster runs the ranks on the nodes of a cluster (rlforge head / rlforge node);\n"
          "--layout split puts the policy and the engines on different bundles (nodes).\n";

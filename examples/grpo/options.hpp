@@ -6,8 +6,9 @@
 
 namespace rlforge::examples::grpo {
 
-/// Every setting of the job. The defaults are the tuned full run (a few minutes on 2 cores);
-/// `--quick` switches to a small run for the ctest entry before the other flags apply.
+/// Every setting of the job. The defaults are the tuned full run of the arithmetic task (a few
+/// minutes on 2 cores); `--env` switches to the environment defaults and `--quick` to a small run
+/// for the ctest entries, both before the other flags apply.
 struct options {
   // The job.
   int steps = 150;                ///< GRPO steps (--steps)
@@ -41,7 +42,28 @@ struct options {
   /// (1 rank) and the ref (1 rank) on the first at 0.5 GPU each, the engines (2 ranks) on the
   /// second; nothing is offloaded and weight sync goes from one bundle's node to the other's.
   std::string layout = "colocated";
+  // An environment instead of the arithmetic task (--env CMD).
+  std::string env_command;        ///< as given (--env); empty = the arithmetic task
+  std::vector<std::string> env_argv; ///< `env_command` split into words (see `split_command`)
+  std::string model;              ///< model directory with a tokenizer (--model; --env only)
+  std::string task = "{}";        ///< JSON object sent with every reset (--task)
+  int max_turns = 5;              ///< turns before the driver stops an episode (--max-turns)
+  int turn_tokens = 24;           ///< most tokens the model samples per turn (--turn-tokens)
+  double env_timeout = 30;        ///< seconds an environment may take per call (--env-timeout)
+  /// The run fails unless the mean reward of its last five steps reaches this
+  /// (--min-final-reward, >= 0; negative = no goal).
+  double min_final_reward = -1;
 };
+
+/// Most environments (--prompts x --group, one process each) an --env run keeps at once.
+inline constexpr int max_environments = 256;
+
+/// Splits a command line into words at unquoted whitespace: '...' and "..." quote literally,
+/// a backslash outside quotes takes the next character literally. No other shell syntax.
+/// Returns false with `error` set for an unterminated quote, a trailing backslash or no words at
+/// all.
+bool split_command(const std::string& command, std::vector<std::string>& words,
+                   std::string& error);
 
 /// The result of parsing: the options, or an error naming the flag and value.
 struct parse_result {
@@ -51,10 +73,14 @@ struct parse_result {
 };
 
 /// Parses `args` (without the program name). Unknown flags, missing values, values that are not
-/// numbers or are out of range (steps, sft-batch, prompts, held-out, epochs >= 1; sft-steps >= 0;
-/// group >= 2; digits 1..4; learning rates and temperature > 0 and finite; kl-coef >= 0;
-/// sft-target in [0, 1]; --layout colocated or split) give an error naming the flag and the
-/// value; empty --metrics / --plot / --cluster / --tls values are refused too.
+/// numbers or are out of range (steps, sft-batch, prompts, held-out, epochs, max-turns,
+/// turn-tokens >= 1; sft-steps >= 0; group >= 2; digits 1..4; learning rates, temperature and
+/// env-timeout > 0 and finite; kl-coef >= 0; sft-target in [0, 1]; --layout colocated or split)
+/// give an error naming the flag and the value; empty --metrics / --plot / --cluster / --tls
+/// values are refused too. With --env: --model is required, --task must be a JSON object,
+/// --prompts x --group at most `max_environments`, and the flags of the arithmetic task
+/// (--digits, --held-out, --sft-*) are refused; without it the environment flags (--model,
+/// --task, --max-turns, --turn-tokens, --env-timeout, --min-final-reward) are refused.
 parse_result parse_options(const std::vector<std::string>& args);
 
 /// The usage text, one flag per line.

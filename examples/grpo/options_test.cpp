@@ -87,3 +87,64 @@ TEST(GrpoOptions, HelpAndUsage) {
   for (auto flag : {"--steps", "--seed", "--metrics", "--plot", "--quiet", "--quick"})
     EXPECT_THAT(u, HasSubstr(flag));
 }
+
+TEST(GrpoOptions, EnvModeTakesItsOwnDefaultsAndFlags) {
+  auto r = parse_options({"--env", "python3 'my envs/guess.py' --level\\ 2", "--model", "m",
+                          "--task", R"({"max_turns": 3})", "--max-turns", "4", "--turn-tokens",
+                          "12", "--env-timeout", "2.5", "--min-final-reward", "0.5"});
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  const auto& o = r.opts;
+  EXPECT_EQ(o.env_argv, (std::vector<std::string>{"python3", "my envs/guess.py", "--level 2"}));
+  EXPECT_EQ(o.model, "m");
+  EXPECT_EQ(o.task, R"({"max_turns": 3})");
+  EXPECT_EQ(o.max_turns, 4);
+  EXPECT_EQ(o.turn_tokens, 12);
+  EXPECT_DOUBLE_EQ(o.env_timeout, 2.5);
+  EXPECT_DOUBLE_EQ(o.min_final_reward, 0.5);
+  EXPECT_LT(options{}.min_final_reward, 0) << "no goal unless asked";
+  EXPECT_LT(o.steps, options{}.steps);
+  EXPECT_LE(o.prompts * o.group, max_environments);
+  auto q = parse_options({"--quick", "--env", "e", "--model", "m"});
+  ASSERT_TRUE(q.error.empty()) << q.error;
+  EXPECT_TRUE(q.opts.quick);
+  EXPECT_LT(q.opts.steps, o.steps);
+  EXPECT_LT(q.opts.prompts * q.opts.group, o.prompts * o.group);
+  EXPECT_LT(q.opts.turn_tokens, options{}.turn_tokens);
+}
+
+TEST(GrpoOptions, RefusesFlagsOfTheOtherMode) {
+  auto err = [](std::vector<std::string> args) { return parse_options(args).error; };
+  EXPECT_THAT(err({"--model", "m"}), HasSubstr("--model applies only with --env CMD"));
+  EXPECT_THAT(err({"--max-turns", "3"}), HasSubstr("--max-turns applies only with --env"));
+  EXPECT_THAT(err({"--min-final-reward", "1"}), HasSubstr("applies only with --env"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--digits", "3"}),
+              HasSubstr("--digits belongs to the arithmetic task"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--sft-steps", "3"}),
+              HasSubstr("--sft-steps belongs to the arithmetic task"));
+  EXPECT_THAT(err({"--env", "e"}), HasSubstr("--env needs --model DIR"));
+  EXPECT_THAT(err({"--env", "", "--model", "m"}), HasSubstr("--env needs a command"));
+  EXPECT_THAT(err({"--env", "  ", "--model", "m"}), HasSubstr("--env: the command is empty"));
+  EXPECT_THAT(err({"--env", "python3 'x", "--model", "m"}),
+              HasSubstr("unterminated ' quote"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--task", "[1]"}),
+              HasSubstr("--task must be a JSON object, got '[1]'"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--prompts", "100", "--group", "3"}),
+              HasSubstr("--prompts x --group = 300 environments at once; at most 256"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--turn-tokens", "0"}),
+              HasSubstr("--turn-tokens must be an integer in [1,"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--env-timeout", "0"}),
+              HasSubstr("--env-timeout must be a finite number > 0"));
+}
+
+TEST(GrpoOptions, SplitsCommandsLikeASimpleShell) {
+  std::vector<std::string> words;
+  std::string error;
+  ASSERT_TRUE(split_command("  a \"b c\"d 'e\\f' g\\ h  ", words, error)) << error;
+  EXPECT_EQ(words, (std::vector<std::string>{"a", "b cd", "e\\f", "g h"}));
+  ASSERT_TRUE(split_command("x '' y", words, error)) << error;
+  EXPECT_EQ(words, (std::vector<std::string>{"x", "", "y"}));
+  EXPECT_FALSE(split_command("a\\", words, error));
+  EXPECT_THAT(error, HasSubstr("ends with a backslash"));
+  EXPECT_FALSE(split_command("\"a", words, error));
+  EXPECT_THAT(error, HasSubstr("unterminated \" quote"));
+}

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,14 @@ inline run_result run_cli(const std::string& args) {
   r.err = ss.str();
   std::filesystem::remove(err_path);
   return r;
+}
+
+/// "5,17,3": ids as the binary's --tokens and --prompt-tokens take them.
+inline std::string join_ids(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i)
+    s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
 }
 
 /// The number of '\n' characters in `s`.

@@ -1,10 +1,13 @@
 // Runs `rlforge generate` end to end on a random checkpoint written by the test, and checks its
-// output against the library's own generate() on the same weights.
+// output against the library's own generate() on the same weights; then text prompts (--prompt,
+// --chat, --messages) on a model written by `rlforge init-model`, with its tokenizer.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -153,4 +156,158 @@ TEST_F(GenerateCli, OutOfDomainFilterAndTokenValuesAreUsageErrors) {
 TEST_F(GenerateCli, MissingModelIsARuntimeError) {
   expect_rejected({{"--model /nonexistent/rlforge-model --prompt-tokens 1 --max-tokens 2", 1,
                     "cannot load model from '/nonexistent/rlforge-model'"}});
+}
+
+namespace {
+
+// A model written by `rlforge init-model` (so with its tokenizer and ChatML template), for the
+// text prompts of `generate`.
+class GenerateTextCli : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                     ("rlforge_generate_text_" + std::to_string(::getpid())));
+    std::filesystem::remove_all(*dir_);
+    auto r = run_cli("init-model --preset tiny --seed 4 --out '" + dir_->string() + "'");
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string model_flag(const std::filesystem::path& dir) {
+    return "--model '" + dir.string() + "' ";
+  }
+  // `rlforge generate <args>` on the model; expects success and returns the printed object.
+  static nlohmann::json generate_ok(const std::string& args,
+                                    const std::filesystem::path& dir = *dir_) {
+    auto r = run_generate(model_flag(dir) + args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(count_lines(r.out), 1u) << r.out;
+    return nlohmann::json::parse(r.out);
+  }
+  // The text of `ids` by `rlforge detokenize --json`.
+  static std::string detokenize(const std::vector<int64_t>& ids, bool skip_special) {
+    auto r = run_cli("detokenize " + model_flag(*dir_) + "--json --tokens " + join_ids(ids) +
+                     (skip_special ? " --skip-special-tokens" : ""));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return nlohmann::json::parse(r.out).at("text");
+  }
+  static std::filesystem::path* dir_;
+};
+
+std::filesystem::path* GenerateTextCli::dir_ = nullptr;
+
+/// A copy of a model directory, removed at the end.
+struct model_copy {
+  std::filesystem::path path;
+  model_copy(const std::filesystem::path& from, const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("rlforge_generate_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::copy(from, path);
+  }
+  ~model_copy() { std::filesystem::remove_all(path); }
+  nlohmann::json read(const std::string& file) const {
+    std::ifstream in(path / file);
+    return nlohmann::json::parse(in);
+  }
+  void write(const std::string& file, const nlohmann::json& j) const {
+    std::ofstream(path / file) << j.dump();
+  }
+};
+
+} // namespace
+
+TEST_F(GenerateTextCli, PromptTextIsEncodedAndTheCompletionDecoded) {
+  const auto j = generate_ok("--prompt 'Guess my number.' --max-tokens 6 --temperature 0");
+  const auto prompt = j.at("prompt_tokens").get<std::vector<int64_t>>();
+  const auto tokens = j.at("tokens").get<std::vector<int64_t>>();
+  EXPECT_EQ(detokenize(prompt, false), "Guess my number.");
+  EXPECT_EQ(j.at("text").get<std::string>(), detokenize(tokens, true));
+  EXPECT_EQ(j.at("stop_reason"), "length");
+  // The same ids as a token prompt give the same completion, and its text too.
+  const auto by_ids =
+      generate_ok("--prompt-tokens " + join_ids(prompt) + " --max-tokens 6 --temperature 0");
+  EXPECT_EQ(by_ids.at("tokens"), j.at("tokens"));
+  EXPECT_EQ(by_ids.at("text"), j.at("text"));
+  EXPECT_FALSE(by_ids.contains("prompt_tokens"));
+}
+
+TEST_F(GenerateTextCli, ChatAndMessagesApplyTheChatTemplate) {
+  const auto chat = generate_ok("--prompt 'Hi there' --chat --max-tokens 3 --temperature 0");
+  const auto prompt = chat.at("prompt_tokens").get<std::vector<int64_t>>();
+  EXPECT_EQ(detokenize(prompt, false),
+            "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
+  const auto messages = generate_ok(
+      R"(--messages '[{"role": "user", "content": "Hi there"}]' --max-tokens 3 --temperature 0)");
+  EXPECT_EQ(messages.at("prompt_tokens"), chat.at("prompt_tokens"));
+  EXPECT_EQ(messages.at("tokens"), chat.at("tokens"));
+  const auto two = generate_ok(R"(--messages '[{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Hi"}]' --max-tokens 2 --temperature 0)");
+  EXPECT_EQ(detokenize(two.at("prompt_tokens").get<std::vector<int64_t>>(), false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST_F(GenerateTextCli, ChatStopsAtTheTemplatesEndOfTurnToken) {
+  // A template that writes no special token after an assistant's text: the end of a turn is then
+  // the eos token, which this copy names after a token the model is known to produce.
+  model_copy copy(*dir_, "eot");
+  auto config = copy.read("tokenizer_config.json");
+  config["chat_template"] = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+                            "{% if add_generation_prompt %}assistant:{% endif %}";
+  copy.write("tokenizer_config.json", config);
+  const auto free_run =
+      generate_ok("--prompt 'Hi' --chat --max-tokens 6 --temperature 0", copy.path);
+  const auto tokens = free_run.at("tokens").get<std::vector<int64_t>>();
+  ASSERT_EQ(tokens.size(), 6u);
+  const int64_t stop = tokens[2];
+  std::string spelling;
+  const auto tokenizer_json = copy.read("tokenizer.json");
+  for (const auto& [piece, id] : tokenizer_json.at("model").at("vocab").items())
+    if (id == stop)
+      spelling = piece;
+  ASSERT_FALSE(spelling.empty()) << stop;
+  config["eos_token"] = spelling;
+  copy.write("tokenizer_config.json", config);
+  const auto stopped =
+      generate_ok("--prompt 'Hi' --chat --max-tokens 6 --temperature 0", copy.path);
+  const auto first = std::find(tokens.begin(), tokens.end(), stop);
+  EXPECT_EQ(stopped.at("tokens").get<std::vector<int64_t>>(),
+            std::vector<int64_t>(tokens.begin(), first + 1));
+  EXPECT_EQ(stopped.at("stop_reason"), "stop");
+}
+
+TEST_F(GenerateTextCli, BadTextPromptsAreRefusedWithOneLine) {
+  const std::string m = model_flag(*dir_);
+  model_copy no_template(*dir_, "no_template");
+  auto config = no_template.read("tokenizer_config.json");
+  config.erase("chat_template");
+  no_template.write("tokenizer_config.json", config);
+  model_copy broken(*dir_, "broken");
+  std::ofstream(broken.path / "tokenizer.json") << "not json";
+  const std::string b = model_flag(broken.path);
+  model_copy no_tokenizer(*dir_, "no_tokenizer");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::remove(no_tokenizer.path / f);
+  rlforge::backends::testing::expect_rejected(
+      {
+          {m + "--prompt hi --prompt-tokens 1 --max-tokens 2", 2, "give only one of"},
+          {m + "--prompt-tokens 1 --chat --max-tokens 2", 2, "--chat applies to --prompt"},
+          {m + "--messages '[]' --max-tokens 2", 2, "non-empty JSON array"},
+          {m + "--messages '{\"role\": 1' --max-tokens 2", 2, "--messages is not valid JSON"},
+          {m + "--messages '[{\"role\": \"user\"}]' --max-tokens 2", 2,
+           "--messages message 0 needs a string \"content\""},
+          {m + "--prompt \"$(printf 'x\\377')\" --max-tokens 2", 2,
+           "--prompt is not valid UTF-8: byte 1 (0xFF)"},
+          {model_flag(no_template.path) + "--prompt hi --chat --max-tokens 2", 1,
+           "no chat template"},
+          {b + "--prompt hi --max-tokens 2", 1, "cannot load the tokenizer of"},
+          {b + "--prompt-tokens 1,2 --max-tokens 2", 1, "cannot load the tokenizer of"},
+          {model_flag(no_tokenizer.path) + "--prompt hi --max-tokens 2", 1,
+           "' has no tokenizer (neither tokenizer.json nor tokenizer.model)"},
+      },
+      "generate ");
 }

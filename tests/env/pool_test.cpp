@@ -3,6 +3,7 @@
 #include "env/pool.hpp"
 
 #include <atomic>
+#include <memory>
 
 #include "env/number_guess.hpp"
 #include "tests/env/test_support.hpp"
@@ -136,6 +137,36 @@ TEST_F(EnvPool, LockstepBatchStepsEveryRunningEpisodeAtOnce) {
   expect_same(one.run_episodes(reqs, bisect, 0), batch.episodes());
   expect_env_error([&] { episode_batch too_big(pool, requests(7)); }, failure::usage,
                    {"needs a pool of at least that many"});
+}
+
+TEST_F(EnvPool, TheDriverCanStopAnEpisodeAndReuseItsEnvironment) {
+  environment_pool pool([] { return std::make_unique<number_guess>(); }, 3);
+  const auto reqs = requests(3);
+  {
+    episode_batch batch(pool, reqs);
+    std::vector<std::string> actions(reqs.size(), "I guess 0");
+    batch.step(actions);
+    batch.stop(1);
+    EXPECT_EQ(batch.running(), (std::vector<std::size_t>{0, 2}));
+    expect_env_error([&] { batch.stop(1); }, failure::usage, {"episode 1 is not running"});
+    expect_env_error([&] { batch.stop(3); }, failure::usage, {"no episode 3 in a batch of 3"});
+    while (!batch.running().empty()) {
+      for (std::size_t i : batch.running())
+        actions[i] = bisect(i, batch.episodes()[i]);
+      actions[1] = "ignored: episode 1 is not running";
+      batch.step(actions);
+    }
+    const auto& stopped = batch.episodes()[1];
+    EXPECT_TRUE(stopped.stopped);
+    EXPECT_FALSE(stopped.done);
+    EXPECT_FALSE(stopped.error);
+    EXPECT_EQ(stopped.turns.size(), 1u);
+    for (std::size_t i : {0u, 2u})
+      EXPECT_TRUE(batch.episodes()[i].done && !batch.episodes()[i].stopped) << i;
+  }
+  // The stopped episode's environment went back to the pool: a full batch runs again.
+  episode_batch again(pool, reqs);
+  EXPECT_EQ(again.running().size(), 3u);
 }
 
 TEST_F(EnvPool, SpawnFailuresAreRecordedPerEpisode) {

@@ -5,6 +5,7 @@
 #               no torch, no other rlforge folder
 #   chat/       standard C++ and nlohmann-json only: no CAF, no torch, no other rlforge folder
 #   env/        standard C++, POSIX and nlohmann-json only: no CAF, no torch, no other rlforge folder
+#   prompt/     standard C++ on text/ and chat/ only: no CAF, no torch, no other rlforge folder
 #   placement/  pure C++: no CAF, no torch, no other rlforge folder
 #   runtime/    CAF: no torch, no placement/backends/actors
 #   backends/   torch: no CAF, no placement/runtime/actors
@@ -18,11 +19,12 @@ set -euo pipefail
 check_tree() {
   local root=$1 status=0
   declare -A forbidden=(
-    [tinker]='#include ["<](placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
-    [text]='#include ["<](tinker|chat|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
-    [chat]='#include ["<](tinker|text|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
-    [env]='#include ["<](tinker|text|chat|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
-    [placement]='#include ["<](runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
+    [tinker]='#include ["<](prompt|placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
+    [text]='#include ["<](tinker|chat|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [chat]='#include ["<](tinker|text|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [env]='#include ["<](tinker|text|chat|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [prompt]='#include ["<](tinker|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [placement]='#include ["<](prompt|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
     [runtime]='#include ["<](placement|backends|actors|cli|examples|bench|service)/|#include <(torch|ATen|c10)/'
     [backends]='#include ["<](placement|runtime|actors|cli|examples|bench|service)/|#include <caf/'
     [actors]='#include ["<](cli|examples|bench|service)/'
@@ -30,7 +32,7 @@ check_tree() {
   )
   # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
   local service_actor_headers='actors/tinker_backend\.hpp'
-  for dir in tinker text chat env placement runtime backends actors service; do
+  for dir in tinker text chat env prompt placement runtime backends actors service; do
     [ -d "$root/$dir" ] || continue
     local hits
     hits=$(grep -rnE "${forbidden[$dir]}" "$root/$dir" --include='*.hpp' --include='*.cpp' \
@@ -108,6 +110,24 @@ if [ "${1:-}" = "--self-test" ]; then
     fi
     rm "$tmp/env/bad.cpp"
   done
+  mkdir -p "$tmp/prompt"
+  printf '#include "text/tokenizer.hpp"\n#include "chat/template_renderer.hpp"\n' > "$tmp/prompt/ok.cpp"
+  check_tree "$tmp" > /dev/null || { echo "self-test: clean prompt/ was rejected"; exit 1; }
+  for bad in '#include <caf/all.hpp>' '#include <torch/torch.h>' '#include "env/pool.hpp"' \
+             '#include "backends/model/causal_lm.hpp"' '#include "examples/grpo/options.hpp"'; do
+    echo "$bad" > "$tmp/prompt/bad.hpp"
+    if check_tree "$tmp" > /dev/null; then
+      echo "self-test: prompt/ with '$bad' was not caught"
+      exit 1
+    fi
+    rm "$tmp/prompt/bad.hpp"
+  done
+  echo '#include "prompt/chat_prompt.hpp"' > "$tmp/chat/bad.hpp"
+  if check_tree "$tmp" > /dev/null; then
+    echo "self-test: chat/ including prompt/ was not caught"
+    exit 1
+  fi
+  rm "$tmp/chat/bad.hpp"
   mkdir -p "$tmp/service"
   echo '#include "actors/tinker_backend.hpp"' > "$tmp/service/ok.cpp"
   check_tree "$tmp" > /dev/null || { echo "self-test: service/ with tinker_backend was rejected"; exit 1; }

@@ -90,6 +90,17 @@ TEST(BpeTrainer, PrependsBosWhenAsked) {
   EXPECT_TRUE(config["pad_token"].is_null());
 }
 
+TEST(BpeTrainer, StoresTheChatTemplateOnlyWhenGiven) {
+  bpe_trainer_options o;
+  o.vocab_size = 300;
+  EXPECT_FALSE(json::parse(train_bpe(corpus(), o).tokenizer_config_json).contains("chat_template"));
+  o.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  auto config = json::parse(train_bpe(corpus(), o).tokenizer_config_json);
+  EXPECT_EQ(config["chat_template"], *o.chat_template);
+  o.chat_template = "bad \xFF";
+  expect_error([&] { train_bpe(corpus(), o); }, {"chat_template", "invalid UTF-8"});
+}
+
 TEST(BpeTrainer, WritesLoadableFiles) {
   temp_dir dir;
   bpe_trainer_options o;

@@ -1,0 +1,46 @@
+#pragma once
+// One GRPO update of the policy through the dispatcher, shared by the job's two tasks (the
+// arithmetic task and --env): advantages, old and reference log-probs, PPO-clip updates, then
+// the weight sync to the engines, the metrics record and the progress line.
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "../common/driver.hpp"
+#include "actors/trainer_client.hpp"
+#include "backends/train/optimizer.hpp"
+#include "backends/train/training_batch.hpp"
+#include "examples/grpo/options.hpp"
+#include "examples/grpo/report.hpp"
+
+namespace rlforge::examples::grpo {
+
+/// The samples of one step: row i is prompts[i] + responses[i] from prompt group group_ids[i];
+/// `per_token` holds its "rewards" (the outcome on the last trained token) and, when not every
+/// response token is the model's, its "loss_mask".
+struct grpo_rows {
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<std::vector<int64_t>> responses;
+  backends::per_token_values per_token;
+  std::vector<int64_t> group_ids;
+};
+
+/// The policy's learning rate at `step` (1-based): cosine decay from --lr to a tenth of it.
+double learning_rate(const options& opt, int step);
+
+/// GRPO advantages (group-normalised, token-mean scaled), the policy's log-probs before the
+/// update ("old"), the reference's for the KL loss when `use_kl`, then `opt.epochs` PPO-clip
+/// updates at `adam`. Adds loss, kl, entropy, grad_norm and train_seconds to `st`. Fatal
+/// dispatcher errors exit through `or_die`.
+void update_policy(const fatal_errors& or_die, actors::trainer_client& client,
+                   const grpo_rows& rows, const backends::adam_params& adam, bool use_kl,
+                   const options& opt, report::step_stats& st);
+
+/// Syncs the policy's weights to the engines when `sync` (sync_seconds, weight_version; without
+/// it `st.weight_version` stays as the caller set it), appends the step's JSONL record — the
+/// members of `extra` added to `report::to_json(st)` — and prints the progress line unless quiet.
+void finish_step(const fatal_errors& or_die, actors::trainer_client& client, const options& opt,
+                 report::step_stats& st, std::ostream& metrics, bool sync = true,
+                 const nlohmann::json& extra = nlohmann::json::object());
+
+} // namespace rlforge::examples::grpo
