@@ -322,6 +322,58 @@ struct causal_lm::impl {
                        lora.dropout, training);
   }
 
+  /// Rotary factors for positions `[B, T]`: `cos`/`sin` for keys, `cos_q`/`sin_q` for queries
+  /// (`[B, T, 1, head_dim]`; `sin` carries the sign of rotate_half).
+  struct rotary {
+    at::Tensor cos, sin, cos_q, sin_q;
+  };
+
+  rotary rotary_for(const at::Tensor& positions) const {
+    // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
+    auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq; // [B, T, d/2]
+    auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);            // [B, T, 1, d]
+    rotary r;
+    r.cos = emb.cos();
+    auto sin = emb.sin();
+    const int64_t half = config.head_dim / 2;
+    r.sin = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1);
+    // The attention scale 1/sqrt(head_dim) is folded into the query's rotary factors, so the
+    // [T, T_total] scores need no separate scaling pass (HF scales the scores; the results agree
+    // to fp32 rounding, exactly when head_dim is a power of 4).
+    const double scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
+    r.cos_q = r.cos * scale;
+    r.sin_q = r.sin * scale;
+    return r;
+  }
+
+  /// The decoder layers and the final norm on embeddings `x` `[B, T, hidden]`. Attention is
+  /// `attend(layer, q, k, v)` with q `[B, T, heads, d]` (rotated, pre-scaled), k `[B, T, kv, d]`
+  /// (rotated) and v `[B, T, kv, d]`, returning `[B, T, heads * d]`.
+  template <class Attend> at::Tensor decoder(at::Tensor x, const rotary& r, Attend&& attend) const {
+    const auto& c = config;
+    const int64_t batch = x.size(0), len = x.size(1);
+    const double eps = c.rms_norm_eps;
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const auto& l = layers[li];
+      auto h = rms_norm(x, l.input_norm, eps);
+      auto q = project(l.q, h).view({batch, len, c.num_attention_heads, c.head_dim});
+      auto k = project(l.k, h).view({batch, len, c.num_key_value_heads, c.head_dim});
+      auto v = project(l.v, h).view({batch, len, c.num_key_value_heads, c.head_dim});
+      if (l.q_norm.defined())
+        q = rms_norm(q, l.q_norm, eps);
+      if (l.k_norm.defined())
+        k = rms_norm(k, l.k_norm, eps);
+      q = apply_rotary(q, r.cos_q, r.sin_q); // pre-scaled
+      k = apply_rotary(k, r.cos, r.sin);
+      auto out = attend(li, q, k, v);
+      x = x + project(l.o, out);
+      h = rms_norm(x, l.post_attention_norm, eps);
+      auto act = at::silu(project(l.gate, h)) * project(l.up, h);
+      x = x + project(l.down, act);
+    }
+    return rms_norm(x, final_norm, eps);
+  }
+
   /// Every projection an adapter may target: the layers' seven, then the lm_head.
   template <class F> void for_each_projection(F&& f) {
     for (auto& l : layers)
@@ -520,21 +572,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
   const int64_t kv_heads = c.num_key_value_heads;
   const int64_t group = heads / kv_heads;
   const int64_t head_dim = c.head_dim;
-  const double eps = c.rms_norm_eps;
-
-  // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
-  auto freqs = positions.to(at::kFloat).unsqueeze(-1) * impl_->inv_freq; // [B, T, d/2]
-  auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);                   // [B, T, 1, d]
-  auto cos = emb.cos();
-  auto sin = emb.sin();
-  const int64_t half = head_dim / 2;
-  auto signed_sin = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1);
-  // The attention scale 1/sqrt(head_dim) is folded into the query's rotary factors, so the
-  // [T, T_total] scores need no separate scaling pass (HF scales the scores; the results agree
-  // to fp32 rounding, exactly when head_dim is a power of 4).
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  auto cos_q = cos * scale;
-  auto sin_q = signed_sin * scale;
+  const auto rot = impl_->rotary_for(positions);
 
   // Additive mask [B, T, T_total]: causal, padding keys hidden, and every query may see
   // itself so a padding query's row is never fully masked (no NaN from softmax).
@@ -554,19 +592,8 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
   }
 
   auto x = at::embedding(impl_->embed, ids); // [B, T, hidden]
-  for (size_t li = 0; li < impl_->layers.size(); ++li) {
-    const auto& l = impl_->layers[li];
-    auto h = rms_norm(x, l.input_norm, eps);
-    auto q = impl_->project(l.q, h).view({batch, len, heads, head_dim});
-    auto k = impl_->project(l.k, h).view({batch, len, kv_heads, head_dim});
-    auto v = impl_->project(l.v, h).view({batch, len, kv_heads, head_dim});
-    if (l.q_norm.defined())
-      q = rms_norm(q, l.q_norm, eps);
-    if (l.k_norm.defined())
-      k = rms_norm(k, l.k_norm, eps);
-    q = apply_rotary(q, cos_q, sin_q);    // [B, T, H, d], pre-scaled
-    k = apply_rotary(k, cos, signed_sin); // [B, T, KV, d]
-    k = k.transpose(1, 2);                // [B, KV, T, d]
+  return impl_->decoder(x, rot, [&](size_t li, const at::Tensor& q, at::Tensor k, at::Tensor v) {
+    k = k.transpose(1, 2); // [B, KV, T, d]
     v = v.transpose(1, 2);
     if (cache) {
       auto& ck = cache->keys[li];
@@ -581,16 +608,47 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
     auto qg = q.view({batch, len, kv_heads, group, head_dim})
                   .permute({0, 2, 3, 1, 4})
                   .reshape({batch, kv_heads, group * len, head_dim});
-    auto out = attention_fn::apply(qg, k, v, bias, group)[0] // [B, KV, G*T, d]
-                   .view({batch, kv_heads, group, len, head_dim})
-                   .permute({0, 3, 1, 2, 4})
-                   .reshape({batch, len, heads * head_dim});
-    x = x + impl_->project(l.o, out);
-    h = rms_norm(x, l.post_attention_norm, eps);
-    auto act = at::silu(impl_->project(l.gate, h)) * impl_->project(l.up, h);
-    x = x + impl_->project(l.down, act);
-  }
-  return rms_norm(x, impl_->final_norm, eps);
+    return attention_fn::apply(qg, k, v, bias, group)[0] // [B, KV, G*T, d]
+        .view({batch, kv_heads, group, len, head_dim})
+        .permute({0, 3, 1, 2, 4})
+        .reshape({batch, len, heads * head_dim});
+  });
+}
+
+at::Tensor causal_lm::forward_tokens(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     attention_hook& attention) {
+  at::NoGradGuard no_grad;
+  const auto& c = impl_->config;
+  if (!input_ids.defined() || input_ids.dim() != 1 || input_ids.size(0) < 1 ||
+      !at::isIntegralType(input_ids.scalar_type(), /*includeBool=*/false))
+    fail(error_code::invalid_argument,
+         "forward_tokens: input_ids must be a non-empty 1-D integer tensor, got " +
+             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+  const int64_t n = input_ids.size(0);
+  if (!position_ids.defined() || position_ids.dim() != 1 || position_ids.size(0) != n)
+    fail(error_code::invalid_argument,
+         "forward_tokens: position_ids must be [" + std::to_string(n) + "], got " +
+             (position_ids.defined() ? shape_string(position_ids.sizes())
+                                     : std::string("undefined")));
+  auto ids = input_ids.to(at::kLong);
+  auto positions = position_ids.to(at::kLong);
+  auto check_range = [](const at::Tensor& t, int64_t limit, const char* what) {
+    auto lo = t.min().item<int64_t>();
+    auto hi = t.max().item<int64_t>();
+    if (lo < 0 || hi >= limit)
+      fail(error_code::out_of_range, std::string{"forward_tokens: "} + what + " " +
+                                         std::to_string(lo < 0 ? lo : hi) + " outside [0, " +
+                                         std::to_string(limit) + ")");
+  };
+  check_range(ids, c.vocab_size, "token id");
+  check_range(positions, c.max_position_embeddings, "position id");
+  const auto rot = impl_->rotary_for(positions.unsqueeze(0));
+  auto x = at::embedding(impl_->embed, ids).unsqueeze(0); // [1, N, hidden]
+  auto out = impl_->decoder(
+      x, rot, [&](size_t li, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        return attention.attend(static_cast<int64_t>(li), q[0], k[0], v[0]).unsqueeze(0);
+      });
+  return out[0];
 }
 
 at::Tensor causal_lm::logits(const at::Tensor& hidden) {
