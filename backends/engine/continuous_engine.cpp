@@ -57,7 +57,7 @@ continuous_engine::continuous_engine(causal_lm& model, engine_config config)
 
 continuous_engine::~continuous_engine() = default;
 
-void continuous_engine::add(uint64_t id, engine_request request) {
+void continuous_engine::check(const engine_request& request) const {
   const auto& cfg = model_.config();
   const auto p = static_cast<int64_t>(request.prompt.size());
   if (request.prompt.empty())
@@ -80,10 +80,11 @@ void continuous_engine::add(uint64_t id, engine_request request) {
     fail(error_code::invalid_argument,
          "continuation tokens for " + std::to_string(request.generated.size()) +
              " samples, but the request has " + std::to_string(n));
-  request.generated.resize(n);
   const int64_t budget = std::min(request.params.max_tokens, cfg.max_position_embeddings - p);
   const auto& stops = request.params.stop_token_ids;
   for (size_t s = 0; s < n; ++s) {
+    if (request.generated.empty())
+      break;
     const auto& g = request.generated[s];
     if (static_cast<int64_t>(g.size()) >= budget)
       fail(error_code::invalid_argument,
@@ -100,6 +101,16 @@ void continuous_engine::add(uint64_t id, engine_request request) {
                                                std::to_string(g[j]) + ": it already stopped");
     }
   }
+  scheduler_->check_fits(p, static_cast<int64_t>(n), budget);
+}
+
+void continuous_engine::add(uint64_t id, engine_request request) {
+  check(request);
+  const auto p = static_cast<int64_t>(request.prompt.size());
+  const auto n = request.seeds.size();
+  request.generated.resize(n);
+  const int64_t budget =
+      std::min(request.params.max_tokens, model_.config().max_position_embeddings - p);
   if (requests_.count(id))
     fail(error_code::invalid_argument,
          "request id " + std::to_string(id) + " is already queued or running");
@@ -246,7 +257,6 @@ std::vector<engine_output> continuous_engine::step(int64_t key, int64_t version)
     throw;
   }
   scheduler_->complete(plan);
-
   std::vector<uint64_t> touched;
   for (size_t k = 0; k < draws.size(); ++k) {
     auto& d = draws[k];

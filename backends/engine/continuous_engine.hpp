@@ -108,11 +108,15 @@ public:
 
   const engine_config& config() const { return config_; }
 
-  /// Queues a request under `id` (unique among queued and running ones). Throws
-  /// `backends::error` naming the bad value: `invalid_argument` for an empty prompt or no
-  /// samples, a prompt that fills the context, invalid params (`validate`), continuation tokens
-  /// that reach max_tokens or the context, a request whose worst case exceeds the cache, a
-  /// duplicate id; `out_of_range` for a token id outside the vocabulary. Nothing is queued then.
+  /// Throws `backends::error` naming the bad value when `request` cannot be added:
+  /// `invalid_argument` for an empty prompt or no samples, a prompt that fills the context,
+  /// invalid params (`validate`), continuation tokens that reach max_tokens or hold a stop
+  /// token, a request whose worst case exceeds the cache; `out_of_range` for a token id outside
+  /// the vocabulary.
+  void check(const engine_request& request) const;
+
+  /// Queues a request under `id` (unique among queued and running ones). Throws as `check`,
+  /// and for a duplicate id; nothing is queued then.
   void add(uint64_t id, engine_request request);
 
   /// Whether any request is queued or running.

@@ -43,6 +43,19 @@ int64_t scheduler::worst_case_blocks(int64_t prompt_length, int64_t num_samples,
   return prompt_blocks + num_samples * own;
 }
 
+void scheduler::check_fits(int64_t prompt_length, int64_t num_samples,
+                           int64_t max_new_tokens) const {
+  const int64_t worst = worst_case_blocks(prompt_length, num_samples, max_new_tokens);
+  if (worst > limits_.num_blocks)
+    fail(error_code::invalid_argument,
+         "request of " + std::to_string(num_samples) + " sample(s) with a prompt of " +
+             std::to_string(prompt_length) + " tokens and up to " +
+             std::to_string(max_new_tokens) + " new tokens each needs up to " +
+             std::to_string(worst) + " KV-cache blocks of " + std::to_string(limits_.block_size) +
+             " tokens, but the engine's cache has only " + std::to_string(limits_.num_blocks) +
+             " (raise kv_cache_bytes, or lower max_tokens / num_samples)");
+}
+
 scheduled_group& scheduler::add(uint64_t id, int64_t key, std::vector<int64_t> prompt,
                                 std::vector<std::vector<int64_t>> generated,
                                 int64_t max_new_tokens) {
@@ -53,15 +66,7 @@ scheduled_group& scheduler::add(uint64_t id, int64_t key, std::vector<int64_t> p
     fail(error_code::invalid_argument, "scheduler: a request needs a prompt and >= 1 sample");
   const auto p = static_cast<int64_t>(prompt.size());
   const auto n = static_cast<int64_t>(generated.size());
-  const int64_t worst = worst_case_blocks(p, n, max_new_tokens);
-  if (worst > limits_.num_blocks)
-    fail(error_code::invalid_argument,
-         "request of " + std::to_string(n) + " sample(s) with a prompt of " + std::to_string(p) +
-             " tokens and up to " + std::to_string(max_new_tokens) +
-             " new tokens each needs up to " + std::to_string(worst) + " KV-cache blocks of " +
-             std::to_string(limits_.block_size) + " tokens, but the engine's cache has only " +
-             std::to_string(limits_.num_blocks) +
-             " (raise kv_cache_bytes, or lower max_tokens / num_samples)");
+  check_fits(p, n, max_new_tokens);
   auto g = std::make_unique<scheduled_group>();
   g->id = id;
   g->key = key;

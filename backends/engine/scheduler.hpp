@@ -135,6 +135,10 @@ public:
   int64_t worst_case_blocks(int64_t prompt_length, int64_t num_samples,
                             int64_t max_new_tokens) const;
 
+  /// Throws `backends::error(invalid_argument)` naming the sizes when a group of this shape can
+  /// never fit in the pool (its worst case exceeds it).
+  void check_fits(int64_t prompt_length, int64_t num_samples, int64_t max_new_tokens) const;
+
   /// Queues a group (`samples` sequences, possibly with generated tokens already, e.g. a
   /// continuation). Throws `backends::error(invalid_argument)` naming the sizes when its worst
   /// case exceeds the pool, and for a duplicate id.
