@@ -43,6 +43,16 @@ inline float dot(const float* a, const float* b, int64_t d) {
   return s;
 }
 
+// The same for a length that is a multiple of 8 known at compile time.
+template <int64_t D> inline float dot_fixed(const float* a, const float* b) {
+  static_assert(D % 8 == 0, "dot_fixed needs a multiple of 8");
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < D; i += 8)
+    for (int l = 0; l < 8; ++l)
+      acc[l] += a[i + l] * b[i + l];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 inline void axpy(float* y, const float* x, float a, int64_t d) {
   int64_t i = 0;
   for (; i + 8 <= d; i += 8)
@@ -52,9 +62,55 @@ inline void axpy(float* y, const float* x, float a, int64_t d) {
     y[i] += a * x[i];
 }
 
+// Head dimensions known at compile time keep a query row (or an output row) in registers
+// across keys; others take the generic loops.
+template <int64_t D>
+inline void scores_fixed(const float* q, int64_t m, const float* k, int64_t n, float* out,
+                         int64_t ldo) {
+  for (int64_t r = 0; r < m; ++r) {
+    float qr[D];
+    for (int64_t i = 0; i < D; ++i)
+      qr[i] = q[r * D + i];
+    float* orow = out + r * ldo;
+    for (int64_t t = 0; t < n; ++t)
+      orow[t] = dot_fixed<D>(qr, k + t * D);
+  }
+}
+
+template <int64_t D>
+inline void accumulate_fixed(const float* p, int64_t m, int64_t ldp, const float* v, int64_t n,
+                             float* o) {
+  for (int64_t r = 0; r < m; ++r) {
+    float acc[D];
+    for (int64_t i = 0; i < D; ++i)
+      acc[i] = o[r * D + i];
+    const float* prow = p + r * ldp;
+    for (int64_t t = 0; t < n; ++t) {
+      const float a = prow[t];
+      const float* vt = v + t * D;
+      for (int64_t i = 0; i < D; ++i)
+        acc[i] += a * vt[i];
+    }
+    for (int64_t i = 0; i < D; ++i)
+      o[r * D + i] = acc[i];
+  }
+}
+
 __attribute__((target_clones("avx2", "default"))) void
 scores_loops(const float* q, int64_t m, const float* k, int64_t n, int64_t d, float* out,
              int64_t ldo) {
+  switch (d) {
+  case 16:
+    return scores_fixed<16>(q, m, k, n, out, ldo);
+  case 32:
+    return scores_fixed<32>(q, m, k, n, out, ldo);
+  case 64:
+    return scores_fixed<64>(q, m, k, n, out, ldo);
+  case 128:
+    return scores_fixed<128>(q, m, k, n, out, ldo);
+  default:
+    break;
+  }
   for (int64_t t = 0; t < n; ++t) {
     const float* kt = k + t * d;
     for (int64_t r = 0; r < m; ++r)
@@ -65,6 +121,18 @@ scores_loops(const float* q, int64_t m, const float* k, int64_t n, int64_t d, fl
 __attribute__((target_clones("avx2", "default"))) void
 accumulate_loops(const float* p, int64_t m, int64_t ldp, const float* v, int64_t n, int64_t d,
                  float* o) {
+  switch (d) {
+  case 16:
+    return accumulate_fixed<16>(p, m, ldp, v, n, o);
+  case 32:
+    return accumulate_fixed<32>(p, m, ldp, v, n, o);
+  case 64:
+    return accumulate_fixed<64>(p, m, ldp, v, n, o);
+  case 128:
+    return accumulate_fixed<128>(p, m, ldp, v, n, o);
+  default:
+    break;
+  }
   for (int64_t r = 0; r < m; ++r) {
     float* orow = o + r * d;
     const float* prow = p + r * ldp;
