@@ -16,6 +16,8 @@ using mesh_atom = caf::atom_constant<caf::atom("mesh")>;
 using ranks_atom = caf::atom_constant<caf::atom("ranks")>;
 /// (handles_atom) → std::vector<caf::actor>: the rank actors of a group.
 using handles_atom = caf::atom_constant<caf::atom("handles")>;
+/// (step_atom): a rank runs one unit of its kind's background work (sent to itself).
+using step_atom = caf::atom_constant<caf::atom("step")>;
 /// (stop_atom): a group stops its ranks and itself.
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 

@@ -13,7 +13,8 @@ const char* const message_type_names[] = {
   "rlforge::batch_payload",   "rlforge::loss_request",     "rlforge::batch_result",
   "rlforge::optim_request",   "rlforge::optim_result",     "rlforge::model_spec",
   "rlforge::algorithm_config", "rlforge::tensor_map",     "rlforge::sample_request",
-  "rlforge::sample_output",   "rlforge::weight_sync_spec",
+  "rlforge::sample_output",   "rlforge::weight_sync_spec", "rlforge::generation_result",
+  "rlforge::engine_options",
 };
 
 namespace {

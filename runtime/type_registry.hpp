@@ -21,7 +21,8 @@ using message_types = caf::detail::type_list<
   rank_info, collective_spec, op_result, resource_amounts, std::vector<int32_t>, std::vector<int64_t>,
   std::vector<float>, std::vector<double>, std::vector<caf::message>, std::vector<uint8_t>,
   batch_payload, loss_request, batch_result, optim_request, optim_result, model_spec,
-  algorithm_config, tensor_map, sample_request, sample_output, weight_sync_spec>;
+  algorithm_config, tensor_map, sample_request, sample_output, weight_sync_spec,
+  generation_result, engine_options>;
 
 /// The CAF name of each type in `message_types` (same order).
 extern const char* const message_type_names[];
