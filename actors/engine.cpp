@@ -65,6 +65,7 @@ struct queued_work {
   caf::actor consumer;
   std::vector<int64_t> ids;
   int64_t timeout_ms = 0;
+  clock_type::time_point deadline; ///< stream: its requests time out at this point
 };
 
 /// One engine rank: its model, the continuous-batching engine over it, weight versions, sleep
@@ -85,7 +86,8 @@ struct engine_state {
   std::map<uint64_t, pending_call> calls; ///< by reply ticket
   std::map<std::pair<caf::actor, int64_t>, uint64_t> streams; ///< (consumer, id) → engine id
   int64_t last_key = -1;
-  bool timer_armed = false;
+  /// When the pending deadline timer fires (none pending: nullopt).
+  std::optional<clock_type::time_point> timer_at;
 };
 
 template <class... Ts>
@@ -223,8 +225,8 @@ void start_call(engine_state& st, uint64_t ticket, std::vector<be::engine_reques
 
 /// Starts the requests of a stream submission.
 void start_stream(engine_state& st, const caf::actor& consumer, const std::vector<int64_t>& ids,
-                  std::vector<be::engine_request> requests, int64_t timeout_ms) {
-  const auto deadline = clock_type::now() + std::chrono::milliseconds(timeout_ms);
+                  std::vector<be::engine_request> requests, int64_t timeout_ms,
+                  clock_type::time_point deadline) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const auto id = st.next_id++;
     st.weights.touch(requests[i].key);
@@ -274,7 +276,7 @@ int64_t release_queue(rank_context& ctx, engine_state& st) {
       if (q.ticket)
         start_call(st, q.ticket, std::move(requests));
       else
-        start_stream(st, q.consumer, q.ids, std::move(requests), q.timeout_ms);
+        start_stream(st, q.consumer, q.ids, std::move(requests), q.timeout_ms, q.deadline);
     } catch (...) {
       auto err = current_exception_to_error(q.ticket ? "queued generate" : "queued submit");
       if (q.ticket)
@@ -319,39 +321,63 @@ int64_t abort_everything(rank_context& ctx, engine_state& st) {
 
 // -- the step loop --------------------------------------------------------------------------
 
-/// Stops stream requests whose deadline passed; arms a timer for the next one when the engine
-/// cannot step (so deadlines hold while paused or asleep).
+/// The error of a stream request whose deadline passed.
+caf::error timed_out(const engine_state& st, int64_t user_id, int64_t timeout_ms) {
+  return make_error(errc::timeout, "engine rank " + std::to_string(st.rank) + ": request " +
+                                       std::to_string(user_id) + " did not finish within " +
+                                       std::to_string(timeout_ms) + " ms");
+}
+
+/// Stops stream requests (running or queued) whose deadline passed; arms a timer for the next
+/// one when the engine cannot step (so deadlines hold while paused or asleep).
 void enforce_deadlines(rank_context& ctx, engine_state& st, bool can_step) {
   const auto now = clock_type::now();
   std::vector<uint64_t> expired;
   std::optional<clock_type::time_point> next;
+  auto note = [&](clock_type::time_point t) {
+    if (!next || t < *next)
+      next = t;
+  };
   for (auto& [id, o] : st.origins) {
     if (o.call != 0)
       continue;
     if (o.deadline <= now)
       expired.push_back(id);
-    else if (!next || o.deadline < *next)
-      next = o.deadline;
+    else
+      note(o.deadline);
   }
   for (auto id : expired) {
     const auto& o = st.origins.at(id);
-    auto err = make_error(errc::timeout, "engine rank " + std::to_string(st.rank) +
-                                             ": request " + std::to_string(o.user_id) +
-                                             " did not finish within " +
-                                             std::to_string(o.timeout_ms) + " ms");
-    stop_request(ctx, st, id, err);
+    stop_request(ctx, st, id, timed_out(st, o.user_id, o.timeout_ms));
   }
-  if (next && !can_step && !st.timer_armed) {
-    st.timer_armed = true;
-    ctx.step_after(std::chrono::duration_cast<std::chrono::milliseconds>(*next - now) +
-                   std::chrono::milliseconds(1));
+  for (auto q = st.queue.begin(); q != st.queue.end();) {
+    if (q->ticket != 0 || q->deadline > now) {
+      if (q->ticket == 0)
+        note(q->deadline);
+      ++q;
+      continue;
+    }
+    for (size_t i = 0; i < q->ids.size(); ++i)
+      send_result(ctx, st, q->consumer, q->ids[i],
+                  std::vector<sample_output>(
+                      static_cast<size_t>(std::max<int64_t>(1, q->requests[i].num_samples)),
+                      sample_output{{}, {}, "abort", {}, {}}),
+                  timed_out(st, q->ids[i], q->timeout_ms));
+    q = st.queue.erase(q);
+  }
+  if (st.timer_at && *st.timer_at <= now)
+    st.timer_at.reset(); // it fired (this may be its step)
+  if (next && !can_step && (!st.timer_at || *next < *st.timer_at)) {
+    const auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now) +
+                       std::chrono::milliseconds(1);
+    st.timer_at = now + delay;
+    ctx.step_after(delay);
   }
 }
 
 /// One forward pass for one weights key (round robin over the keys with work).
 bool engine_step(rank_context& ctx) {
   auto& st = ctx.as<engine_state>();
-  st.timer_armed = false;
   if (!st.engine)
     return false;
   const bool can_step = !st.paused && st.asleep.empty() && st.engine->has_work();
@@ -477,9 +503,11 @@ caf::expected<caf::message> submit(rank_context& ctx, const caf::message& args) 
   check_awake(st);
   auto converted = check_requests(requests, *st.engine, st.weights, "submit");
   if (st.paused) {
-    st.queue.push_back(queued_work{0, requests, consumer, ids, timeout_ms});
+    st.queue.push_back(queued_work{0, requests, consumer, ids, timeout_ms,
+                                   clock_type::now() + std::chrono::milliseconds(timeout_ms)});
   } else {
-    start_stream(st, consumer, ids, std::move(converted), timeout_ms);
+    start_stream(st, consumer, ids, std::move(converted), timeout_ms,
+                 clock_type::now() + std::chrono::milliseconds(timeout_ms));
   }
   return caf::make_message(static_cast<int64_t>(requests.size()));
 }
