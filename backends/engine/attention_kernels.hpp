@@ -4,11 +4,12 @@
 
 namespace rlforge::backends::kernels {
 
-/// fp32 building blocks of the paged attention, on raw row-major memory. Products large enough
-/// to amortise a BLAS call go to the BLAS libtorch loaded (`sgemm_`, found at run time; OpenBLAS
-/// here), small ones (a decoding sequence's few query rows) to loops compiled for AVX2 when the
-/// CPU has it. Single-threaded: callers parallelise over independent work (OpenBLAS runs one
-/// thread inside an OpenMP region). Thread-safe (no shared state after the first call).
+/// fp32 building blocks of the paged attention, on raw row-major memory. Products go to the BLAS
+/// libtorch loaded (`sgemm_`, found at run time; OpenBLAS here, whose small-matrix kernels also
+/// serve a decoding sequence's two query rows well), or, when no BLAS is loaded, to loops
+/// compiled for AVX2 when the CPU has it. Single-threaded: callers parallelise over independent
+/// work (OpenBLAS runs one thread inside an OpenMP region). Thread-safe (no shared state after
+/// the first call).
 
 /// `out[r * ldo + t] = dot(q[r], k[t])` for r < m, t < n; q rows are `d` floats apart, k rows
 /// `d` floats apart.
@@ -33,5 +34,9 @@ void scale(float* x, int64_t n, float factor);
 
 /// Whether products go to a BLAS `sgemm_` (false: every product uses the loops).
 bool have_blas();
+
+/// Runs the products with the loops even when a BLAS is loaded (tests compare both paths).
+/// Not thread-safe against concurrent products; set it before using the kernels.
+void force_loops(bool on);
 
 } // namespace rlforge::backends::kernels

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/engine/attention_kernels.hpp"
 #include "backends/engine/continuous_engine.hpp"
 #include "backends/engine/paged_attention.hpp"
 #include "backends/engine/paged_kv_cache.hpp"
@@ -151,6 +152,15 @@ TEST_F(ContinuousEngine, EverySampleEqualsTheSampleRunAlone) {
   continuous_engine e(*model_, small_blocks());
   expect_all_match(e, mixed());
   EXPECT_EQ(e.stats().free_blocks, e.stats().num_blocks); // everything released
+}
+
+TEST_F(ContinuousEngine, TheLoopKernelsGiveTheSameResultsAsBlas) {
+  // The loops serve when no BLAS is loaded; here both paths run.
+  kernels::force_loops(true);
+  continuous_engine e(*model_, small_blocks());
+  expect_all_match(e, mixed());
+  kernels::force_loops(false);
+  EXPECT_TRUE(kernels::have_blas()); // libtorch's BLAS is found on this platform
 }
 
 TEST_F(ContinuousEngine, SameResultsWithLargeBlocksTinyStepsAndTheQwenLayouts) {
