@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/actor.hpp>
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
@@ -40,6 +42,14 @@ struct rank_context {
   /// Queues the answer of a deferred call (see `defer_reply`).
   void deliver(uint64_t ticket, caf::expected<caf::message> result);
 
+  /// Sends `msg` to `to` with the rank as the sender (set by the rank actor; e.g. an engine's
+  /// streamed results). Only valid on the rank's own thread, inside an op or a step.
+  std::function<void(const caf::actor& to, caf::message msg)> send;
+
+  /// Asks for one more call of the kind's `step` after `delay` even if nothing else happens
+  /// (e.g. a deadline to enforce while the engine is paused). Set by the rank actor.
+  std::function<void(std::chrono::milliseconds delay)> step_after;
+
   /// Bookkeeping of deferred replies, read and cleared by the rank actor after every op.
   std::optional<uint64_t> deferred_ticket;
   std::vector<std::pair<uint64_t, caf::expected<caf::message>>> deliveries;
@@ -62,13 +72,23 @@ struct rank_context {
 /// error naming group, rank and operation, and stays alive.
 using op_fn = std::function<caf::expected<caf::message>(rank_context&, const caf::message& args)>;
 
-/// A kind of rank actor ("worker", "policy", "engine", ...): a state factory and named ops.
-/// Every kind also answers the built-in ops `info`, `ping`, `threads`, `init_collective`,
-/// `all_reduce` and `broadcast` (see rank_actor.hpp).
+/// Background work of a rank between messages: runs one bounded unit (an engine's decode step)
+/// and returns whether more remains. Must not throw (the rank logs and drops an exception).
+using step_fn = std::function<bool(rank_context&)>;
+
+/// A kind of rank actor ("worker", "policy", "engine", ...): a state factory, named ops and
+/// optional background work. Every kind also answers the built-in ops `info`, `ping`,
+/// `threads`, `init_collective`, `all_reduce` and `broadcast` (see rank_actor.hpp).
+///
+/// `step`, when set, is called after every op and again after every step that returned true,
+/// each time through a message the rank sends itself, so calls that arrived in the meantime are
+/// handled first: ops interleave with steps, one at a time, on the rank's thread. Results a step
+/// delivers (`rank_context::deliver`) are sent right after it.
 struct actor_kind {
   std::string name;
   std::function<std::shared_ptr<void>(const rank_info&)> make_state;
   std::map<std::string, op_fn> ops;
+  step_fn step;
 };
 
 /// Registers a kind under its name so groups (and node agents, for remote spawns) can spawn it.

@@ -43,8 +43,20 @@ struct role_entry {
 /// A call that must not interleave with other colocated calls; runs `done` when finished.
 using serial_job = std::function<void(std::function<void()> done)>;
 
+/// A request submitted through `submit`, running on an engine rank until its result arrives.
+struct stream_entry {
+  caf::actor consumer;
+  int64_t user_id = 0;
+  std::string role;
+  size_t rank = 0;
+  int64_t cost = 0; ///< its share of the rank's load estimate
+};
+
 struct dispatcher_state {
   std::map<std::string, role_entry> roles;
+  /// Requests submitted through `submit`, by the dispatcher's own id for them.
+  std::map<int64_t, stream_entry> streams;
+  int64_t next_stream = 1;
   std::set<std::string> colocated;
   std::string transport = "auto";
   /// The transport each engine rank got in the last sync ("<role>/<rank>" → transport).
@@ -435,6 +447,199 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
   }
 }
 
+/// The streaming `submit` of one engine role: (consumer, ids, requests).
+caf::error check_submit_args(const std::string& role, const caf::message& args) {
+  const char* op = "submit";
+  if (!args.match_elements<caf::actor, std::vector<int64_t>, std::vector<sample_request>>())
+    return make_error(errc::invalid_argument,
+                      prefix(role, op) +
+                          ": expects (caf::actor consumer, std::vector<int64_t> ids, "
+                          "std::vector<sample_request>), got " +
+                          caf::to_string(args));
+  if (!args.get_as<caf::actor>(0))
+    return make_error(errc::invalid_argument, prefix(role, op) + ": the consumer is invalid");
+  const auto& ids = args.get_as<std::vector<int64_t>>(1);
+  const auto& requests = args.get_as<std::vector<sample_request>>(2);
+  if (ids.size() != requests.size())
+    return make_error(errc::invalid_argument, prefix(role, op) + ": " +
+                                                  std::to_string(ids.size()) + " ids for " +
+                                                  std::to_string(requests.size()) + " requests");
+  return check_generate_args(role, caf::make_message(requests));
+}
+
+/// Spreads a submission over the role's engine ranks (least loaded first), each rank sending
+/// its results back here to be forwarded; answers the engine rank of each request. A refusal by
+/// any rank refuses the whole submission (what other ranks accepted is cancelled).
+void submit_call(self_ptr self, const std::string& role, const caf::message& args,
+                 int64_t timeout_ms, reply_fn k) {
+  const char* op = "submit";
+  auto* e = find_role(self, role);
+  if (!e)
+    return k(role_gone(role, op));
+  const auto consumer = args.get_as<caf::actor>(0);
+  const auto& ids = args.get_as<std::vector<int64_t>>(1);
+  const auto& requests = args.get_as<std::vector<sample_request>>(2);
+  const size_t n = e->ranks.size();
+  if (n == 0)
+    return k(make_error(errc::internal, prefix(role, op) + ": the engine group has no ranks"));
+  if (e->load.size() != n)
+    e->load.assign(n, 0);
+  std::vector<int64_t> extra(n, 0);
+  auto owner = spread_requests(requests, extra, e->load);
+  std::vector<std::vector<int64_t>> share_ids(n);
+  std::vector<std::vector<sample_request>> shares(n);
+  auto& st = self->state;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto id = st.next_stream++;
+    const auto& r = requests[i];
+    const int64_t cost = std::max<int64_t>(1, r.num_samples) *
+                         (static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(0, r.max_tokens));
+    st.streams[id] = stream_entry{consumer, ids[i], role, owner[i], cost};
+    e->load[owner[i]] += cost;
+    share_ids[owner[i]].push_back(id);
+    shares[owner[i]].push_back(r);
+  }
+  struct gather {
+    size_t pending = 0;
+    caf::error error;
+    std::vector<size_t> accepted;
+  };
+  auto g = std::make_shared<gather>();
+  for (size_t j = 0; j < n; ++j)
+    if (!shares[j].empty())
+      ++g->pending;
+  std::vector<int32_t> ranks(owner.begin(), owner.end());
+  auto forget = [self](const std::vector<int64_t>& sids) {
+    for (auto id : sids) {
+      auto i = self->state.streams.find(id);
+      if (i == self->state.streams.end())
+        continue;
+      if (auto* r = find_role(self, i->second.role); r && i->second.rank < r->load.size())
+        r->load[i->second.rank] -= i->second.cost;
+      self->state.streams.erase(i);
+    }
+  };
+  for (size_t j = 0; j < n; ++j) {
+    if (shares[j].empty())
+      continue;
+    auto context = prefix(role, op) + ": engine rank " + std::to_string(j);
+    auto sids = share_ids[j];
+    rank_call(self, e->ranks[j], op,
+              caf::make_message(caf::actor_cast<caf::actor>(self), sids, std::move(shares[j]),
+                                timeout_ms),
+              timeout_ms, [=](caf::expected<caf::message> r) {
+                if (r) {
+                  g->accepted.push_back(j);
+                } else {
+                  forget(sids);
+                  if (!g->error)
+                    g->error = with_context(self, context, r.error(), timeout_ms);
+                }
+                if (--g->pending > 0)
+                  return;
+                if (!g->error)
+                  return k(op_result{caf::make_message(ranks)});
+                // All or nothing: what other ranks accepted is stopped and forgotten.
+                for (auto a : g->accepted) {
+                  if (auto* e2 = find_role(self, role); e2 && a < e2->ranks.size())
+                    rank_call(self, e2->ranks[a], "cancel",
+                              caf::make_message(caf::actor_cast<caf::actor>(self), share_ids[a]),
+                              timeout_ms, [](caf::expected<caf::message>) {});
+                  forget(share_ids[a]);
+                }
+                k(std::move(g->error));
+              });
+  }
+}
+
+/// Stops requests of `consumer` submitted through the dispatcher: (consumer, ids) → int64.
+void cancel_call(self_ptr self, const std::string& role, const caf::message& args,
+                 int64_t timeout_ms, reply_fn k) {
+  const char* op = "cancel";
+  if (!args.match_elements<caf::actor, std::vector<int64_t>>())
+    return k(make_error(errc::invalid_argument,
+                        prefix(role, op) + ": expects (caf::actor consumer, std::vector<int64_t> "
+                                           "ids), got " +
+                            caf::to_string(args)));
+  auto* e = find_role(self, role);
+  if (!e)
+    return k(role_gone(role, op));
+  const auto consumer = args.get_as<caf::actor>(0);
+  std::set<int64_t> wanted(args.get_as<std::vector<int64_t>>(1).begin(),
+                           args.get_as<std::vector<int64_t>>(1).end());
+  std::map<size_t, std::vector<int64_t>> by_rank;
+  for (auto& [id, s] : self->state.streams)
+    if (s.role == role && s.consumer == consumer && wanted.count(s.user_id))
+      by_rank[s.rank].push_back(id);
+  if (by_rank.empty())
+    return k(op_result{caf::make_message(int64_t{0})});
+  auto pending = std::make_shared<size_t>(by_rank.size());
+  auto total = std::make_shared<int64_t>(0);
+  auto failed = std::make_shared<caf::error>();
+  for (auto& [rank, sids] : by_rank) {
+    auto context = prefix(role, op) + ": engine rank " + std::to_string(rank);
+    rank_call(self, e->ranks[rank], op,
+              caf::make_message(caf::actor_cast<caf::actor>(self), sids), timeout_ms,
+              [=](caf::expected<caf::message> r) {
+                if (r && r->match_elements<int64_t>())
+                  *total += r->get_as<int64_t>(0);
+                else if (!r && !*failed)
+                  *failed = with_context(self, context, r.error(), timeout_ms);
+                if (--*pending > 0)
+                  return;
+                if (*failed)
+                  return k(std::move(*failed));
+                k(op_result{caf::make_message(*total)});
+              });
+  }
+}
+
+/// An engine's result for a request submitted through the dispatcher: forwarded to its
+/// consumer under the consumer's id.
+void forward_result(self_ptr self, generation_result& r) {
+  auto i = self->state.streams.find(r.id);
+  if (i == self->state.streams.end())
+    return; // cancelled as part of a refused submission
+  auto s = std::move(i->second);
+  self->state.streams.erase(i);
+  if (auto* e = find_role(self, s.role); e && s.rank < e->load.size())
+    e->load[s.rank] -= s.cost;
+  r.id = s.user_id;
+  self->send(s.consumer, std::move(r));
+}
+
+/// An engine rank died: every request submitted through the dispatcher that it was running is
+/// reported lost to its consumer (error_code rank_failed, no rows), so the consumer requeues it.
+void engine_down(self_ptr self, const caf::actor_addr& who, const caf::error& reason) {
+  for (auto& [name, e] : self->state.roles) {
+    if (!e.engine)
+      continue;
+    for (size_t rank = 0; rank < e.ranks.size(); ++rank) {
+      if (e.ranks[rank].address() != who)
+        continue;
+      const auto why = "engine rank " + std::to_string(rank) + " of role '" + name +
+                       "' died (" + self->system().render(reason) +
+                       ") while running the request; it was lost: requeue it";
+      for (auto i = self->state.streams.begin(); i != self->state.streams.end();) {
+        if (i->second.role != name || i->second.rank != rank) {
+          ++i;
+          continue;
+        }
+        generation_result lost;
+        lost.id = i->second.user_id;
+        lost.error = why;
+        lost.error_code = static_cast<int32_t>(errc::rank_failed);
+        lost.engine_rank = static_cast<int32_t>(rank);
+        self->send(i->second.consumer, std::move(lost));
+        i = self->state.streams.erase(i);
+      }
+      if (rank < e.load.size())
+        e.load[rank] = 0;
+      runtime::logger("actors.dispatch")->warn("engine_down role={} rank={}", name, rank);
+    }
+  }
+}
+
 // -- weight sync -------------------------------------------------------------------------------
 
 std::vector<std::string> engine_roles(self_ptr self) {
@@ -667,7 +872,7 @@ struct needs {
 
 needs needs_of(const role_entry& e, const std::string& op) {
   if (e.engine)
-    return op == "generate" ? needs{true, true} : needs{};
+    return op == "generate" || op == "submit" ? needs{true, true} : needs{};
   if (op == "forward" || op == "save_hf_model")
     return {true, false};
   if (op == "forward_backward" || op == "save_checkpoint" || op == "load_checkpoint")
@@ -682,6 +887,8 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
   caf::error bad;
   if (entry.engine && op == "generate")
     bad = check_generate_args(role, args);
+  else if (entry.engine && op == "submit")
+    bad = check_submit_args(role, args);
   else if (!entry.engine && is_batch_op(op))
     bad = check_batch_args(role, op, args);
   else if (op == "save_weights_for_sampler") {
@@ -722,6 +929,10 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
         return k(role_gone(role, op));
       if (e2->engine && op == "generate")
         generate_call(self, role, args, timeout_ms, k);
+      else if (e2->engine && op == "submit")
+        submit_call(self, role, args, timeout_ms, k);
+      else if (e2->engine && op == "cancel")
+        cancel_call(self, role, args, timeout_ms, k);
       else if (!e2->engine && is_batch_op(op))
         batch_call(self, *e2, role, op, args, timeout_ms, k);
       else
@@ -840,6 +1051,9 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                                 e.where.push_back({m.get_as<std::string>(0), m.get_as<int64_t>(1),
                                                    m.get_as<std::string>(2)});
                             e.load.assign(handles.size(), 0);
+                            if (e.engine) // requests submitted to a rank that dies are lost
+                              for (auto& h : handles)
+                                self->monitor(h);
                             self->state.roles[role] = std::move(e);
                             runtime::logger("actors.dispatch")
                                 ->info("register role={} kind={} ranks={}", role, kind,
@@ -854,7 +1068,9 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
 }
 
 caf::behavior dispatcher(self_ptr self) {
+  self->set_down_handler([=](caf::down_msg& dm) { engine_down(self, dm.source, dm.reason); });
   return {
+      [=](generation_result& r) { forward_result(self, r); },
       [=](dispatcher_register_atom, const std::string& role, const caf::actor& group) {
         return register_role(self, role, group, "worker");
       },

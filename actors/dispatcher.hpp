@@ -77,10 +77,12 @@ using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
 ///    the highest they held). Colocated with the engines: offload the other colocated roles,
 ///    onload the policy's model (its optimizer state goes off the device), wake the engines'
 ///    weights, transfer, offload the policy, wake the engines' KV cache. Not colocated: pause
-///    the engines (generate calls already running finish on the old weights, later ones wait),
-///    transfer, resume (also after a failed transfer). Each engine rank gets the transport
-///    `choose_transport` picks for it (weight_sync.hpp) unless `dispatcher_transport_atom` set
-///    one. A refused transfer leaves the engines' weights and versions as they were.
+///    the engines (`pause` keep: requests in flight stop between two steps and continue on the
+///    new weights after `resume`, their later tokens tagged with the new version; calls that
+///    arrive meanwhile wait), transfer, resume (also after a failed transfer). Each engine rank
+///    gets the transport `choose_transport` picks for it (weight_sync.hpp) unless
+///    `dispatcher_transport_atom` set one. A refused transfer leaves the engines' weights and
+///    versions as they were.
 ///  - every other op (`init_model`, `optim_step`, `set_lr`, `set_algorithm_config`,
 ///    `save_checkpoint`, `load_checkpoint`, `save_hf_model` = the workers' `export_hf`,
 ///    `offload`, `onload`, `memory`) goes to all ranks with the same arguments; the answer is
@@ -89,11 +91,23 @@ using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
 ///  - `generate` (std::vector<sample_request>) → op_result{std::vector<sample_output>}: the
 ///    requests are spread over the engine ranks, each to the rank with the least outstanding
 ///    work (estimated as num_samples × (prompt + max_tokens) tokens, counting the calls in
-///    flight), each rank runs its share as one batch, and the outputs come back in request
-///    order (a request with num_samples n gives n consecutive rows). Refused before any work,
+///    flight), each rank runs its share in its continuous batch, and the outputs come back in
+///    request order (a request with num_samples n gives n consecutive rows). Refused before any work,
 ///    naming the request: an empty list, an empty prompt, max_tokens <= 0, num_samples < 1 (the
 ///    engines check the rest: context length, vocabulary, sampling parameters).
-///  - `sleep` / `wake_up` (tags) and every other engine op go to all ranks (answer: rank 0's).
+///  - `submit` (caf::actor consumer, std::vector<int64_t> ids, std::vector<sample_request>) →
+///    op_result{std::vector<int32_t> engine rank of each request}: the streaming form of
+///    `generate` for a producer that keeps the engines busy (engine.hpp `submit`). Requests are
+///    spread like `generate` (each to the least-loaded rank) and accepted all or none (checked
+///    as `generate`; ids are the consumer's, unique among its requests in flight); `timeout_ms`
+///    is each request's deadline. Each request's `generation_result` reaches `consumer` (with
+///    its id) as soon as it finishes. When an engine rank dies, every request it was running
+///    reaches `consumer` as a `generation_result` without rows, `error_code` rank_failed and an
+///    error naming the role and rank: requeue those; nothing else is lost.
+///  - `cancel` (caf::actor consumer, std::vector<int64_t> ids) → op_result{int64 stopped}: stops
+///    those submitted requests (their results arrive with unfinished rows "abort").
+///  - `sleep` / `wake_up` (tags), `pause` ([mode]), `resume` and every other engine op go to all
+///    ranks (answer: rank 0's).
 ///
 /// Colocation: before a call to a colocated role the dispatcher offloads (workers) or puts to
 /// sleep (engines) every other colocated role that has anything on the device, then onloads only

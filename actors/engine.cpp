@@ -1,10 +1,13 @@
 #include "actors/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -15,12 +18,14 @@
 #include "actors/actor_kind.hpp"
 #include "actors/backend_seam.hpp"
 #include "actors/batch_wire.hpp"
+#include "actors/engine_requests.hpp"
+#include "actors/engine_weights.hpp"
 #include "actors/weight_sync.hpp"
 #include "actors/worker.hpp"
+#include "backends/engine/continuous_engine.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/model_config.hpp"
-#include "backends/model/sampler.hpp"
 #include "backends/storage_bytes.hpp"
 #include "runtime/errc.hpp"
 
@@ -30,30 +35,59 @@ namespace {
 
 namespace be = rlforge::backends;
 using be::error_code;
+using clock_type = std::chrono::steady_clock;
 
 const char* const tag_weights = "weights";
 const char* const tag_kv_cache = "kv_cache";
 
-/// A retained weight version: copies of every parameter, by name.
-struct snapshot {
-  std::map<std::string, at::Tensor> weights; ///< empty while the version is still the current one
-  uint64_t last_used = 0;
+/// Where the result of one request in flight goes.
+struct origin {
+  uint64_t call = 0;   ///< the deferred `generate` call it belongs to (0: a stream request)
+  size_t index = 0;    ///< its index in that call
+  caf::actor consumer; ///< stream: who receives the `generation_result`
+  int64_t user_id = 0; ///< stream: the submitter's id
+  int64_t timeout_ms = 0;
+  clock_type::time_point deadline; ///< stream: stopped with a timeout error after this
+  int64_t key = 0;                 ///< the weights it runs on (0: live)
 };
 
-/// One engine rank: its model copy, weight version, retained versions, sleep and pause state.
+/// A `generate` call waiting for its requests; answered when the last one finishes.
+struct pending_call {
+  std::vector<std::vector<sample_output>> rows; ///< per request
+  std::vector<uint64_t> ids;                    ///< the engine ids of its requests
+  size_t remaining = 0;
+};
+
+/// Work that arrived while paused; `resume` releases it in arrival order.
+struct queued_work {
+  uint64_t ticket = 0; ///< a deferred `generate` call, or 0 for a stream submission
+  std::vector<sample_request> requests;
+  caf::actor consumer;
+  std::vector<int64_t> ids;
+  int64_t timeout_ms = 0;
+  clock_type::time_point deadline; ///< stream: its requests time out at this point
+};
+
+/// One engine rank: its model, the continuous-batching engine over it, weight versions, sleep
+/// and pause state, and the requests in flight with where their results go.
 struct engine_state {
+  int32_t rank = 0;
   std::unique_ptr<be::causal_lm> model;
-  int64_t version = 0;
-  /// Versions kept for `generate` after newer weights arrive (`retain_weights`), LRU-bounded.
-  std::map<int64_t, snapshot> retained;
-  size_t max_retained = 0;
-  uint64_t clock = 0;
+  be::engine_config config;
+  std::unique_ptr<be::continuous_engine> engine; ///< refers to `model`; destroyed first
+  engine_weights weights;
   std::set<std::string> asleep;
   /// While `weights` sleeps: each parameter's storage, moved out of the model.
   std::map<std::string, at::Tensor> host_weights;
   bool paused = false;
-  /// Calls received while paused: (reply ticket, requests), in arrival order.
-  std::vector<std::pair<uint64_t, std::vector<sample_request>>> queue;
+  std::deque<queued_work> queue;
+  uint64_t next_id = 1;
+  std::map<uint64_t, origin> origins;
+  std::map<uint64_t, pending_call> calls; ///< by reply ticket
+  std::map<std::pair<caf::actor, int64_t>, uint64_t> streams; ///< (consumer, id) → engine id
+  int64_t last_key = -1;
+  /// When the pending deadline timer fires (none pending: nullopt).
+  std::optional<clock_type::time_point> timer_at;
 };
 
 template <class... Ts>
@@ -69,8 +103,6 @@ be::causal_lm& model_of(engine_state& st, const char* op) {
              std::string{op} + " before init_model: the engine has no model yet");
   return *st.model;
 }
-
-using be::storage_bytes;
 
 std::vector<std::string> parse_tags(const std::vector<std::string>& tags, const char* op) {
   if (tags.empty())
@@ -89,163 +121,302 @@ void check_awake(const engine_state& st) {
                std::string{"engine is asleep ("} + tag + "); call wake_up");
 }
 
-/// Checks every request, naming its index and the bad value, and expands `num_samples`.
-void expand_requests(const be::causal_lm& model, const std::vector<sample_request>& requests,
-                     std::vector<std::vector<int64_t>>& prompts,
-                     std::vector<be::sampling_params>& params) {
-  if (requests.empty())
-    be::fail(error_code::invalid_argument, "generate: no requests");
-  const auto& cfg = model.config();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const auto& r = requests[i];
-    auto where = "generate: request " + std::to_string(i) + ": ";
-    if (r.prompt.empty())
-      be::fail(error_code::invalid_argument, where + "empty prompt");
-    if (static_cast<int64_t>(r.prompt.size()) >= cfg.max_position_embeddings)
-      be::fail(error_code::invalid_argument,
-               where + "prompt of " + std::to_string(r.prompt.size()) +
-                   " tokens leaves no room in the model's context of " +
-                   std::to_string(cfg.max_position_embeddings) + " tokens");
-    for (size_t j = 0; j < r.prompt.size(); ++j)
-      if (r.prompt[j] < 0 || r.prompt[j] >= cfg.vocab_size)
-        be::fail(error_code::out_of_range, where + "prompt token " + std::to_string(j) +
-                                               " has id " + std::to_string(r.prompt[j]) +
-                                               ", outside the vocabulary [0, " +
-                                               std::to_string(cfg.vocab_size) + ")");
-    if (r.max_tokens <= 0)
-      be::fail(error_code::invalid_argument,
-               where + "max_tokens must be >= 1, got " + std::to_string(r.max_tokens));
-    if (r.num_samples < 1)
-      be::fail(error_code::invalid_argument,
-               where + "num_samples must be >= 1, got " + std::to_string(r.num_samples));
-    be::sampling_params p;
-    p.max_tokens = r.max_tokens;
-    p.temperature = r.temperature;
-    p.top_k = r.top_k;
-    p.top_p = r.top_p;
-    p.stop_token_ids = r.stop_token_ids;
-    p.prompt_logprobs = r.prompt_logprobs;
-    try {
-      be::validate(p, cfg.vocab_size);
-    } catch (const be::error& e) {
-      be::fail(e.code(), where + e.what());
-    }
-    if (r.first_sample < 0)
-      be::fail(error_code::invalid_argument,
-               where + "first_sample must be >= 0, got " + std::to_string(r.first_sample));
-    for (int64_t j = 0; j < r.num_samples; ++j) {
-      auto row = p;
-      if (r.has_seed)
-        row.seed = be::sample_seed(r.seed, static_cast<uint64_t>(r.first_sample + j));
-      prompts.push_back(r.prompt);
-      params.push_back(std::move(row));
-    }
-  }
+/// Whether requests pinned to `version` are queued or running.
+bool version_in_use(const engine_state& st, int64_t version) {
+  if (!st.engine)
+    return false;
+  auto keys = st.engine->keys();
+  return std::find(keys.begin(), keys.end(), version) != keys.end();
 }
 
-/// Puts `weights` into the model's parameters (by name, storage swap, no copy) and returns what
-/// they held, so a second call puts that back.
-std::map<std::string, at::Tensor> swap_weights(be::causal_lm& model,
-                                               std::map<std::string, at::Tensor> weights) {
-  at::NoGradGuard no_grad;
-  std::map<std::string, at::Tensor> previous;
-  for (auto& [name, p] : model.named_parameters()) {
-    previous.emplace(name, p.detach());
-    p.set_(weights.at(name));
+// -- results --------------------------------------------------------------------------------
+
+/// Sends a stream request's result (or failure) to its consumer.
+void send_result(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+                 int64_t user_id, std::vector<sample_output> rows, const caf::error& err) {
+  generation_result r;
+  r.id = user_id;
+  r.samples = std::move(rows);
+  if (err) {
+    r.error = error_message(err);
+    r.error_code = err.category() == errc_category ? static_cast<int32_t>(err.code())
+                                                   : static_cast<int32_t>(errc::internal);
   }
-  return previous;
+  r.engine_rank = st.rank;
+  st.streams.erase({consumer, user_id});
+  ctx.send(consumer, caf::make_message(std::move(r)));
 }
 
-/// Generates `requests` on the weights of `version` (0 or the current version: the live
-/// weights; otherwise a retained snapshot, swapped in for the call and out again).
-std::vector<sample_output> generate_on(engine_state& st, int64_t version,
-                                       const std::vector<sample_request>& requests) {
-  auto& model = *st.model;
-  std::vector<std::vector<int64_t>> prompts;
-  std::vector<be::sampling_params> params;
-  expand_requests(model, requests, prompts, params);
-  std::map<std::string, at::Tensor> live;
-  if (version != 0 && version != st.version) {
-    auto it = st.retained.find(version);
-    if (it == st.retained.end() || it->second.weights.empty())
-      be::fail(error_code::not_found, "generate: weights version " + std::to_string(version) +
-                                          " are no longer held by this engine (it holds version " +
-                                          std::to_string(st.version) + " and keeps the " +
-                                          std::to_string(st.max_retained) +
-                                          " most recently used retained versions)");
-    it->second.last_used = ++st.clock;
-    live = swap_weights(model, it->second.weights);
-  } else if (auto it = st.retained.find(st.version); it != st.retained.end()) {
-    it->second.last_used = ++st.clock;
-  }
-  std::vector<be::sample_result> results;
-  try {
-    results = be::generate(model, prompts, params);
-  } catch (...) {
-    if (!live.empty())
-      swap_weights(model, std::move(live));
-    throw;
-  }
-  if (!live.empty())
-    swap_weights(model, std::move(live));
-  std::vector<sample_output> out;
-  out.reserve(results.size());
-  for (auto& r : results)
-    out.push_back({std::move(r.tokens), std::move(r.logprobs), std::move(r.stop_reason),
-                   std::move(r.prompt_logprobs)});
-  return out;
-}
-
-caf::message run_generate(engine_state& st, const std::vector<sample_request>& requests) {
-  model_of(st, "generate");
-  check_awake(st);
-  if (requests.empty())
-    be::fail(error_code::invalid_argument, "generate: no requests");
-  // One batch per weight version (a forward pass never mixes two versions); rows come back in
-  // request order.
-  std::map<int64_t, std::vector<size_t>> by_version;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    auto v = requests[i].weight_version;
-    if (v < 0)
-      be::fail(error_code::invalid_argument, "generate: request " + std::to_string(i) +
-                                                 ": weight_version must be >= 0, got " +
-                                                 std::to_string(v));
-    by_version[v == st.version ? 0 : v].push_back(i);
-  }
-  if (by_version.size() == 1)
-    return caf::make_message(generate_on(st, by_version.begin()->first, requests));
-  std::vector<std::vector<sample_output>> per_request(requests.size());
-  for (auto& [version, indices] : by_version) {
-    std::vector<sample_request> group;
-    for (auto i : indices)
-      group.push_back(requests[i]);
-    auto rows = generate_on(st, version, group);
-    size_t row = 0;
-    for (auto i : indices) {
-      auto n = static_cast<size_t>(requests[i].num_samples);
-      per_request[i].assign(std::make_move_iterator(rows.begin() + row),
-                            std::make_move_iterator(rows.begin() + row + n));
-      row += n;
-    }
-  }
-  std::vector<sample_output> out;
-  for (auto& rows : per_request)
-    for (auto& r : rows)
-      out.push_back(std::move(r));
-  return caf::make_message(std::move(out));
-}
-
-/// Before the live weights change: a retained current version keeps a copy of them.
-void keep_current(engine_state& st) {
-  auto it = st.retained.find(st.version);
-  if (it == st.retained.end() || !it->second.weights.empty())
+/// A request left the engine (finished, stopped or failed): its rows go to its call or its
+/// consumer. A failed request fails its whole call, whose other requests are stopped.
+void finish_request(rank_context& ctx, engine_state& st, uint64_t id,
+                    std::vector<sample_output> rows, const caf::error& err = caf::error{}) {
+  auto node = st.origins.extract(id);
+  if (node.empty())
     return;
-  at::NoGradGuard no_grad;
-  for (auto& [name, p] : st.model->named_parameters())
-    it->second.weights.emplace(name, p.detach().clone());
+  const auto& o = node.mapped();
+  if (o.call == 0) {
+    send_result(ctx, st, o.consumer, o.user_id, std::move(rows), err);
+    return;
+  }
+  auto c = st.calls.find(o.call);
+  if (c == st.calls.end())
+    return;
+  if (err) {
+    for (auto other : c->second.ids)
+      if (other != id && st.origins.erase(other))
+        st.engine->abort(other);
+    ctx.deliver(o.call, err);
+    st.calls.erase(c);
+    return;
+  }
+  c->second.rows[o.index] = std::move(rows);
+  if (--c->second.remaining > 0)
+    return;
+  std::vector<sample_output> out;
+  for (auto& request_rows : c->second.rows)
+    for (auto& row : request_rows)
+      out.push_back(std::move(row));
+  ctx.deliver(o.call, caf::make_message(std::move(out)));
+  st.calls.erase(c);
 }
 
-// -- ops --------------------------------------------------------------------------------------
+/// Stops request `id` in the engine and hands back what it generated.
+void stop_request(rank_context& ctx, engine_state& st, uint64_t id,
+                  const caf::error& err = caf::error{}) {
+  auto out = st.engine->abort(id);
+  finish_request(ctx, st, id, out ? to_outputs(std::move(*out)) : std::vector<sample_output>{},
+                 err);
+}
+
+/// Answers every call and stream request in flight with `err` (the engine is being replaced).
+void fail_everything(rank_context& ctx, engine_state& st, const caf::error& err) {
+  std::vector<uint64_t> ids;
+  for (auto& [id, o] : st.origins)
+    ids.push_back(id);
+  for (auto id : ids)
+    if (st.origins.count(id))
+      finish_request(ctx, st, id, {}, err);
+  for (auto& q : st.queue) {
+    if (q.ticket)
+      ctx.deliver(q.ticket, err);
+    else
+      for (auto uid : q.ids)
+        send_result(ctx, st, q.consumer, uid, {}, err);
+  }
+  st.queue.clear();
+}
+
+// -- admission ------------------------------------------------------------------------------
+
+/// Starts the requests of a `generate` call whose reply is deferred under `ticket`.
+void start_call(engine_state& st, uint64_t ticket, std::vector<be::engine_request> requests) {
+  auto& call = st.calls[ticket];
+  call.rows.resize(requests.size());
+  call.remaining = requests.size();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto id = st.next_id++;
+    st.weights.touch(requests[i].key);
+    st.origins[id] = origin{ticket, i, {}, 0, 0, {}, requests[i].key};
+    call.ids.push_back(id);
+    st.engine->add(id, std::move(requests[i]));
+  }
+}
+
+/// Starts the requests of a stream submission.
+void start_stream(engine_state& st, const caf::actor& consumer, const std::vector<int64_t>& ids,
+                  std::vector<be::engine_request> requests, int64_t timeout_ms,
+                  clock_type::time_point deadline) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto id = st.next_id++;
+    st.weights.touch(requests[i].key);
+    st.origins[id] = origin{0, i, consumer, ids[i], timeout_ms, deadline, requests[i].key};
+    st.streams[{consumer, ids[i]}] = id;
+    st.engine->add(id, std::move(requests[i]));
+  }
+}
+
+/// Checks a stream submission's own arguments (not its requests).
+void check_submission(const engine_state& st, const caf::actor& consumer,
+                      const std::vector<int64_t>& ids, size_t count, int64_t timeout_ms) {
+  if (!consumer)
+    be::fail(error_code::invalid_argument, "submit: the consumer actor is invalid");
+  if (ids.size() != count)
+    be::fail(error_code::invalid_argument, "submit: " + std::to_string(ids.size()) +
+                                               " ids for " + std::to_string(count) +
+                                               " requests (need one id per request)");
+  if (timeout_ms <= 0)
+    be::fail(error_code::invalid_argument,
+             "submit: timeout_ms must be > 0, got " + std::to_string(timeout_ms));
+  std::set<int64_t> seen;
+  for (auto id : ids) {
+    if (!seen.insert(id).second)
+      be::fail(error_code::invalid_argument,
+               "submit: id " + std::to_string(id) + " appears twice in the submission");
+    if (st.streams.count({consumer, id}))
+      be::fail(error_code::invalid_argument,
+               "submit: id " + std::to_string(id) + " is already in flight for this consumer");
+    for (auto& q : st.queue)
+      if (!q.ticket && q.consumer == consumer &&
+          std::find(q.ids.begin(), q.ids.end(), id) != q.ids.end())
+        be::fail(error_code::invalid_argument,
+                 "submit: id " + std::to_string(id) + " is already queued for this consumer");
+  }
+}
+
+/// Releases what arrived while paused, in arrival order; returns how many calls/submissions.
+int64_t release_queue(rank_context& ctx, engine_state& st) {
+  auto queue = std::move(st.queue);
+  st.queue.clear();
+  for (auto& q : queue) {
+    try {
+      check_awake(st);
+      auto requests = check_requests(q.requests, *st.engine, st.weights,
+                                     q.ticket ? "generate" : "submit");
+      if (q.ticket)
+        start_call(st, q.ticket, std::move(requests));
+      else
+        start_stream(st, q.consumer, q.ids, std::move(requests), q.timeout_ms, q.deadline);
+    } catch (...) {
+      auto err = current_exception_to_error(q.ticket ? "queued generate" : "queued submit");
+      if (q.ticket)
+        ctx.deliver(q.ticket, err);
+      else
+        for (auto uid : q.ids)
+          send_result(ctx, st, q.consumer, uid, {}, err);
+    }
+  }
+  return static_cast<int64_t>(queue.size());
+}
+
+/// Hands back everything in flight or queued (`pause(abort)`): calls get their rows so far,
+/// unfinished ones with stop_reason "abort"; stream requests go to their consumers the same
+/// way. Returns how many requests were handed back.
+int64_t abort_everything(rank_context& ctx, engine_state& st) {
+  int64_t n = 0;
+  for (auto id : st.engine->ids()) {
+    stop_request(ctx, st, id);
+    ++n;
+  }
+  for (auto& q : st.queue) {
+    std::vector<std::vector<sample_output>> rows;
+    for (auto& r : q.requests)
+      rows.emplace_back(static_cast<size_t>(std::max<int64_t>(1, r.num_samples)),
+                        sample_output{{}, {}, "abort", {}, {}});
+    n += static_cast<int64_t>(q.requests.size());
+    if (q.ticket) {
+      std::vector<sample_output> flat;
+      for (auto& request_rows : rows)
+        for (auto& row : request_rows)
+          flat.push_back(std::move(row));
+      ctx.deliver(q.ticket, caf::make_message(std::move(flat)));
+    } else {
+      for (size_t i = 0; i < q.ids.size() && i < rows.size(); ++i)
+        send_result(ctx, st, q.consumer, q.ids[i], std::move(rows[i]), {});
+    }
+  }
+  st.queue.clear();
+  return n;
+}
+
+// -- the step loop --------------------------------------------------------------------------
+
+/// The error of a stream request whose deadline passed.
+caf::error timed_out(const engine_state& st, int64_t user_id, int64_t timeout_ms) {
+  return make_error(errc::timeout, "engine rank " + std::to_string(st.rank) + ": request " +
+                                       std::to_string(user_id) + " did not finish within " +
+                                       std::to_string(timeout_ms) + " ms");
+}
+
+/// Stops stream requests (running or queued) whose deadline passed; arms a timer for the next
+/// one when the engine cannot step (so deadlines hold while paused or asleep).
+void enforce_deadlines(rank_context& ctx, engine_state& st, bool can_step) {
+  const auto now = clock_type::now();
+  std::vector<uint64_t> expired;
+  std::optional<clock_type::time_point> next;
+  auto note = [&](clock_type::time_point t) {
+    if (!next || t < *next)
+      next = t;
+  };
+  for (auto& [id, o] : st.origins) {
+    if (o.call != 0)
+      continue;
+    if (o.deadline <= now)
+      expired.push_back(id);
+    else
+      note(o.deadline);
+  }
+  for (auto id : expired) {
+    const auto& o = st.origins.at(id);
+    stop_request(ctx, st, id, timed_out(st, o.user_id, o.timeout_ms));
+  }
+  for (auto q = st.queue.begin(); q != st.queue.end();) {
+    if (q->ticket != 0 || q->deadline > now) {
+      if (q->ticket == 0)
+        note(q->deadline);
+      ++q;
+      continue;
+    }
+    for (size_t i = 0; i < q->ids.size(); ++i)
+      send_result(ctx, st, q->consumer, q->ids[i],
+                  std::vector<sample_output>(
+                      static_cast<size_t>(std::max<int64_t>(1, q->requests[i].num_samples)),
+                      sample_output{{}, {}, "abort", {}, {}}),
+                  timed_out(st, q->ids[i], q->timeout_ms));
+    q = st.queue.erase(q);
+  }
+  if (st.timer_at && *st.timer_at <= now)
+    st.timer_at.reset(); // it fired (this may be its step)
+  if (next && !can_step && (!st.timer_at || *next < *st.timer_at)) {
+    const auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now) +
+                       std::chrono::milliseconds(1);
+    st.timer_at = now + delay;
+    ctx.step_after(delay);
+  }
+}
+
+/// One forward pass for one weights key (round robin over the keys with work).
+bool engine_step(rank_context& ctx) {
+  auto& st = ctx.as<engine_state>();
+  if (!st.engine)
+    return false;
+  const bool can_step = !st.paused && st.asleep.empty() && st.engine->has_work();
+  enforce_deadlines(ctx, st, can_step);
+  if (!can_step || !st.engine->has_work())
+    return false;
+  auto keys = st.engine->keys();
+  auto next = std::upper_bound(keys.begin(), keys.end(), st.last_key);
+  const int64_t key = next == keys.end() ? keys.front() : *next;
+  st.last_key = key;
+  const int64_t version = key == 0 ? st.weights.current() : key;
+  std::vector<be::engine_output> outputs;
+  try {
+    outputs = st.weights.with(key, [&] { return st.engine->step(key, version); });
+  } catch (...) {
+    // Fail the requests of this key rather than retrying a step that cannot run.
+    auto err = current_exception_to_error("engine rank " + std::to_string(st.rank) +
+                                          " step on weights version " + std::to_string(version));
+    for (auto id : st.engine->ids())
+      if (st.origins.count(id) && st.origins.at(id).key == key)
+        stop_request(ctx, st, id, err);
+  }
+  for (auto& out : outputs) {
+    const auto id = out.id;
+    finish_request(ctx, st, id, to_outputs(std::move(out)));
+  }
+  st.weights.drop_unused([&](int64_t v) { return version_in_use(st, v); });
+  return st.engine->has_work();
+}
+
+// -- ops ------------------------------------------------------------------------------------
+
+/// (Re)builds the engine over the current model with the current settings.
+void build_engine(engine_state& st) {
+  st.engine.reset();
+  st.engine = std::make_unique<be::continuous_engine>(*st.model, st.config);
+  if (st.asleep.count(tag_kv_cache))
+    st.engine->release_cache();
+}
 
 caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& args) {
   expect_args<model_spec>(args, "init_model", "model_spec");
@@ -270,12 +441,39 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
       p.requires_grad_(false);
   }
   model->set_training(false);
+  be::validate(st.config, model->config());
+  fail_everything(ctx, st,
+                  make_error(errc::invalid_argument,
+                             "init_model replaced the engine's model while the request ran"));
+  st.engine.reset();
   st.model = std::move(model);
-  st.version = 0;
-  st.retained.clear();
+  st.weights.reset(st.model.get());
   st.asleep.clear();
   st.host_weights.clear();
+  build_engine(st);
   return caf::make_message(st.model->num_parameters());
+}
+
+caf::expected<caf::message> configure(rank_context& ctx, const caf::message& args) {
+  expect_args<engine_options>(args, "configure", "engine_options");
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "configure");
+  const auto& o = args.get_as<engine_options>(0);
+  be::engine_config c;
+  c.kv_cache_bytes = o.kv_cache_bytes;
+  c.block_size = o.block_size;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_step_tokens = o.max_step_tokens;
+  c.prefix_caching = o.prefix_caching;
+  const auto busy = st.origins.size() + st.queue.size();
+  if (busy > 0)
+    be::fail(error_code::invalid_argument,
+             "configure: " + std::to_string(busy) +
+                 " requests or queued calls are in flight; wait for them (or pause(abort))");
+  be::validate(c, model.config());
+  st.config = c;
+  build_engine(st);
+  return caf::message{};
 }
 
 caf::expected<caf::message> generate(rank_context& ctx, const caf::message& args) {
@@ -284,11 +482,73 @@ caf::expected<caf::message> generate(rank_context& ctx, const caf::message& args
   model_of(st, "generate");
   const auto& requests = args.get_as<std::vector<sample_request>>(0);
   if (st.paused) {
-    auto ticket = ctx.defer_reply();
-    st.queue.emplace_back(ticket, requests);
+    queued_work q;
+    q.ticket = ctx.defer_reply();
+    q.requests = requests;
+    st.queue.push_back(std::move(q));
     return caf::message{};
   }
-  return run_generate(st, requests);
+  check_awake(st);
+  auto converted = check_requests(requests, *st.engine, st.weights, "generate");
+  start_call(st, ctx.defer_reply(), std::move(converted));
+  return caf::message{};
+}
+
+caf::expected<caf::message> submit(rank_context& ctx, const caf::message& args) {
+  expect_args<caf::actor, std::vector<int64_t>, std::vector<sample_request>, int64_t>(
+      args, "submit",
+      "caf::actor consumer, std::vector<int64_t> ids, std::vector<sample_request>, "
+      "int64 timeout_ms");
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "submit");
+  const auto& consumer = args.get_as<caf::actor>(0);
+  const auto& ids = args.get_as<std::vector<int64_t>>(1);
+  const auto& requests = args.get_as<std::vector<sample_request>>(2);
+  const auto timeout_ms = args.get_as<int64_t>(3);
+  check_submission(st, consumer, ids, requests.size(), timeout_ms);
+  check_awake(st);
+  auto converted = check_requests(requests, *st.engine, st.weights, "submit");
+  if (st.paused) {
+    st.queue.push_back(queued_work{0, requests, consumer, ids, timeout_ms,
+                                   clock_type::now() + std::chrono::milliseconds(timeout_ms)});
+  } else {
+    start_stream(st, consumer, ids, std::move(converted), timeout_ms,
+                 clock_type::now() + std::chrono::milliseconds(timeout_ms));
+  }
+  return caf::make_message(static_cast<int64_t>(requests.size()));
+}
+
+caf::expected<caf::message> cancel(rank_context& ctx, const caf::message& args) {
+  expect_args<caf::actor, std::vector<int64_t>>(args, "cancel",
+                                                "caf::actor consumer, std::vector<int64_t> ids");
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "cancel");
+  const auto& consumer = args.get_as<caf::actor>(0);
+  int64_t n = 0;
+  for (auto uid : args.get_as<std::vector<int64_t>>(1)) {
+    if (auto i = st.streams.find({consumer, uid}); i != st.streams.end()) {
+      stop_request(ctx, st, i->second);
+      ++n;
+      continue;
+    }
+    for (auto q = st.queue.begin(); q != st.queue.end(); ++q) {
+      auto pos = std::find(q->ids.begin(), q->ids.end(), uid);
+      if (q->ticket || q->consumer != consumer || pos == q->ids.end())
+        continue;
+      const auto i = static_cast<size_t>(pos - q->ids.begin());
+      std::vector<sample_output> rows(
+          static_cast<size_t>(std::max<int64_t>(1, q->requests[i].num_samples)),
+          sample_output{{}, {}, "abort", {}, {}});
+      send_result(ctx, st, consumer, uid, std::move(rows), {});
+      q->ids.erase(pos);
+      q->requests.erase(q->requests.begin() + static_cast<std::ptrdiff_t>(i));
+      if (q->ids.empty())
+        st.queue.erase(q);
+      ++n;
+      break;
+    }
+  }
+  return caf::make_message(n);
 }
 
 caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args) {
@@ -309,9 +569,13 @@ caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args
       for (auto& [name, p] : params)
         p.set_();
       st.host_weights = std::move(saved);
+    } else {
+      // Running requests lose their keys/values and recompute them after wake_up.
+      st.engine->release_cache();
     }
     st.asleep.insert(tag);
   }
+  (void)ctx;
   return caf::message{};
 }
 
@@ -331,49 +595,61 @@ caf::expected<caf::message> wake_up(rank_context& ctx, const caf::message& args)
         p.set_(i->second);
       }
       st.host_weights.clear();
+    } else {
+      st.engine->restore_cache();
     }
     st.asleep.erase(tag);
   }
+  (void)ctx;
   return caf::message{};
 }
 
 caf::expected<caf::message> memory(rank_context& ctx, const caf::message&) {
   auto& st = ctx.as<engine_state>();
   auto& model = model_of(st, "memory");
-  auto resident = storage_bytes(model.named_parameters());
-  for (auto& [version, snap] : st.retained)
-    resident += storage_bytes(snap.weights);
-  auto host = storage_bytes(st.host_weights);
+  auto resident = be::storage_bytes(model.named_parameters()) + st.weights.bytes() +
+                  st.engine->cache_bytes();
+  auto host = be::storage_bytes(st.host_weights);
   return caf::make_message(resident, host);
 }
 
-caf::expected<caf::message> pause_op(rank_context& ctx, const caf::message&) {
+caf::expected<caf::message> pause_op(rank_context& ctx, const caf::message& args) {
   auto& st = ctx.as<engine_state>();
   model_of(st, "pause");
+  std::string mode = "keep";
+  if (!args.empty()) {
+    expect_args<std::string>(args, "pause", "[std::string mode: keep | abort]");
+    mode = args.get_as<std::string>(0);
+    if (mode != "keep" && mode != "abort")
+      be::fail(error_code::invalid_argument,
+               "pause: unknown mode '" + mode + "' (modes: keep, abort)");
+  }
   st.paused = true;
-  return caf::message{};
+  return caf::make_message(mode == "abort" ? abort_everything(ctx, st) : int64_t{0});
 }
 
 caf::expected<caf::message> resume(rank_context& ctx, const caf::message&) {
   auto& st = ctx.as<engine_state>();
   model_of(st, "resume");
   st.paused = false;
-  auto queue = std::move(st.queue);
-  st.queue.clear();
-  for (auto& [ticket, requests] : queue) {
-    try {
-      ctx.deliver(ticket, run_generate(st, requests));
-    } catch (...) {
-      ctx.deliver(ticket, current_exception_to_error("queued generate"));
-    }
-  }
-  return caf::make_message(static_cast<int64_t>(queue.size()));
+  return caf::make_message(release_queue(ctx, st));
 }
 
 caf::expected<caf::message> weight_version(rank_context& ctx, const caf::message&) {
   auto& st = ctx.as<engine_state>();
   model_of(st, "weight_version");
-  return caf::make_message(st.version);
+  return caf::make_message(st.weights.current());
+}
+
+/// Before the live weights change: copies of the current version for who still needs it.
+void before_new_weights(engine_state& st) {
+  st.weights.before_change([&](int64_t v) { return version_in_use(st, v); });
+}
+
+/// After the live weights changed to `version`.
+void after_new_weights(engine_state& st, int64_t version) {
+  st.weights.set_current(version);
+  st.engine->weights_changed();
 }
 
 caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& args) {
@@ -415,11 +691,11 @@ caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& a
                  "set_weights: the model has no parameter '" + name + "'");
     }
   }
-  keep_current(st);
+  before_new_weights(st);
   at::NoGradGuard no_grad;
   for (auto& [name, p] : params)
     p.copy_(tensors->at(name));
-  st.version = version;
+  after_new_weights(st, version);
   return caf::message{};
 }
 
@@ -431,47 +707,25 @@ caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::messag
     be::fail(error_code::invalid_argument,
              "receive_weights: engine is asleep (weights); call wake_up first");
   bool torn = false;
-  keep_current(st);
+  before_new_weights(st);
   try {
-    st.version = receive_model_weights(model, st.version, args.get_as<weight_sync_spec>(0), torn);
+    after_new_weights(st, receive_model_weights(model, st.weights.current(),
+                                                args.get_as<weight_sync_spec>(0), torn));
   } catch (...) {
     // A refused transfer changed nothing. One that broke after the copy began left a mix of
     // two versions: no coherent version is held until the next complete transfer.
     if (torn)
-      st.version = 0;
+      after_new_weights(st, 0);
     throw;
   }
-  return caf::make_message(st.version);
+  return caf::make_message(st.weights.current());
 }
 
 caf::expected<caf::message> retain_weights(rank_context& ctx, const caf::message& args) {
   expect_args<int64_t, int64_t>(args, "retain_weights", "int64 version, int64 max_retained");
   auto& st = ctx.as<engine_state>();
   model_of(st, "retain_weights");
-  auto version = args.get_as<int64_t>(0);
-  auto max_retained = args.get_as<int64_t>(1);
-  if (max_retained < 1)
-    be::fail(error_code::invalid_argument,
-             "retain_weights: max_retained must be >= 1, got " + std::to_string(max_retained));
-  if (version != st.version || version < 1)
-    be::fail(error_code::invalid_argument, "retain_weights: version " + std::to_string(version) +
-                                               " is not the engine's current weights version " +
-                                               std::to_string(st.version));
-  st.max_retained = static_cast<size_t>(max_retained);
-  st.retained[version].last_used = ++st.clock;
-  std::vector<int64_t> evicted;
-  while (st.retained.size() > st.max_retained) {
-    auto oldest = st.retained.end();
-    for (auto i = st.retained.begin(); i != st.retained.end(); ++i)
-      if (i->first != st.version &&
-          (oldest == st.retained.end() || i->second.last_used < oldest->second.last_used))
-        oldest = i;
-    if (oldest == st.retained.end())
-      break;
-    evicted.push_back(oldest->first);
-    st.retained.erase(oldest);
-  }
-  return caf::make_message(std::move(evicted));
+  return caf::make_message(st.weights.retain(args.get_as<int64_t>(0), args.get_as<int64_t>(1)));
 }
 
 caf::expected<caf::message> get_weights(rank_context& ctx, const caf::message&) {
@@ -489,12 +743,49 @@ caf::expected<caf::message> get_weights(rank_context& ctx, const caf::message&) 
   return caf::make_message(std::move(*blobs));
 }
 
+caf::expected<caf::message> stats(rank_context& ctx, const caf::message&) {
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "stats");
+  const auto s = st.engine->stats();
+  const auto& c = s.counters;
+  nlohmann::json j{
+      {"num_blocks", s.num_blocks},
+      {"free_blocks", s.free_blocks},
+      {"cached_blocks", s.cached_blocks},
+      {"block_size", s.block_size},
+      {"kv_cache_bytes", st.engine->cache_bytes()},
+      {"running", s.running},
+      {"waiting", s.waiting},
+      {"queued_calls", st.queue.size()},
+      {"paused", st.paused},
+      {"weight_version", st.weights.current()},
+      {"prompt_tokens", c.prompt_tokens},
+      {"recompute_tokens", c.recompute_tokens},
+      {"decode_tokens", c.decode_tokens},
+      {"generated_tokens", s.generated_tokens},
+      {"prefix_query_tokens", c.prefix_query_tokens},
+      {"prefix_hit_tokens", c.prefix_hit_tokens},
+      {"prefix_hit_rate", s.prefix_hit_rate()},
+      {"preemptions", c.preemptions},
+      {"copies", c.copies},
+      {"steps", c.steps},
+  };
+  return caf::make_message(j.dump());
+}
+
 actor_kind make_kind() {
   actor_kind k;
   k.name = "engine";
-  k.make_state = [](const rank_info&) { return std::make_shared<engine_state>(); };
+  k.make_state = [](const rank_info& info) {
+    auto st = std::make_shared<engine_state>();
+    st->rank = info.rank;
+    return st;
+  };
   k.ops["init_model"] = init_model;
+  k.ops["configure"] = configure;
   k.ops["generate"] = generate;
+  k.ops["submit"] = submit;
+  k.ops["cancel"] = cancel;
   k.ops["sleep"] = sleep_op;
   k.ops["wake_up"] = wake_up;
   k.ops["memory"] = memory;
@@ -505,6 +796,8 @@ actor_kind make_kind() {
   k.ops["get_weights"] = get_weights;
   k.ops["retain_weights"] = retain_weights;
   k.ops["receive_weights"] = receive_weights;
+  k.ops["stats"] = stats;
+  k.step = engine_step;
   return k;
 }
 

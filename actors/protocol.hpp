@@ -20,6 +20,7 @@ using mesh_atom = caf::atom_constant<caf::atom("mesh")>;
 using ranks_atom = caf::atom_constant<caf::atom("ranks")>;
 /// (handles_atom) → std::vector<caf::actor>: the rank actors of a group.
 using handles_atom = caf::atom_constant<caf::atom("handles")>;
+using rlforge::step_atom;
 /// (stop_atom): a group stops its ranks and itself.
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 

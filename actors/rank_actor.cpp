@@ -25,6 +25,8 @@ struct rank_state {
   rank_context ctx;
   /// Calls answered later (`rank_context::defer_reply`): ticket → (promise, error context).
   std::map<uint64_t, std::pair<caf::typed_response_promise<op_result>, std::string>> deferred;
+  /// A step message is in the mailbox (at most one at a time).
+  bool step_queued = false;
   static const char* name;
 };
 
@@ -84,8 +86,18 @@ void flush_deliveries(rank_state& st) {
   }
 }
 
-rank_actor::behavior_type rank_behavior(rank_actor::stateful_pointer<rank_state> self,
-                                        actor_kind kind, rank_info info) {
+using rank_ptr = rank_actor::stateful_pointer<rank_state>;
+
+/// Queues one step of the kind's background work behind the messages already waiting.
+void schedule_step(rank_ptr self) {
+  auto& st = self->state;
+  if (!st.kind.step || st.step_queued)
+    return;
+  st.step_queued = true;
+  self->send(self, step_atom::value);
+}
+
+rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_info info) {
   auto& st = self->state;
   st.kind = std::move(kind);
   st.ctx.info = std::move(info);
@@ -93,14 +105,42 @@ rank_actor::behavior_type rank_behavior(rank_actor::stateful_pointer<rank_state>
   backends::set_intra_op_threads(std::max(1, st.ctx.info.threads));
   if (st.kind.make_state)
     st.ctx.state = st.kind.make_state(st.ctx.info);
+  st.ctx.send = [self](const caf::actor& to, caf::message msg) {
+    self->send(to, std::move(msg));
+  };
+  st.ctx.step_after = [self](std::chrono::milliseconds delay) {
+    self->delayed_send(self, delay, step_atom::value, true);
+  };
+  auto run_step = [self] {
+    auto& st = self->state;
+    bool more = false;
+    try {
+      more = st.kind.step && st.kind.step(st.ctx);
+    } catch (...) {
+      auto err = current_exception_to_error(describe(st.ctx.info, "step"));
+      runtime::logger("actors.rank")->error("step_failed {}", error_message(err));
+    }
+    flush_deliveries(st);
+    if (more)
+      schedule_step(self);
+  };
   return {
+    [=](step_atom) {
+      self->state.step_queued = false;
+      run_step();
+    },
+    [=](step_atom, bool /* timer */) { run_step(); },
     [=](call_atom, const std::string& op, const caf::message& args) -> caf::result<op_result> {
       auto& st = self->state;
       auto context = describe(st.ctx.info, op);
       st.ctx.deferred_ticket.reset();
       caf::expected<caf::message> out{caf::message{}};
-      // Results of earlier deferred calls go out after this op, whatever it answers.
-      auto flush = caf::detail::make_scope_guard([&] { flush_deliveries(st); });
+      // Results of earlier deferred calls go out after this op, whatever it answers; then the
+      // kind's background work (if any) gets its turn.
+      auto flush = caf::detail::make_scope_guard([&] {
+        flush_deliveries(st);
+        schedule_step(self);
+      });
       try {
         bool handled = false;
         out = builtin_op(st.ctx, op, args, handled);

@@ -30,6 +30,10 @@ namespace rlforge::actors {
 ///
 /// A failing op (unknown name, bad arguments, a backend exception) answers an error naming
 /// group, rank and op; the rank stays alive and keeps its state.
+///
+/// A kind with background work (`actor_kind::step`, e.g. an engine's decode steps) gets one
+/// step after every op and after every step that asks for more, through a `step_atom` message
+/// the rank sends itself, so the calls that arrived in the meantime are handled in between.
 caf::expected<caf::actor> spawn_rank(caf::actor_system& sys, const std::string& kind,
                                      rank_info info);
 

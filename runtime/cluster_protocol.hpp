@@ -29,6 +29,9 @@ namespace rlforge {
 
 /// (call_atom, std::string op, caf::message args) → op_result: run `op` on one rank.
 using call_atom = caf::atom_constant<caf::atom("call")>;
+/// (step_atom [, bool timer]): a rank runs one unit of its kind's background work (sent to
+/// itself only; see actors/actor_kind.hpp).
+using step_atom = caf::atom_constant<caf::atom("step")>;
 /// Placement-group operations (see actors/placement_manager.hpp for their semantics).
 using pg_create_atom = caf::atom_constant<caf::atom("pgcreate")>;
 using pg_remove_atom = caf::atom_constant<caf::atom("pgremove")>;
@@ -173,9 +176,11 @@ inline bool operator==(const group_record& a, const group_record& b) {
 
 // -- typed interfaces --------------------------------------------------------------------------
 
-/// A rank of an actor group (actors/rank_actor.hpp): one generic op call.
+/// A rank of an actor group (actors/rank_actor.hpp): one generic op call; and the step messages
+/// a rank with background work sends itself (after each op, or after a delay).
 using rank_actor = caf::typed_actor<
-  caf::replies_to<call_atom, std::string, caf::message>::with<op_result>>;
+  caf::replies_to<call_atom, std::string, caf::message>::with<op_result>,
+  caf::reacts_to<step_atom>, caf::reacts_to<step_atom, bool>>;
 
 /// A node agent (actors/node_agent.hpp).
 ///  - (spawn_ranks_atom, kind, ranks, owner, owner_id) → the rank actors, in the order of

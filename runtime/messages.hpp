@@ -388,23 +388,76 @@ inline bool operator==(const sample_request& a, const sample_request& b) {
          a.weight_version == b.weight_version;
 }
 
-/// What one generated row produced: tokens, their log-probabilities, "stop" or "length", and
-/// the prompt's log-probabilities when asked (n-1 entries for n prompt tokens).
+/// What one generated row produced: tokens, their log-probabilities, "stop", "length" or
+/// "abort" (a request stopped before it finished: `pause(abort)`, `cancel`, a deadline), the
+/// prompt's log-probabilities when asked (n-1 entries for n prompt tokens), and for each token
+/// the weights version that produced it (an engine that took new weights mid-request tags the
+/// tokens after the update with the new version).
 struct sample_output {
   std::vector<int64_t> tokens;
   std::vector<double> logprobs;
   std::string stop_reason;
   std::vector<double> prompt_logprobs;
+  std::vector<int64_t> token_versions;
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, sample_output& x) {
   return f(caf::meta::type_name("sample_output"), x.tokens, x.logprobs, x.stop_reason,
-           x.prompt_logprobs);
+           x.prompt_logprobs, x.token_versions);
 }
 
 inline bool operator==(const sample_output& a, const sample_output& b) {
   return a.tokens == b.tokens && a.logprobs == b.logprobs && a.stop_reason == b.stop_reason &&
-         a.prompt_logprobs == b.prompt_logprobs;
+         a.prompt_logprobs == b.prompt_logprobs && a.token_versions == b.token_versions;
+}
+
+/// One request of a streaming submission (engine and dispatcher op `submit`), delivered to the
+/// submitter's consumer actor as soon as it is done: its `num_samples` rows, or, when it failed
+/// or was stopped, what it generated so far (unfinished rows with stop_reason "abort") and why
+/// in `error` (empty for a request stopped by `pause(abort)` or `cancel`; `timeout` when its
+/// deadline passed; `rank_failed` when its engine died: nothing came back, requeue it).
+/// `engine_rank` is the rank of the engine group that ran it.
+struct generation_result {
+  int64_t id = 0;
+  std::vector<sample_output> samples;
+  std::string error;
+  int32_t error_code = 0; ///< the `rlforge::errc` value of `error` (0 = none)
+  int32_t engine_rank = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, generation_result& x) {
+  return f(caf::meta::type_name("generation_result"), x.id, x.samples, x.error, x.error_code,
+           x.engine_rank);
+}
+
+inline bool operator==(const generation_result& a, const generation_result& b) {
+  return a.id == b.id && a.samples == b.samples && a.error == b.error &&
+         a.error_code == b.error_code && a.engine_rank == b.engine_rank;
+}
+
+/// Settings of an inference engine's continuous batching (engine op `configure`; see
+/// backends::engine_config): the KV-cache memory budget in bytes, positions per block, the most
+/// sequences decoded together, the most tokens per forward pass, and prefix caching across
+/// requests.
+struct engine_options {
+  int64_t kv_cache_bytes = int64_t{256} << 20;
+  int64_t block_size = 16;
+  int64_t max_num_seqs = 256;
+  int64_t max_step_tokens = 2048;
+  bool prefix_caching = true;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_options& x) {
+  return f(caf::meta::type_name("engine_options"), x.kv_cache_bytes, x.block_size,
+           x.max_num_seqs, x.max_step_tokens, x.prefix_caching);
+}
+
+inline bool operator==(const engine_options& a, const engine_options& b) {
+  return a.kv_cache_bytes == b.kv_cache_bytes && a.block_size == b.block_size &&
+         a.max_num_seqs == b.max_num_seqs && a.max_step_tokens == b.max_step_tokens &&
+         a.prefix_caching == b.prefix_caching;
 }
 
 /// One weight transfer from a trainer's rank 0 to one inference engine (or, for `gloo`, to every

@@ -236,11 +236,13 @@ std::string shape_string(at::IntArrayRef s) {
 }
 
 // What one decoder layer reads besides the residual stream: the rotary factors, the attention
-// bias, the shapes and the KV cache of this forward pass.
+// bias, the shapes and the KV cache of this forward pass; or, for a flattened pass
+// (`forward_tokens`: batch 1, no bias, no cache), the hook that computes attention.
 struct layer_inputs {
   at::Tensor cos, signed_sin, cos_q, sin_q, bias;
   int64_t batch = 0, len = 0;
   kv_cache* cache = nullptr;
+  attention_hook* attention = nullptr;
 };
 
 // The decoder layers of a model, as the activation checkpoint sees them.
@@ -356,6 +358,30 @@ struct causal_lm::impl : layer_stack {
     for_each_projection([](const projection& p, const std::string&) { p.compute.reset(); });
   }
 
+  /// Rotary factors for positions `[B, T]`: `cos`/`sin` for keys, `cos_q`/`sin_q` for queries
+  /// (`[B, T, 1, head_dim]`; `sin` carries the sign of rotate_half).
+  struct rotary {
+    at::Tensor cos, sin, cos_q, sin_q;
+  };
+
+  rotary rotary_for(const at::Tensor& positions) const {
+    // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
+    auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq; // [B, T, d/2]
+    auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);            // [B, T, 1, d]
+    rotary r;
+    r.cos = emb.cos();
+    auto sin = emb.sin();
+    const int64_t half = config.head_dim / 2;
+    r.sin = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1);
+    // The attention scale 1/sqrt(head_dim) is folded into the query's rotary factors, so the
+    // [T, T_total] scores need no separate scaling pass (HF scales the scores; the results agree
+    // to fp32 rounding, exactly when head_dim is a power of 4).
+    const double scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
+    r.cos_q = r.cos * scale;
+    r.sin_q = r.sin * scale;
+    return r;
+  }
+
   /// Every projection an adapter may target: the layers' seven, then the lm_head.
   template <class F> void for_each_projection(F&& f) {
     for (auto& l : layers)
@@ -390,6 +416,13 @@ struct causal_lm::impl : layer_stack {
       k = rms_norm(k, l.k_norm, eps);
     q = apply_rotary(q, in.cos_q, in.sin_q);    // [B, T, H, d], pre-scaled
     k = apply_rotary(k, in.cos, in.signed_sin); // [B, T, KV, d]
+    if (in.attention) {
+      auto out = in.attention
+                     ->attend(static_cast<int64_t>(li), q[0].contiguous(), k[0].contiguous(),
+                              v[0].contiguous())
+                     .unsqueeze(0);
+      return finish_layer(l, x + project(l.o, out));
+    }
     k = k.transpose(1, 2);                      // [B, KV, T, d]
     v = v.transpose(1, 2);
     if (in.cache) {
@@ -411,10 +444,24 @@ struct causal_lm::impl : layer_stack {
                    .view({batch, kv_heads, group, len, head_dim})
                    .permute({0, 3, 1, 2, 4})
                    .reshape({batch, len, heads * head_dim});
-    x = x + project(l.o, out);
-    h = rms_norm(x, l.post_attention_norm, eps);
+    return finish_layer(l, x + project(l.o, out));
+  }
+
+  /// The MLP half of a decoder layer on the residual stream after attention.
+  at::Tensor finish_layer(const layer& l, const at::Tensor& x) const {
+    auto h = rms_norm(x, l.post_attention_norm, config.rms_norm_eps);
     auto act = at::silu(project(l.gate, h)) * project(l.up, h);
     return x + project(l.down, act);
+  }
+
+  /// The embeddings of `ids` as the fp32 residual stream. In bf16 they are the bf16 table's
+  /// values whether the table is stored in bf16 (an engine) or is an fp32 master (a trainer), so
+  /// both start from the same numbers. The rounding passes gradients through unchanged.
+  at::Tensor embed_input(const at::Tensor& ids) const {
+    auto x = at::embedding(embed, ids);
+    if (compute == compute_dtype::bf16 && x.scalar_type() == at::kFloat)
+      x = x.to(at::kBFloat16);
+    return x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
   }
 
   /// The tensors layer `li` reads that autograd may differentiate: its weights, biases, norms
@@ -614,21 +661,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
                                          std::to_string(c.max_position_embeddings) + ")");
   }
 
-  const int64_t head_dim = c.head_dim;
-
-  // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
-  auto freqs = positions.to(at::kFloat).unsqueeze(-1) * impl_->inv_freq; // [B, T, d/2]
-  auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);                   // [B, T, 1, d]
-  auto cos = emb.cos();
-  auto sin = emb.sin();
-  const int64_t half = head_dim / 2;
-  auto signed_sin = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1);
-  // The attention scale 1/sqrt(head_dim) is folded into the query's rotary factors, so the
-  // [T, T_total] scores need no separate scaling pass (HF scales the scores; the results agree
-  // to fp32 rounding, exactly when head_dim is a power of 4).
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  auto cos_q = cos * scale;
-  auto sin_q = signed_sin * scale;
+  const auto rot = impl_->rotary_for(positions);
 
   // Additive mask [B, T, T_total]: causal, padding keys hidden, and every query may see
   // itself so a padding query's row is never fully masked (no NaN from softmax).
@@ -647,20 +680,49 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
     cache->values.assign(static_cast<size_t>(c.num_hidden_layers), at::Tensor());
   }
 
-  auto x = at::embedding(impl_->embed, ids); // [B, T, hidden]
-  // In bf16 the embeddings are the bf16 table's values whether the table is stored in bf16 (an
-  // engine) or is an fp32 master (a trainer), so both start from the same numbers; the residual
-  // stream stays fp32. The rounding passes gradients through unchanged.
-  if (impl_->compute == compute_dtype::bf16 && x.scalar_type() == at::kFloat)
-    x = x.to(at::kBFloat16);
-  if (x.scalar_type() != at::kFloat)
-    x = x.to(at::kFloat);
-  layer_inputs in{cos, signed_sin, cos_q, sin_q, bias, batch, len, cache};
+  auto x = impl_->embed_input(ids); // [B, T, hidden]
+  layer_inputs in{rot.cos, rot.sin, rot.cos_q, rot.sin_q, bias, batch, len, cache};
   // Activation checkpointing applies where activations would be kept for a backward pass.
   const bool checkpoint = impl_->gradient_checkpointing && !cache && at::GradMode::is_enabled();
   for (size_t li = 0; li < impl_->layers.size(); ++li)
     x = checkpoint ? checkpointed_layer(*impl_, li, x, in) : impl_->layer_forward(li, x, in);
   return rms_norm(x, impl_->final_norm, c.rms_norm_eps);
+}
+
+at::Tensor causal_lm::forward_tokens(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     attention_hook& attention) {
+  at::NoGradGuard no_grad;
+  const auto& c = impl_->config;
+  if (!input_ids.defined() || input_ids.dim() != 1 || input_ids.size(0) < 1 ||
+      !at::isIntegralType(input_ids.scalar_type(), /*includeBool=*/false))
+    fail(error_code::invalid_argument,
+         "forward_tokens: input_ids must be a non-empty 1-D integer tensor, got " +
+             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+  const int64_t n = input_ids.size(0);
+  if (!position_ids.defined() || position_ids.dim() != 1 || position_ids.size(0) != n)
+    fail(error_code::invalid_argument,
+         "forward_tokens: position_ids must be [" + std::to_string(n) + "], got " +
+             (position_ids.defined() ? shape_string(position_ids.sizes())
+                                     : std::string("undefined")));
+  auto ids = input_ids.to(at::kLong);
+  auto positions = position_ids.to(at::kLong);
+  auto check_range = [](const at::Tensor& t, int64_t limit, const char* what) {
+    auto lo = t.min().item<int64_t>();
+    auto hi = t.max().item<int64_t>();
+    if (lo < 0 || hi >= limit)
+      fail(error_code::out_of_range, std::string{"forward_tokens: "} + what + " " +
+                                         std::to_string(lo < 0 ? lo : hi) + " outside [0, " +
+                                         std::to_string(limit) + ")");
+  };
+  check_range(ids, c.vocab_size, "token id");
+  check_range(positions, c.max_position_embeddings, "position id");
+  const auto rot = impl_->rotary_for(positions.unsqueeze(0));
+  auto x = impl_->embed_input(ids).unsqueeze(0); // [1, N, hidden]
+  layer_inputs in{rot.cos, rot.sin, rot.cos_q, rot.sin_q, at::Tensor(), 1, n, nullptr};
+  in.attention = &attention;
+  for (size_t li = 0; li < impl_->layers.size(); ++li)
+    x = impl_->layer_forward(li, x, in);
+  return rms_norm(x, impl_->final_norm, c.rms_norm_eps)[0];
 }
 
 at::Tensor causal_lm::logits(const at::Tensor& hidden) {

@@ -34,6 +34,21 @@ struct kv_cache {
   void clear();
 };
 
+/// Attention computed by the caller over keys/values it stores itself (the paged cache of
+/// backends/engine), for `causal_lm::forward_tokens`.
+class attention_hook {
+public:
+  virtual ~attention_hook() = default;
+
+  /// Attention of layer `layer` for the N tokens of one forward pass: `q` `[N, heads, head_dim]`
+  /// (rotary applied, pre-scaled by 1/sqrt(head_dim)), `k` `[N, kv_heads, head_dim]` (rotary
+  /// applied) and `v` `[N, kv_heads, head_dim]`, all contiguous fp32. Query head j belongs to
+  /// kv head j / (heads / kv_heads). Returns `[N, heads * head_dim]`: for each token, the
+  /// softmax-weighted values over the positions it may see (its own sequence's, up to itself).
+  virtual at::Tensor attend(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v) = 0;
+};
+
 /// A decoder-only transformer with the numerics of Hugging Face's LlamaForCausalLM,
 /// Qwen2ForCausalLM and Qwen3ForCausalLM (fp32 on CPU), optional LoRA adapters on the seven
 /// projections of every layer, and an optional value head (critic).
@@ -80,6 +95,14 @@ public:
 
   /// Unpadded convenience: mask of ones, positions 0..T-1, no cache.
   at::Tensor forward_hidden(const at::Tensor& input_ids);
+
+  /// Final-norm hidden states `[N, hidden]` of N tokens of any number of sequences, flattened
+  /// (`input_ids`, `position_ids`: `[N]` int64, each id in the vocabulary and each position
+  /// below max_position_embeddings); `attention` stores the new keys/values and computes each
+  /// layer's attention (which tokens see which is its business). Inference only (runs without
+  /// autograd).
+  at::Tensor forward_tokens(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                            attention_hook& attention);
 
   /// lm_head (tied or separate, plus its adapter when LoRA targets `lm_head`) applied to hidden
   /// states: `[..., vocab]` fp32.

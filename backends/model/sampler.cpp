@@ -1,46 +1,27 @@
 #include "backends/model/sampler.hpp"
 
-#include "backends/model/logprobs.hpp"
-
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
-#include <atomic>
+#include <optional>
 #include <cmath>
 #include <string>
 
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
-#include "backends/model/logprobs.hpp"
+#include "backends/model/token_sampler.hpp"
 
 namespace rlforge::backends {
 namespace {
-
-// Seeds for rows that bring none: a process-wide counter, mixed (splitmix64) so neighbouring
-// counter values give unrelated generator states.
-uint64_t next_default_seed() {
-  static std::atomic<uint64_t> counter{0};
-  uint64_t z = 0x5eed5eed5eed5eedULL + counter.fetch_add(1) * 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // One request's progress.
 struct row_state {
   const std::vector<int64_t>* prompt = nullptr;
   const sampling_params* params = nullptr;
   int64_t budget = 0; // tokens this row may generate (max_tokens capped by the context)
-  at::Generator generator;
+  std::optional<row_generator> generator;
   sample_result result;
-
-  // A uniform number in [0, 1) from the row's own generator: 53 random bits.
-  double next_uniform() {
-    const uint64_t bits = generator.get<at::CPUGeneratorImpl>()->random64();
-    return static_cast<double>(bits >> 11) * 0x1.0p-53;
-  }
 
   // Total length once the row's last sampled token is part of the sequence.
   int64_t length() const { return static_cast<int64_t>(prompt->size() + result.tokens.size()); }
@@ -101,54 +82,23 @@ padded_batch left_pad(const std::vector<std::vector<int64_t>>& seqs) {
   return {ids, mask, positions};
 }
 
-// True when top-k or top-p changes the distribution a row samples from.
-bool filters(const sampling_params& p) {
-  return p.top_k > 0 || p.top_p < 1.0;
-}
-
 // Samples the next token of each active row from its logits row ([A, V], row k belongs to
 // rows[active[k]]), appends token and log-prob, and marks rows that finish.
 void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
                  const std::vector<int64_t>& active) {
-  const auto a = static_cast<int64_t>(active.size());
-  const int64_t vocab = logits.size(1);
-  auto raw = logits.to(at::kDouble).contiguous();
-  // Per-row temperatures (1 for greedy rows, whose log-probs are reported at temperature 1).
-  auto temperature = at::empty({a, 1}, at::kDouble);
-  auto t_acc = temperature.accessor<double, 2>();
-  for (int64_t k = 0; k < a; ++k) {
-    const double t = rows[static_cast<size_t>(active[k])].params->temperature;
-    t_acc[k][0] = t > 0.0 ? t : 1.0;
+  std::vector<const sampling_params*> params;
+  std::vector<row_generator*> generators;
+  for (int64_t r : active) {
+    params.push_back(rows[static_cast<size_t>(r)].params);
+    generators.push_back(&*rows[static_cast<size_t>(r)].generator);
   }
-  auto log_probs = at::log_softmax(raw / temperature, 1).contiguous();
-  double* lp = log_probs.data_ptr<double>();
-  const double* raw_p = raw.data_ptr<double>();
-  for (int64_t k = 0; k < a; ++k) {
-    const auto& p = *rows[static_cast<size_t>(active[k])].params;
-    if (p.temperature > 0.0 && filters(p)) {
-      filter_log_probs(lp + k * vocab, vocab, p.top_k, p.top_p);
-    }
-  }
-  // The log-prob reported for a row without top-k/top-p is the trainer's: fp32 log-softmax of
-  // the fp32 logits divided by the temperature (logprobs.hpp), the same function on the same
-  // numbers, so a batch-invariant engine and trainer report identical bits. Filtered rows
-  // report the log-prob under the filtered distribution they sampled from.
-  auto logits_fp32 = logits.to(at::kFloat);
-  auto probs = log_probs.exp().contiguous();
-  const double* pr = probs.data_ptr<double>();
-  for (int64_t k = 0; k < a; ++k) {
+  auto sampled = sample_tokens(logits, params, generators);
+  for (size_t k = 0; k < active.size(); ++k) {
     auto& row = rows[static_cast<size_t>(active[k])];
     const auto& p = *row.params;
-    const int64_t token = p.temperature > 0.0
-                              ? inverse_cdf(pr + k * vocab, vocab, row.next_uniform())
-                              : greedy_token(raw_p + k * vocab, vocab);
+    const int64_t token = sampled[k].token;
     row.result.tokens.push_back(token);
-    if (p.temperature > 0.0 && filters(p))
-      row.result.logprobs.push_back(lp[k * vocab + token]);
-    else
-      row.result.logprobs.push_back(
-          tempered_log_softmax(logits_fp32[k], p.temperature > 0.0 ? p.temperature : 1.0)[token]
-              .item<double>());
+    row.result.logprobs.push_back(sampled[k].logprob);
     if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
         p.stop_token_ids.end())
       row.result.stop_reason = "stop";
@@ -170,12 +120,8 @@ void fill_prompt_logprobs(causal_lm& model, const at::Tensor& hidden,
       continue;
     // Positions width-n .. width-2 predict prompt tokens 1 .. n-1.
     auto h = hidden.select(0, static_cast<int64_t>(r)).narrow(0, width - n, n - 1);
-    // As the trainer scores targets (fp32 log-softmax of the fp32 logits).
-    auto lp = tempered_log_softmax(model.logits(h).to(at::kFloat), 1.0).contiguous();
-    auto acc = lp.accessor<float, 2>();
-    row.result.prompt_logprobs.reserve(static_cast<size_t>(n - 1));
-    for (int64_t j = 1; j < n; ++j)
-      row.result.prompt_logprobs.push_back(acc[j - 1][(*row.prompt)[static_cast<size_t>(j)]]);
+    row.result.prompt_logprobs = token_logprobs(
+        model.logits(h), std::vector<int64_t>(row.prompt->begin() + 1, row.prompt->end()));
   }
 }
 
@@ -221,8 +167,7 @@ std::vector<sample_result> generate(causal_lm& model,
     row.params = &params[i];
     row.budget = std::min(params[i].max_tokens,
                           config.max_position_embeddings - static_cast<int64_t>(prompts[i].size()));
-    row.generator = at::make_generator<at::CPUGeneratorImpl>(params[i].seed ? *params[i].seed
-                                                                            : next_default_seed());
+    row.generator.emplace(params[i].seed);
   }
 
   // Prefill: all prompts at once.

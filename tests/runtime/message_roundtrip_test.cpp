@@ -109,7 +109,13 @@ sample_request sample(sample_request*) {
   return {{5, 9, 2}, 12, 0.7, 40, 0.9, true, 1234567890123ULL, {0, 3}, true, 4};
 }
 sample_output sample(sample_output*) {
-  return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}};
+  return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}, {4, 4, 5}};
+}
+generation_result sample(generation_result*) {
+  return {42, {sample(static_cast<sample_output*>(nullptr))}, "stopped", 7, 1};
+}
+engine_options sample(engine_options*) {
+  return {int64_t{1} << 30, 32, 64, 1024, false};
 }
 weight_sync_spec sample(weight_sync_spec*) {
   return {"gloo", "sync-7", 3, 1 << 20, 5000, "127.0.0.1", 41234, 3, 1};

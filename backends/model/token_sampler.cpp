@@ -1,0 +1,110 @@
+#include "backends/model/token_sampler.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "backends/error.hpp"
+#include "backends/model/logprobs.hpp"
+
+namespace rlforge::backends {
+
+namespace {
+
+// Seeds for rows that bring none: a process-wide counter, mixed (splitmix64) so neighbouring
+// counter values give unrelated generator states.
+uint64_t next_default_seed() {
+  static std::atomic<uint64_t> counter{0};
+  uint64_t z = 0x5eed5eed5eed5eedULL + counter.fetch_add(1) * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// True when top-k or top-p changes the distribution a row samples from.
+bool filters(const sampling_params& p) {
+  return p.top_k > 0 || p.top_p < 1.0;
+}
+
+} // namespace
+
+row_generator::row_generator(std::optional<uint64_t> seed)
+    : generator_(at::make_generator<at::CPUGeneratorImpl>(seed ? *seed : next_default_seed())) {}
+
+double row_generator::next_uniform() {
+  const uint64_t bits = generator_.get<at::CPUGeneratorImpl>()->random64();
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+std::vector<sampled_token> sample_tokens(const at::Tensor& logits,
+                                         const std::vector<const sampling_params*>& params,
+                                         const std::vector<row_generator*>& generators) {
+  if (!logits.defined() || logits.dim() != 2 ||
+      logits.size(0) != static_cast<int64_t>(params.size()) ||
+      params.size() != generators.size())
+    fail(error_code::internal, "sample_tokens: " + std::to_string(params.size()) +
+                                   " params and " + std::to_string(generators.size()) +
+                                   " generators for logits of another row count");
+  const auto a = static_cast<int64_t>(params.size());
+  std::vector<sampled_token> out(static_cast<size_t>(a));
+  if (a == 0)
+    return out;
+  const int64_t vocab = logits.size(1);
+  auto raw = logits.to(at::kDouble).contiguous();
+  // Per-row temperatures (1 for greedy rows, whose log-probs are reported at temperature 1).
+  auto temperature = at::empty({a, 1}, at::kDouble);
+  auto t_acc = temperature.accessor<double, 2>();
+  for (int64_t k = 0; k < a; ++k) {
+    const double t = params[static_cast<size_t>(k)]->temperature;
+    t_acc[k][0] = t > 0.0 ? t : 1.0;
+  }
+  auto log_probs = at::log_softmax(raw / temperature, 1).contiguous();
+  double* lp = log_probs.data_ptr<double>();
+  const double* raw_p = raw.data_ptr<double>();
+  for (int64_t k = 0; k < a; ++k) {
+    const auto& p = *params[static_cast<size_t>(k)];
+    if (p.temperature > 0.0 && filters(p))
+      filter_log_probs(lp + k * vocab, vocab, p.top_k, p.top_p);
+  }
+  // The log-prob reported for a row without top-k/top-p is the trainer's: fp32 log-softmax of
+  // the fp32 logits divided by the temperature (logprobs.hpp), the same function on the same
+  // numbers, so a batch-invariant engine and trainer report identical bits. Filtered rows
+  // report the log-prob under the filtered distribution they sampled from.
+  auto logits_fp32 = logits.to(at::kFloat);
+  auto probs = log_probs.exp().contiguous();
+  const double* pr = probs.data_ptr<double>();
+  for (int64_t k = 0; k < a; ++k) {
+    const auto& p = *params[static_cast<size_t>(k)];
+    const int64_t token =
+        p.temperature > 0.0
+            ? inverse_cdf(pr + k * vocab, vocab, generators[static_cast<size_t>(k)]->next_uniform())
+            : greedy_token(raw_p + k * vocab, vocab);
+    const double logprob =
+        p.temperature > 0.0 && filters(p)
+            ? lp[k * vocab + token]
+            : tempered_log_softmax(logits_fp32[k], p.temperature > 0.0 ? p.temperature : 1.0)[token]
+                  .item<double>();
+    out[static_cast<size_t>(k)] = {token, logprob};
+  }
+  return out;
+}
+
+std::vector<double> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens) {
+  if (!logits.defined() || logits.dim() != 2 ||
+      logits.size(0) != static_cast<int64_t>(tokens.size()))
+    fail(error_code::internal, "token_logprobs: " + std::to_string(tokens.size()) +
+                                   " tokens for logits of another row count");
+  // As the trainer scores targets (fp32 log-softmax of the fp32 logits).
+  auto lp = tempered_log_softmax(logits.to(at::kFloat), 1.0).contiguous();
+  auto acc = lp.accessor<float, 2>();
+  std::vector<double> out;
+  out.reserve(tokens.size());
+  for (size_t j = 0; j < tokens.size(); ++j)
+    out.push_back(acc[static_cast<int64_t>(j)][tokens[j]]);
+  return out;
+}
+
+} // namespace rlforge::backends
