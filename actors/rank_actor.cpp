@@ -106,7 +106,9 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
   if (st.kind.make_state)
     st.ctx.state = st.kind.make_state(st.ctx.info);
   st.ctx.send = [self](const caf::actor& to, caf::message msg) {
-    self->send(to, std::move(msg));
+    // As the rank, but through its dynamically typed handle: the consumers of these messages
+    // (e.g. a dispatcher forwarding an engine's results) are not typed actors.
+    caf::send_as(caf::actor_cast<caf::actor>(self), to, std::move(msg));
   };
   st.ctx.step_after = [self](std::chrono::milliseconds delay) {
     self->delayed_send(self, delay, step_atom::value, true);
