@@ -221,7 +221,7 @@ std::string blas_warning(const blas_report& r) {
   return {};
 }
 
-double measure_gemm_gflops(int n, int threads, int reps) {
+double measure_gemm_gflops(int n, int threads, int reps, compute_dtype dtype) {
   if (n < 1 || n > 8192)
     fail(error_code::invalid_argument,
          "measure_gemm_gflops: n must be in [1, 8192], got " + std::to_string(n));
@@ -245,9 +245,10 @@ double measure_gemm_gflops(int n, int threads, int reps) {
     at::set_num_threads(threads);
 
   at::NoGradGuard no_grad;
-  auto a = at::rand({n, n}, at::kFloat);
-  auto b = at::rand({n, n}, at::kFloat);
-  auto c = at::empty({n, n}, at::kFloat);
+  const auto type = gemm_scalar_type(dtype);
+  auto a = at::rand({n, n}, at::kFloat).to(type);
+  auto b = at::rand({n, n}, at::kFloat).to(type);
+  auto c = at::empty({n, n}, type);
   at::mm_out(c, a, b); // warm-up: page in the buffers, start the thread pool
   std::vector<double> seconds;
   seconds.reserve(static_cast<std::size_t>(reps));

@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "backends/model/compute_dtype.hpp"
+
 namespace rlforge::backends {
 
 /// Which BLAS libtorch runs its CPU matrix products with, and its threading settings.
@@ -45,10 +47,12 @@ blas_report inspect_blas();
 /// the cores together with torch's OpenMP threads). Empty otherwise.
 std::string blas_warning(const blas_report& r);
 
-/// fp32 n×n matrix-product throughput in GFLOP/s: 2n³ divided by the median time of `reps`
-/// products after one warm-up. `threads` > 0 runs with that many torch intra-op threads on the
+/// n×n matrix-product throughput in GFLOP/s with operands of `dtype` (fp32, or bf16 with the
+/// product in bf16 as the bf16 GEMMs of mixed precision compute it): 2n³ divided by the median
+/// time of `reps` products after one warm-up. `threads` > 0 runs with that many torch intra-op threads on the
 /// calling thread (restored afterwards); 0 keeps the current setting. Throws
 /// `error{invalid_argument}` for n outside [1, 8192], threads < 0 or reps outside [1, 1000].
-double measure_gemm_gflops(int n = 1024, int threads = 0, int reps = 9);
+double measure_gemm_gflops(int n = 1024, int threads = 0, int reps = 9,
+                           compute_dtype dtype = compute_dtype::fp32);
 
 } // namespace rlforge::backends

@@ -23,11 +23,15 @@ namespace {
 constexpr int gemm_n = 1024;
 constexpr int gemm_reps = 9;
 
-/// Which BLAS libtorch runs on, torch's threading, and a measured fp32 GEMM rate, as the
-/// "blas", "torch" and "gemm" members of the report.
+/// Which BLAS libtorch runs on, torch's threading, measured fp32 and bf16 GEMM rates, and the
+/// default compute dtype of training and inference, as the "blas", "torch", "gemm" and
+/// "precision" members of the report.
 nlohmann::json blas_section() {
   auto r = backends::inspect_blas();
   auto gflops = backends::measure_gemm_gflops(gemm_n, 0, gemm_reps);
+  auto bf16_gflops =
+      backends::measure_gemm_gflops(gemm_n, 0, gemm_reps, backends::compute_dtype::bf16);
+  const auto& bf16 = backends::detect_bf16_support();
   auto warning = backends::blas_warning(r);
   nlohmann::json out;
   out["blas"] = {{"library", r.library},
@@ -42,7 +46,11 @@ nlohmann::json blas_section() {
                  {"dtype", "float32"},
                  {"threads", r.torch_threads},
                  {"reps", gemm_reps},
-                 {"gflops", gflops}};
+                 {"gflops", gflops},
+                 {"bf16_gflops", bf16_gflops}};
+  out["precision"] = {{"default", backends::to_string(backends::default_compute_dtype())},
+                      {"fast_bf16", bf16.fast},
+                      {"reason", bf16.reason}};
   return out;
 }
 
@@ -56,8 +64,15 @@ void print_blas_text(const nlohmann::json& s, std::ostream& out) {
       << " intra-op thread(s), " << torch["parallel_backend"].get<std::string>() << " backend\n";
   char rate[64];
   std::snprintf(rate, sizeof(rate), "%.1f", gemm["gflops"].get<double>());
-  out << "gemm:    " << rate << " GFLOP/s (fp32 " << gemm_n << "x" << gemm_n << ", "
-      << gemm["threads"].get<int>() << " thread(s), median of " << gemm_reps << ")\n";
+  char bf16_rate[64];
+  std::snprintf(bf16_rate, sizeof(bf16_rate), "%.1f", gemm["bf16_gflops"].get<double>());
+  out << "gemm:    " << rate << " GFLOP/s fp32, " << bf16_rate << " GFLOP/s bf16 (" << gemm_n
+      << "x" << gemm_n << ", " << gemm["threads"].get<int>() << " thread(s), median of "
+      << gemm_reps << ")\n";
+  const auto& precision = s["precision"];
+  out << "dtype:   " << precision["default"].get<std::string>()
+      << " by default for training and inference (" << precision["reason"].get<std::string>()
+      << "; rlforge score / generate keep fp32)\n";
   if (!blas["warning"].is_null()) {
     auto w = blas["warning"].get<std::string>();
     out << "\n"
