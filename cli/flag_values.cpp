@@ -32,6 +32,14 @@ double parse_double(const std::string& flag, const std::string& text) {
   return v;
 }
 
+backends::compute_dtype parse_dtype(const std::string& flag, const std::string& text) {
+  if (text == "fp32")
+    return backends::compute_dtype::fp32;
+  if (text == "bf16")
+    return backends::compute_dtype::bf16;
+  throw usage_error(flag + " must be fp32 or bf16, got '" + text + "'");
+}
+
 std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& text) {
   std::vector<int64_t> out;
   size_t start = 0;

@@ -29,7 +29,7 @@ using json = nlohmann::ordered_json;
 constexpr const char* usage_line =
     "usage: rlforge generate --model DIR (--prompt-tokens 1,2,3 | --prompt TEXT [--chat] | "
     "--messages JSON) --max-tokens N [--temperature T] [--top-k K] [--top-p P] [--seed S] "
-    "[--stop-tokens a,b] [--threads N]";
+    "[--stop-tokens a,b] [--threads N] [--dtype fp32|bf16]";
 
 // What to sample from: the prompt ids and, when the model has one, its tokenizer.
 struct prompt_input {
@@ -87,7 +87,7 @@ int run_generate(const args& a) {
   return run_reporting("generate", [&] {
     flag_parser flags({"--model", "--prompt-tokens", "--prompt", "--messages", "--max-tokens",
                        "--temperature", "--top-k", "--top-p", "--seed", "--stop-tokens",
-                       "--threads"},
+                       "--threads", "--dtype"},
                       {"--chat"});
     if (!flags.parse(a))
       throw usage_error(flags.error() + " (" + usage_line + ")");
@@ -113,6 +113,9 @@ int run_generate(const args& a) {
         throw usage_error("--threads must be in [1, 1024], got " + *v);
       threads = static_cast<int>(n);
     }
+    // fp32 by default: exact Hugging Face numerics.
+    const auto dtype = flags.has("--dtype") ? parse_dtype("--dtype", *flags.get("--dtype"))
+                                            : backends::compute_dtype::fp32;
     const auto prompt = read_prompt(flags);
     // A chat turn ends with the template's end-of-turn token, as generation_config's eos ids
     // end it in Hugging Face's generate.
@@ -127,6 +130,7 @@ int run_generate(const args& a) {
     try {
       backends::set_intra_op_threads(threads);
       model = backends::causal_lm::load(*flags.get("--model"));
+      model->set_compute_dtype(dtype);
     } catch (const std::exception& e) {
       throw runtime_failure("cannot load model from '" + *flags.get("--model") + "': " + e.what());
     }

@@ -47,12 +47,15 @@ command_error creation_error(const be::error& e) {
 
 int run_score(const args& a) {
   return run_reporting("score", [&] {
-    flag_parser flags({"--model", "--tokens", "--text", "--temperature"});
+    flag_parser flags({"--model", "--tokens", "--text", "--temperature", "--dtype"});
     if (!flags.parse(a))
       throw usage_error(flags.error());
     if (!flags.has("--model") || flags.has("--tokens") == flags.has("--text"))
       throw usage_error("usage: rlforge score --model DIR (--tokens ID,ID,... | --text TEXT) "
-                        "[--temperature T]");
+                        "[--temperature T] [--dtype fp32|bf16]");
+    // fp32 by default: exact Hugging Face numerics.
+    const auto dtype = flags.has("--dtype") ? parse_dtype("--dtype", *flags.get("--dtype"))
+                                            : be::compute_dtype::fp32;
     double temperature = 1.0;
     if (auto t = flags.get("--temperature")) {
       temperature = parse_double("--temperature", *t);
@@ -74,6 +77,7 @@ int run_score(const args& a) {
     std::vector<double> lp;
     try {
       auto model = be::causal_lm::load(*flags.get("--model"));
+      model->set_compute_dtype(dtype);
       lp = be::score_tokens(*model, tokens, temperature);
     } catch (const be::error& e) {
       throw scoring_error(e);

@@ -135,6 +135,29 @@ TEST_F(GenerateCli, MalformedOptionalValuesAreUsageErrors) {
   });
 }
 
+// `--dtype bf16` generates with the library's bf16 model; fp32 stays the default.
+TEST_F(GenerateCli, DtypeSelectsThePrecisionOfTheLibrary) {
+  const std::string run = model_flag() + " --prompt-tokens 5,6,7 --max-tokens 6 --temperature 0.9 "
+                                         "--seed 11 --threads 1";
+  auto bf16 = run_generate(run + " --dtype bf16");
+  ASSERT_EQ(bf16.code, 0) << bf16.err;
+  auto model = causal_lm::load(dir_->string());
+  model->set_compute_dtype(compute_dtype::bf16);
+  sampling_params p;
+  p.max_tokens = 6;
+  p.temperature = 0.9;
+  p.seed = 11;
+  const auto want = generate(*model, {{5, 6, 7}}, {p})[0];
+  const auto j = nlohmann::json::parse(bf16.out);
+  EXPECT_EQ(j.at("tokens").get<std::vector<int64_t>>(), want.tokens);
+  const auto logprobs = j.at("logprobs").get<std::vector<double>>();
+  ASSERT_EQ(logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < logprobs.size(); ++i)
+    EXPECT_NEAR(logprobs[i], want.logprobs[i], 1e-9) << "token " << i;
+  EXPECT_EQ(run_generate(run + " --dtype fp32").out, run_generate(run).out);
+  expect_rejected({{run + " --dtype half", 2, "--dtype must be fp32 or bf16, got 'half'"}});
+}
+
 TEST_F(GenerateCli, OutOfDomainParametersAreUsageErrors) {
   const std::string m = model_flag();
   expect_rejected({

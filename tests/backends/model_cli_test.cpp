@@ -73,7 +73,31 @@ TEST(ModelCli, ScoreRejectsBadArgumentsWithOneLineOnStderr) {
     {"score " + m + "--tokens 1,2 --temperature 0", 2, "temperature"},
     {"score --model /nonexistent/rlforge --tokens 1,2", 1, "/nonexistent/rlforge"},
     {"score " + m + "--tokens 1,2 --frobnicate", 2, "--frobnicate"},
+    {"score " + m + "--tokens 1,2 --dtype fp16", 2, "--dtype must be fp32 or bf16, got 'fp16'"},
   });
+}
+
+// `--dtype bf16` runs the products in bf16: close to the fp32 default, but not the same numbers.
+TEST(ModelCli, ScoreInBf16IsWithinTwoHundredthsOfFp32) {
+  model_dir dir;
+  ASSERT_EQ(run_cli("init-model --preset tiny-qwen2 --seed 3 --out '" + dir.path.string() + "'")
+                .code,
+            0);
+  const auto base = "score --model '" + dir.path.string() + "' --tokens 5,17,3,9,200,0,44,2";
+  auto fp32 = run_cli(base);
+  auto fp32_named = run_cli(base + " --dtype fp32");
+  auto bf16 = run_cli(base + " --dtype bf16");
+  ASSERT_EQ(fp32.code, 0) << fp32.err;
+  ASSERT_EQ(bf16.code, 0) << bf16.err;
+  EXPECT_EQ(fp32_named.out, fp32.out); // fp32 is the default
+  auto a = nlohmann::json::parse(fp32.out).at("logprobs");
+  auto b = nlohmann::json::parse(bf16.out).at("logprobs");
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(a[i].get<double>() - b[i].get<double>()));
+  EXPECT_LT(worst, 2e-2);
+  EXPECT_GT(worst, 0.0) << "--dtype bf16 computed in fp32";
 }
 
 TEST(ModelCli, InitModelRejectsBadArgumentsWithOneLineOnStderr) {
