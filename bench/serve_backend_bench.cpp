@@ -24,19 +24,12 @@
 #include <unistd.h>
 #include <vector>
 
-#include <caf/actor_system.hpp>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/dispatcher_backend.hpp"
-#include "actors/engine.hpp"
-#include "actors/worker.hpp"
-#include "backends/model/causal_lm.hpp"
-#include "backends/model/model_config.hpp"
 #include "bench/bench_util.hpp"
-#include "runtime/system_config.hpp"
-#include "service/future_store.hpp"
-#include "service/http_server.hpp"
+#include "bench/local_serve.hpp"
 #include "service/tinker_client.hpp"
 #include "service/wire/forward_backward_codec.hpp"
 #include "service/wire/json_bodies.hpp"
@@ -190,26 +183,10 @@ void load_thread(int port, const std::string& session, long t, long threads, lon
 }
 
 int run(long rounds, long samples, long threads, const fs::path& dir) {
-  fs::create_directories(dir);
-  auto base = (dir / "tiny-base").string();
-  backends::causal_lm::random(backends::preset("tiny"), 7)->save_hf(base);
-
-  actors::register_worker_kinds();
-  actors::register_engine_kind();
-  runtime::system_config cfg;
-  if (auto err = cfg.parse_args({}))
-    throw std::runtime_error("actor system configuration: " + caf::to_string(err));
-  caf::actor_system sys(cfg);
-  actors::dispatcher_backend_options bo;
-  bo.base_model_dir = base;
-  actors::dispatcher_backend backend(sys, bo);
-  auto store = service::future_store::open((dir / "serve.db").string());
-  service::server_options so;
-  so.api_key = api_key;
-  so.checkpoint_dir = (dir / "checkpoints").string();
-  service::http_server server(so, backend, *store);
-  const int port = server.start();
-  service::tinker_client client("127.0.0.1", port, api_key);
+  bench::local_serve serve(dir, api_key);
+  auto& backend = serve.backend;
+  auto& client = serve.client;
+  const int port = serve.port();
   const int64_t vocab = backend.vocab_size();
 
   // ---- 1. overhead ---------------------------------------------------------------------------
@@ -314,13 +291,12 @@ int run(long rounds, long samples, long threads, const fs::path& dir) {
   std::printf(
       "load: %ld concurrent asample (1 sample, max_tokens 4) from %ld threads on keep-alive "
       "connections, sample queue bound %zu:\n",
-      samples, threads, so.scheduler.max_pending_samples);
+      samples, threads, service::server_options{}.scheduler.max_pending_samples);
   std::printf("  completed %ld, errors %ld, 429 answers %ld (each resubmitted), all submitted "
               "after %.2f s, wall %.2f s, %.0f samples/s\n",
               load.completed.load(), load.errors.load(), load.too_many.load(),
               std::chrono::duration<double>(load.submitted_at - t0).count(), wall,
               static_cast<double>(load.completed.load()) / wall);
-  server.stop();
   if (load.errors.load() > 0 || load.completed.load() != samples) {
     std::fprintf(stderr, "%s: %ld of %ld samples failed; first error: %s\n", prog,
                  samples - load.completed.load(), samples, load.first_error.c_str());

@@ -22,17 +22,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include <caf/actor_system.hpp>
 
 #include "actors/dispatcher_backend.hpp"
-#include "actors/engine.hpp"
-#include "actors/worker.hpp"
-#include "backends/model/causal_lm.hpp"
-#include "backends/model/model_config.hpp"
 #include "bench/bench_util.hpp"
-#include "runtime/system_config.hpp"
-#include "service/future_store.hpp"
-#include "service/http_server.hpp"
+#include "bench/local_serve.hpp"
 #include "service/tinker_client.hpp"
 #include "service/wire/forward_backward_codec.hpp"
 #include "tinker/types.hpp"
@@ -91,26 +84,9 @@ double loss_of(const service::tinker_client& client, const std::string& id, size
 }
 
 int run(long datums, long rounds, const fs::path& dir) {
-  fs::create_directories(dir);
-  auto base = (dir / "tiny-base").string();
-  backends::causal_lm::random(backends::preset("tiny"), 7)->save_hf(base);
-
-  actors::register_worker_kinds();
-  actors::register_engine_kind();
-  runtime::system_config cfg;
-  if (auto err = cfg.parse_args({}))
-    throw std::runtime_error("actor system configuration: " + caf::to_string(err));
-  caf::actor_system sys(cfg);
-  actors::dispatcher_backend_options bo;
-  bo.base_model_dir = base;
-  actors::dispatcher_backend backend(sys, bo);
-  auto store = service::future_store::open((dir / "serve.db").string());
-  service::server_options so;
-  so.api_key = api_key;
-  so.checkpoint_dir = (dir / "checkpoints").string();
-  service::http_server server(so, backend, *store);
-  const int port = server.start();
-  service::tinker_client client("127.0.0.1", port, api_key);
+  bench::local_serve serve(dir, api_key);
+  auto& backend = serve.backend;
+  auto& client = serve.client;
   const int64_t vocab = backend.vocab_size();
 
   std::vector<tinker::datum> all;
@@ -194,7 +170,6 @@ int run(long datums, long rounds, const fs::path& dir) {
     merged_s.push_back(direct_merged());
     separate_s.push_back(direct_separate());
   }
-  server.stop();
 
   const double a = bench::median(chunked_s), b = bench::median(sequential_s);
   std::printf("tiny Llama, LoRA rank 8, forward_backward (cross_entropy) of %zu datums, %zu "
