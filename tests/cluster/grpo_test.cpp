@@ -25,7 +25,7 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
 }
 
 std::vector<std::string> job(const std::string& dir, const std::string& tag) {
-  return {grpo_example_binary(), "--layout", "split", "--steps", "30", "--held-out", "50",
+  return {grpo_example_binary(), "--layout", "split", "--steps", "40", "--held-out", "50",
           "--quiet", "--metrics", dir + "/" + tag + ".jsonl", "--plot", dir + "/" + tag + ".png"};
 }
 
@@ -61,7 +61,7 @@ TEST(ClusterGrpo, PolicyAndEnginesOnTwoNodesLearnAsOnOneNode) {
   // The same job step for step, and the reward rises.
   auto a = read_jsonl(cluster.dir() + "/local.jsonl");
   auto b = read_jsonl(cluster.dir() + "/cluster.jsonl");
-  ASSERT_EQ(a.size(), 30u);
+  ASSERT_EQ(a.size(), 40u);
   ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i]["reward"], b[i]["reward"]) << "step " << i + 1;
