@@ -105,8 +105,10 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
   backends::set_intra_op_threads(std::max(1, st.ctx.info.threads));
   if (st.kind.make_state)
     st.ctx.state = st.kind.make_state(st.ctx.info);
+  // The rank is typed and its consumers (stream results) are not: send() refuses that pairing
+  // at compile time, so send unchecked, with the rank as the sender.
   st.ctx.send = [self](const caf::actor& to, caf::message msg) {
-    self->send(to, std::move(msg));
+    caf::unsafe_send_as(self, to, std::move(msg));
   };
   st.ctx.step_after = [self](std::chrono::milliseconds delay) {
     self->delayed_send(self, delay, step_atom::value, true);
