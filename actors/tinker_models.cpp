@@ -79,7 +79,7 @@ void tinker_models::create(const std::string& model_id, const tinker::lora_confi
              context + ": building the model");
     algorithm_config passes;
     passes.max_tokens_per_micro_batch = groups_.options().max_tokens_per_micro_batch;
-    value_of(c.set_algorithm_config(model_id, passes), context + ": configuring its passes");
+    check(c.set_algorithm_config(model_id, passes), context + ": configuring its passes");
     m->ready = true;
   } catch (const tinker::request_error& e) {
     try {
