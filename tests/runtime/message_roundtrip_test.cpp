@@ -99,7 +99,7 @@ model_spec sample(model_spec*) {
   return {"", "tiny", "{}", 77, 8, 32.0, {"q_proj", "v_proj"}, 0.05, "cosine", 2e-4, 3, 30, 0.1, true, "bf16"};
 }
 algorithm_config sample(algorithm_config*) {
-  return {4, 0.7, 64, true, "k2", 0.01, true, 0.02};
+  return {4, 8192, true, 0.7, 64, true, "k2", 0.01, true, 0.02};
 }
 tensor_map sample(tensor_map*) {
   return {{"lm_head.weight", sample(static_cast<tensor_blob*>(nullptr))},
