@@ -15,6 +15,7 @@
 #include "actors/tinker_sampling.hpp"
 #include "actors/tinker_training.hpp"
 #include "backends/model/model_config.hpp"
+#include "text/tokenizer.hpp"
 #include "tinker/error.hpp"
 
 namespace rlforge::actors {
@@ -26,6 +27,7 @@ struct dispatcher_backend::impl {
   std::string name;
   backends::model_config config;
   tinker::model_limits limits;
+  std::optional<std::string> tokenizer_id; ///< the base directory, absolute, when it has one
   std::unique_ptr<tinker_groups> groups;
   caf::actor dispatcher;
   std::unique_ptr<tinker_models> models;
@@ -82,6 +84,11 @@ dispatcher_backend::dispatcher_backend(caf::actor_system& sys, dispatcher_backen
   check_options(o);
   p.config = read_config(o.base_model_dir);
   p.limits = {p.config.vocab_size, p.config.max_position_embeddings};
+  if (text::tokenizer::exists_in(o.base_model_dir)) {
+    std::error_code ec;
+    auto dir = fs::absolute(o.base_model_dir, ec);
+    p.tokenizer_id = (ec ? fs::path(o.base_model_dir) : dir).lexically_normal().string();
+  }
   p.name = o.base_model_name;
   if (p.name.empty()) {
     auto dir = fs::path(o.base_model_dir);
@@ -97,7 +104,7 @@ dispatcher_backend::dispatcher_backend(caf::actor_system& sys, dispatcher_backen
   p.groups = std::make_unique<tinker_groups>(sys, p.opts);
   p.dispatcher = p.groups->spawn_dispatcher();
   p.models = std::make_unique<tinker_models>(*p.groups, p.dispatcher);
-  p.sampling = std::make_unique<tinker_sampling>(*p.groups, p.limits);
+  p.sampling = std::make_unique<tinker_sampling>(*p.groups, p.limits, p.name);
 }
 
 dispatcher_backend::~dispatcher_backend() {
@@ -174,6 +181,10 @@ void dispatcher_backend::load_checkpoint(const std::string& model_id,
 
 std::string dispatcher_backend::base_model_name() const {
   return impl_->name;
+}
+
+std::optional<std::string> dispatcher_backend::tokenizer_id() const {
+  return impl_->tokenizer_id;
 }
 
 int64_t dispatcher_backend::max_context_length() const {

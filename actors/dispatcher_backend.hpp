@@ -64,6 +64,7 @@ public:
   void load_checkpoint(const std::string& model_id, const tinker::checkpoint_ref& where,
                        bool with_optimizer) override;
   std::string base_model_name() const override;
+  std::optional<std::string> tokenizer_id() const override;
   int64_t max_context_length() const override;
   int64_t vocab_size() const override;
 

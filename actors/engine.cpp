@@ -28,6 +28,8 @@
 #include "backends/model/model_config.hpp"
 #include "backends/storage_bytes.hpp"
 #include "runtime/errc.hpp"
+#include "runtime/logging.hpp"
+#include "text/tokenizer.hpp"
 
 namespace rlforge::actors {
 
@@ -76,6 +78,7 @@ struct engine_state {
   be::engine_config config;
   std::unique_ptr<be::continuous_engine> engine; ///< refers to `model`; destroyed first
   engine_weights weights;
+  engine_tokenizer tokenizer; ///< for stop strings: the model's, or why there is none
   std::set<std::string> asleep;
   /// While `weights` sleeps: each parameter's storage, moved out of the model.
   std::map<std::string, at::Tensor> host_weights;
@@ -271,7 +274,7 @@ int64_t release_queue(rank_context& ctx, engine_state& st) {
   for (auto& q : queue) {
     try {
       check_awake(st);
-      auto requests = check_requests(q.requests, *st.engine, st.weights,
+      auto requests = check_requests(q.requests, *st.engine, st.weights, st.tokenizer,
                                      q.ticket ? "generate" : "submit");
       if (q.ticket)
         start_call(st, q.ticket, std::move(requests));
@@ -418,6 +421,35 @@ void build_engine(engine_state& st) {
     st.engine->release_cache();
 }
 
+/// The tokenizer for stop strings of a model built from `spec`: `tokenizer_dir`'s (refused when
+/// it holds none), else `hf_dir`'s when it has one. A tokenizer that does not load (malformed, or
+/// a SentencePiece model in this process) leaves the engine serving without stop strings; the
+/// reason is kept for the requests that ask for them.
+engine_tokenizer load_tokenizer(const model_spec& spec, int32_t rank) {
+  engine_tokenizer t;
+  const std::string& dir = spec.tokenizer_dir.empty() ? spec.hf_dir : spec.tokenizer_dir;
+  if (dir.empty()) {
+    t.missing = "a model built from a preset or config_json has none";
+    return t;
+  }
+  if (!text::tokenizer::exists_in(dir)) {
+    if (!spec.tokenizer_dir.empty())
+      be::fail(error_code::not_found, "init_model: tokenizer_dir '" + dir +
+                                          "' holds no tokenizer (neither tokenizer.json nor "
+                                          "tokenizer.model)");
+    t.missing = "'" + dir + "' has none (neither tokenizer.json nor tokenizer.model)";
+    return t;
+  }
+  try {
+    t.tokenizer = text::tokenizer::load(dir);
+  } catch (const std::exception& e) {
+    t.missing = "cannot load the tokenizer of '" + dir + "': " + e.what();
+    runtime::logger("actors.engine")
+        ->warn("tokenizer_unavailable rank={} dir={} reason={}", rank, dir, e.what());
+  }
+  return t;
+}
+
 caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& args) {
   expect_args<model_spec>(args, "init_model", "model_spec");
   auto& st = ctx.as<engine_state>();
@@ -427,6 +459,7 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
              "init_model: an engine serves merged weights; lora_rank must be 0, got " +
                  std::to_string(spec.lora_rank));
   const auto dtype = compute_dtype_of(spec);
+  auto tokenizer = load_tokenizer(spec, st.rank);
   auto model = build_model(spec);
   if (spec.untie_word_embeddings)
     model->untie_word_embeddings();
@@ -447,6 +480,7 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
                              "init_model replaced the engine's model while the request ran"));
   st.engine.reset();
   st.model = std::move(model);
+  st.tokenizer = std::move(tokenizer);
   st.weights.reset(st.model.get());
   st.asleep.clear();
   st.host_weights.clear();
@@ -489,7 +523,7 @@ caf::expected<caf::message> generate(rank_context& ctx, const caf::message& args
     return caf::message{};
   }
   check_awake(st);
-  auto converted = check_requests(requests, *st.engine, st.weights, "generate");
+  auto converted = check_requests(requests, *st.engine, st.weights, st.tokenizer, "generate");
   start_call(st, ctx.defer_reply(), std::move(converted));
   return caf::message{};
 }
@@ -507,7 +541,7 @@ caf::expected<caf::message> submit(rank_context& ctx, const caf::message& args) 
   const auto timeout_ms = args.get_as<int64_t>(3);
   check_submission(st, consumer, ids, requests.size(), timeout_ms);
   check_awake(st);
-  auto converted = check_requests(requests, *st.engine, st.weights, "submit");
+  auto converted = check_requests(requests, *st.engine, st.weights, st.tokenizer, "submit");
   if (st.paused) {
     st.queue.push_back(queued_work{0, requests, consumer, ids, timeout_ms,
                                    clock_type::now() + std::chrono::milliseconds(timeout_ms)});

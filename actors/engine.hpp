@@ -20,7 +20,9 @@ namespace rlforge::actors {
 /// the most recently arrived requests are preempted and recomputed later (never failed; a
 /// request that could never fit is refused when submitted). Sampling semantics are those of
 /// `backends::generate` run on each sample alone: a seeded sample gets the same tokens whatever
-/// its batch-mates (log-probs equal to float rounding).
+/// its batch-mates (log-probs equal to float rounding). A row with `stop_strings` stops with the
+/// token after which its decoded text contains one (backends/model/stop_strings.hpp), in the
+/// step that produced it, freeing its KV blocks like any finished row.
 ///
 /// Weights: a request's `weight_version` 0 runs on the live weights and follows updates (see
 /// `pause`); v >= 1 runs exactly on version v (the current one, or a retained snapshot), also
@@ -35,7 +37,11 @@ namespace rlforge::actors {
 ///    copy, for the merged weights of a model whose unembedding was adapted) and a fresh engine
 ///    with the current `configure` settings (its KV cache reserved). Resets the weight version to
 ///    0, drops retained versions, wakes the engine and leaves the pause state unchanged. Requests
-///    in flight are answered with an error.
+///    in flight are answered with an error. The tokenizer for stop strings comes from
+///    `tokenizer_dir` (refused when that holds no tokenizer.json or tokenizer.model), else from
+///    `hf_dir` when it has one; one that fails to load (malformed, or a SentencePiece model in a
+///    process with libtorch) only leaves the engine without stop strings, and requests asking for
+///    them are refused naming why.
 ///  - `configure` (engine_options) → (): KV-cache budget (`kv_cache_bytes`, reserved while the
 ///    cache is awake and reported by `memory`; the pool holds budget / block bytes blocks of
 ///    `block_size` positions), `max_num_seqs` sequences decoded together, `max_step_tokens`
@@ -51,7 +57,9 @@ namespace rlforge::actors {
 ///    order. Refused before any work, naming the request index and the bad value: an empty list,
 ///    an empty prompt, a prompt that fills the model's context, a token id outside the
 ///    vocabulary, max_tokens <= 0, num_samples < 1, first_sample < 0, weight_version < 0,
-///    invalid sampling parameters, a request whose worst case exceeds the KV cache, and
+///    invalid sampling parameters, an empty stop string, stop strings on an engine without a
+///    tokenizer ("stop strings need the model's tokenizer; 'DIR' has none ..."), a request whose
+///    worst case exceeds the KV cache, and
 ///    (`not_found`, naming both versions) a version neither current nor retained. On a sleeping
 ///    engine: "engine is asleep (weights); call wake_up" (or `(kv_cache)`). While paused the
 ///    call is queued (unchecked) and started by `resume`.

@@ -12,6 +12,7 @@ using be::error_code;
 std::vector<be::engine_request> check_requests(const std::vector<sample_request>& requests,
                                                const be::continuous_engine& engine,
                                                const engine_weights& weights,
+                                               const engine_tokenizer& tok,
                                                const std::string& op) {
   if (requests.empty())
     be::fail(error_code::invalid_argument, op + ": no requests");
@@ -29,6 +30,13 @@ std::vector<be::engine_request> check_requests(const std::vector<sample_request>
     if (r.first_sample < 0)
       be::fail(error_code::invalid_argument,
                where + "first_sample must be >= 0, got " + std::to_string(r.first_sample));
+    for (size_t k = 0; k < r.stop_strings.size(); ++k)
+      if (r.stop_strings[k].empty())
+        be::fail(error_code::invalid_argument,
+                 where + "stop string " + std::to_string(k) + " is empty");
+    if (!r.stop_strings.empty() && !tok.tokenizer)
+      be::fail(error_code::invalid_argument,
+               where + "stop strings need the model's tokenizer; " + tok.missing);
     be::engine_request e;
     e.prompt = r.prompt;
     e.params.max_tokens = r.max_tokens;
@@ -36,6 +44,10 @@ std::vector<be::engine_request> check_requests(const std::vector<sample_request>
     e.params.top_k = r.top_k;
     e.params.top_p = r.top_p;
     e.params.stop_token_ids = r.stop_token_ids;
+    if (!r.stop_strings.empty()) {
+      e.params.stop_strings = r.stop_strings;
+      e.params.tokenizer = tok.tokenizer;
+    }
     e.params.prompt_logprobs = r.prompt_logprobs;
     for (int64_t j = 0; j < r.num_samples; ++j)
       e.seeds.push_back(r.has_seed ? std::optional<uint64_t>(be::sample_seed(

@@ -105,6 +105,8 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
   backends::set_intra_op_threads(std::max(1, st.ctx.info.threads));
   if (st.kind.make_state)
     st.ctx.state = st.kind.make_state(st.ctx.info);
+  // The rank is typed and its consumers (stream results) are not: send() refuses that pairing
+  // at compile time, so send unchecked, with the rank as the sender.
   st.ctx.send = [self](const caf::actor& to, caf::message msg) {
     // As the rank, but through its dynamically typed handle: the consumers of these messages
     // (e.g. a dispatcher forwarding an engine's results) are not typed actors.

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,11 @@ public:
 
   /// Name of the base model every model is created on.
   virtual std::string base_model_name() const = 0;
+
+  /// Where the base model's tokenizer is, as Hugging Face's `AutoTokenizer.from_pretrained`
+  /// takes it (`get_info` reports it as `model_data.tokenizer_id`): the base model's directory
+  /// on the server's host, absolute; nullopt when it holds no tokenizer.
+  virtual std::optional<std::string> tokenizer_id() const = 0;
 
   /// Longest sequence (prompt + completion) the base model accepts, in tokens.
   virtual int64_t max_context_length() const = 0;

@@ -8,6 +8,7 @@
 #include <caf/all.hpp>
 
 #include "runtime/errc.hpp"
+#include "text/tokenizer.hpp"
 #include "tinker/error.hpp"
 
 namespace rlforge::actors {
@@ -36,6 +37,7 @@ sample_request engine_request(const tinker::sample_request& t) {
   r.has_seed = t.params.has_seed;
   r.seed = static_cast<uint64_t>(t.params.seed);
   r.stop_token_ids = t.params.stop_tokens;
+  r.stop_strings = t.params.stop_strings;
   r.prompt_logprobs = t.prompt_logprobs;
   r.num_samples = t.num_samples;
   r.first_sample = t.first_sample;
@@ -78,8 +80,12 @@ tinker_sampling::engine::~engine() {
   group.stop();
 }
 
-tinker_sampling::tinker_sampling(tinker_groups& groups, tinker::model_limits limits)
-    : groups_(groups), limits_(limits) {}
+tinker_sampling::tinker_sampling(tinker_groups& groups, tinker::model_limits limits,
+                                 std::string base_name)
+    : groups_(groups),
+      limits_(limits),
+      base_name_(std::move(base_name)),
+      base_has_tokenizer_(text::tokenizer::exists_in(groups.options().base_model_dir)) {}
 
 tinker_sampling::~tinker_sampling() = default;
 
@@ -95,6 +101,9 @@ tinker_sampling::make_engine(const std::string& dir, const std::string& what, bo
   s.untie_word_embeddings = untie;
   s.compute_dtype = groups_.options().compute_dtype;
   s.batch_invariant = groups_.options().batch_invariant;
+  // Exports hold no tokenizer of their own; they share the base model's vocabulary.
+  if (base_has_tokenizer_)
+    s.tokenizer_dir = groups_.options().base_model_dir;
   value_of(c.init_model("engines", s), what + ": loading the weights");
   return e;
 }
@@ -226,10 +235,12 @@ tinker_sampling::sample(const std::vector<tinker::sample_request>& requests) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const auto& t = requests[i];
     auto where = "sample(" + sampler_name(t.sampler) + ") request " + std::to_string(i);
-    if (!t.params.stop_strings.empty())
-      tinker::fail_user(where + ": stop strings need a tokenizer, which this server does not "
-                                "have; send stop token ids instead");
     tinker::check_sample(t, limits_, where);
+    if (!t.params.stop_strings.empty() && !base_has_tokenizer_)
+      tinker::fail_user(where + ": stop strings need the model's tokenizer; the base model '" +
+                        base_name_ +
+                        "' has none (neither tokenizer.json nor tokenizer.model); send stop "
+                        "token ids instead");
     by_engine[engine_key(t.sampler)].push_back(i);
   }
   std::vector<std::vector<sample_output>> rows(requests.size());
@@ -256,6 +267,9 @@ tinker_sampling::sample(const std::vector<tinker::sample_request>& requests) {
       auto message = error_text(out.error());
       if (ref.type == tinker::sampler_ref::kind::checkpoint)
         message = replace_all(message, ref.dir, sampler_name(ref));
+      // e.g. a tokenizer that did not load names its directory: the base model's.
+      message = replace_all(message, "'" + groups_.options().base_model_dir + "'",
+                            "the base model '" + base_name_ + "'");
       if (is(out.error(), errc::not_found) && ref.type == tinker::sampler_ref::kind::snapshot)
         tinker::fail_not_found(context + ": its weights (version " + std::to_string(ref.version) +
                                " of model '" + ref.model_id + "') are no longer held: " + message);

@@ -32,13 +32,18 @@ namespace rlforge::actors {
 ///  - persisted checkpoints: an engine loaded from the export directory, cached (the
 ///    `max_export_engines` most recently used ones; a dropped one is reloaded on demand).
 ///
+/// Every engine is given the base model's tokenizer (`model_spec::tokenizer_dir`) when the base
+/// directory has one, for stop strings.
+///
 /// Thread-safety: every method may be called from any thread. `sample` never takes a model's
 /// training lock, so sampling a snapshot runs concurrently with the model's training; a sync that
 /// arrives while a snapshot is being sampled pauses the engine, and the paused calls run after it
 /// on the versions they name.
 class tinker_sampling {
 public:
-  tinker_sampling(tinker_groups& groups, tinker::model_limits limits);
+  /// `base_name` names the base model in messages. Whether the base directory holds a tokenizer
+  /// is looked up once, here.
+  tinker_sampling(tinker_groups& groups, tinker::model_limits limits, std::string base_name);
 
   /// Stops every engine and dispatcher (no wait).
   ~tinker_sampling();
@@ -55,9 +60,13 @@ public:
   void drop_model(const std::string& model_id);
 
   /// Samples every request on the weights its `sampler` names (see `tinker::sample_request`).
-  /// Requests are checked first (`tinker::check_sample`; stop strings are refused: this server
-  /// has no tokenizer). One response per request, in order; `num_samples` sequences each, sample
-  /// j of a seeded request drawing from the stream of (seed, first_sample + j). Throws
+  /// Requests are checked first (`tinker::check_sample`; stop strings are refused when the base
+  /// model has no tokenizer). One response per request, in order; `num_samples` sequences each,
+  /// sample j of a seeded request drawing from the stream of (seed, first_sample + j). Stop
+  /// strings are matched in the engines on the decoded text of each sequence
+  /// (backends/model/stop_strings.hpp): the sequence ends with the token that completed one,
+  /// stop_reason "stop". Every sampler decodes with the base model's tokenizer (exports and
+  /// snapshots have the base model's vocabulary). Throws
   /// `tinker::request_error`: user for bad input, not_found for a sampler whose model was
   /// deleted, whose snapshot was evicted or whose checkpoint is gone, server otherwise. Messages
   /// name the sampler by `sampler_ref::name`, never by a server path.
@@ -87,6 +96,8 @@ private:
 
   tinker_groups& groups_;
   tinker::model_limits limits_;
+  std::string base_name_;
+  bool base_has_tokenizer_ = false;
 
   std::mutex mutex_; ///< guards the maps below
   std::shared_ptr<engine> base_;

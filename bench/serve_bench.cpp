@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -55,6 +56,7 @@ public:
   void save_checkpoint(const std::string&, const tinker::checkpoint_ref&, bool) override {}
   void load_checkpoint(const std::string&, const tinker::checkpoint_ref&, bool) override {}
   std::string base_model_name() const override { return "null"; }
+  std::optional<std::string> tokenizer_id() const override { return std::nullopt; }
   int64_t max_context_length() const override { return 4096; }
   int64_t vocab_size() const override { return 32000; }
 };

@@ -6,6 +6,7 @@
 #include "chat/error.hpp"
 #include "cli/command.hpp"
 #include "text/error.hpp"
+#include "text/tokenizer.hpp"
 #include "text/unicode/utf8.hpp"
 
 namespace rlforge::cli {
@@ -14,9 +15,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 bool has_tokenizer_files(const std::string& dir) {
-  std::error_code ec;
-  return fs::exists(fs::path(dir) / "tokenizer.json", ec) ||
-         fs::exists(fs::path(dir) / "tokenizer.model", ec);
+  return text::tokenizer::exists_in(dir);
 }
 
 prompt::chat_prompt load_model_text(const std::string& dir) {

@@ -287,13 +287,17 @@ struct model_spec {
   /// Batch-invariant numerics (backends/model/causal_lm.hpp `set_batch_invariant`): a token's
   /// log-prob is the same bit for bit whatever its batch-mates, in engines and trainers alike.
   bool batch_invariant = false;
+  /// Engines: the directory whose tokenizer decodes generated tokens for stop strings (e.g. the
+  /// base model of an exported checkpoint, which has none of its own); it must hold one. Empty:
+  /// `hf_dir`'s tokenizer when it has one. Trainers do not use it.
+  std::string tokenizer_dir;
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, model_spec& x) {
   return f(caf::meta::type_name("model_spec"), x.hf_dir, x.preset, x.config_json, x.seed,
            x.lora_rank, x.lora_alpha, x.lora_target_modules, x.lora_dropout, x.lr_schedule,
            x.learning_rate, x.warmup_steps, x.total_steps, x.min_lr_ratio, x.untie_word_embeddings,
-           x.compute_dtype, x.batch_invariant);
+           x.compute_dtype, x.batch_invariant, x.tokenizer_dir);
 }
 
 inline bool operator==(const model_spec& a, const model_spec& b) {
@@ -303,7 +307,8 @@ inline bool operator==(const model_spec& a, const model_spec& b) {
          a.lr_schedule == b.lr_schedule && a.learning_rate == b.learning_rate &&
          a.warmup_steps == b.warmup_steps && a.total_steps == b.total_steps &&
          a.min_lr_ratio == b.min_lr_ratio && a.untie_word_embeddings == b.untie_word_embeddings &&
-         a.compute_dtype == b.compute_dtype && a.batch_invariant == b.batch_invariant;
+         a.compute_dtype == b.compute_dtype && a.batch_invariant == b.batch_invariant &&
+         a.tokenizer_dir == b.tokenizer_dir;
 }
 
 /// Settings of a worker's passes that are not part of one loss: micro-batching (rows per
@@ -367,6 +372,9 @@ struct sample_request {
   bool has_seed = false;
   uint64_t seed = 0; ///< used when `has_seed`
   std::vector<int64_t> stop_token_ids;
+  /// Non-empty strings: a row stops with the token after which its decoded text contains one
+  /// (backends/model/stop_strings.hpp); needs an engine whose model has a tokenizer.
+  std::vector<std::string> stop_strings;
   bool prompt_logprobs = false;
   int64_t num_samples = 1;
   int64_t first_sample = 0;
@@ -376,14 +384,15 @@ struct sample_request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_request& x) {
   return f(caf::meta::type_name("sample_request"), x.prompt, x.max_tokens, x.temperature, x.top_k,
-           x.top_p, x.has_seed, x.seed, x.stop_token_ids, x.prompt_logprobs, x.num_samples,
-           x.first_sample, x.weight_version);
+           x.top_p, x.has_seed, x.seed, x.stop_token_ids, x.stop_strings, x.prompt_logprobs,
+           x.num_samples, x.first_sample, x.weight_version);
 }
 
 inline bool operator==(const sample_request& a, const sample_request& b) {
   return a.prompt == b.prompt && a.max_tokens == b.max_tokens && a.temperature == b.temperature &&
          a.top_k == b.top_k && a.top_p == b.top_p && a.has_seed == b.has_seed && a.seed == b.seed &&
-         a.stop_token_ids == b.stop_token_ids && a.prompt_logprobs == b.prompt_logprobs &&
+         a.stop_token_ids == b.stop_token_ids && a.stop_strings == b.stop_strings &&
+         a.prompt_logprobs == b.prompt_logprobs &&
          a.num_samples == b.num_samples && a.first_sample == b.first_sample &&
          a.weight_version == b.weight_version;
 }

@@ -77,6 +77,12 @@ tokenizer tokenizer::load(const std::filesystem::path& dir) {
   return tokenizer_builder::make(std::move(backend), config, config_file.string());
 }
 
+bool tokenizer::exists_in(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::exists(dir / "tokenizer.json", ec) ||
+         std::filesystem::exists(dir / "tokenizer.model", ec);
+}
+
 tokenizer tokenizer::from_json(std::string_view tokenizer_json,
                                std::string_view tokenizer_config_json, const std::string& source) {
   tokenizer_config config;

@@ -39,6 +39,10 @@ public:
   /// special token missing from the vocabulary.
   static tokenizer load(const std::filesystem::path& dir);
 
+  /// Whether directory `dir` holds a file `load` reads (tokenizer.json or tokenizer.model). It
+  /// says nothing of whether loading would succeed.
+  static bool exists_in(const std::filesystem::path& dir);
+
   /// A tokenizer from tokenizer.json text and optional tokenizer_config.json text (empty: none).
   /// `source` names the document in errors.
   static tokenizer from_json(std::string_view tokenizer_json,

@@ -120,6 +120,9 @@ void check_sample(const sample_request& r, const model_limits& limits, const std
     fail_user(where + ": seed must be >= 0, got " + std::to_string(p.seed));
   for (size_t k = 0; k < p.stop_tokens.size(); ++k)
     check_id(p.stop_tokens[k], limits, where + ": stop token " + std::to_string(k));
+  for (size_t k = 0; k < p.stop_strings.size(); ++k)
+    if (p.stop_strings[k].empty())
+      fail_user(where + ": stop string " + std::to_string(k) + " is empty");
   if (r.topk_prompt_logprobs != 0)
     fail_user(where + ": topk_prompt_logprobs is not supported (got " +
               std::to_string(r.topk_prompt_logprobs) + "); use prompt_logprobs");

@@ -10,6 +10,7 @@
 #include "backends/engine/paged_attention.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/model/stop_strings.hpp"
 
 namespace rlforge::backends {
 
@@ -17,6 +18,9 @@ struct continuous_engine::request_state {
   sampling_params params;
   int64_t budget = 0; ///< most tokens per sample, continuation included
   std::vector<row_generator> generators;
+  /// One per sample when the request has stop strings, fed every token of the sample
+  /// (continuation included) in order; empty otherwise.
+  std::vector<stop_string_matcher> stop_strings;
   std::vector<engine_sample> samples;
   std::vector<double> prompt_logprobs;
   bool prompt_logprobs_done = false;
@@ -100,6 +104,15 @@ void continuous_engine::check(const engine_request& request) const {
                                                " continuation holds stop token " +
                                                std::to_string(g[j]) + ": it already stopped");
     }
+    if (!request.params.stop_strings.empty()) {
+      stop_string_matcher m(*request.params.tokenizer, request.params.stop_strings);
+      for (size_t j = 0; j < g.size(); ++j)
+        if (auto hit = m.push(g[j]))
+          fail(error_code::invalid_argument,
+               "sample " + std::to_string(s) + " continuation completes stop string " +
+                   std::to_string(*hit) + " at token " + std::to_string(j) +
+                   ": it already stopped");
+    }
   }
   scheduler_->check_fits(p, static_cast<int64_t>(n), budget);
 }
@@ -125,6 +138,12 @@ void continuous_engine::add(uint64_t id, engine_request request) {
     if (state->params.temperature > 0.0)
       for (size_t j = 0; j < request.generated[s].size(); ++j)
         state->generators.back().next_uniform();
+    // The text of a continuation is seen first, so a stop string may span the seam.
+    if (!state->params.stop_strings.empty()) {
+      state->stop_strings.emplace_back(*state->params.tokenizer, state->params.stop_strings);
+      for (int64_t t : request.generated[s])
+        state->stop_strings.back().push(t);
+    }
   }
   auto& group = scheduler_->add(id, request.key, std::move(request.prompt),
                                 std::move(request.generated), budget);
@@ -269,7 +288,9 @@ std::vector<engine_output> continuous_engine::step(int64_t key, int64_t version)
     out.versions.push_back(version);
     ++generated_tokens_;
     const auto& stops = r.params.stop_token_ids;
-    if (std::find(stops.begin(), stops.end(), token) != stops.end())
+    // Every token goes through the matcher, also one that a stop token id ends the sample with.
+    const bool stop_string = !r.stop_strings.empty() && r.stop_strings[d.seq].push(token);
+    if (std::find(stops.begin(), stops.end(), token) != stops.end() || stop_string)
       out.stop_reason = "stop";
     else if (static_cast<int64_t>(d.group->seqs[d.seq].generated.size()) >= r.budget)
       out.stop_reason = "length";

@@ -91,8 +91,10 @@ struct engine_stats {
 ///
 /// Semantics equal `backends::generate` run on each sample alone: same tokens for the same
 /// seeds (one uniform draw per sampled token, so batch-mates do not matter), log-probs equal to
-/// float rounding, stop tokens kept as the last token, `max_tokens` capped by the context,
-/// prompt log-probs under the raw distribution.
+/// float rounding, stop tokens kept as the last token, stop strings matched on each sample's
+/// decoded text (backends/model/stop_strings.hpp; the completing token is the last one, and the
+/// sample frees its blocks at once), `max_tokens` capped by the context, prompt log-probs under
+/// the raw distribution.
 ///
 /// The engine does not own the model: the caller keeps it alive, may swap its weights between
 /// steps (each `step` names the `key` whose weights are in the model and the version to tag
@@ -110,9 +112,9 @@ public:
 
   /// Throws `backends::error` naming the bad value when `request` cannot be added:
   /// `invalid_argument` for an empty prompt or no samples, a prompt that fills the context,
-  /// invalid params (`validate`), continuation tokens that reach max_tokens or hold a stop
-  /// token, a request whose worst case exceeds the cache; `out_of_range` for a token id outside
-  /// the vocabulary.
+  /// invalid params (`validate`), continuation tokens that reach max_tokens, hold a stop token
+  /// or complete a stop string, a request whose worst case exceeds the cache; `out_of_range` for
+  /// a token id outside the vocabulary.
   void check(const engine_request& request) const;
 
   /// Queues a request under `id` (unique among queued and running ones). Throws as `check`,

@@ -10,6 +10,7 @@
 
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/model/stop_strings.hpp"
 #include "backends/model/token_sampler.hpp"
 
 namespace rlforge::backends {
@@ -21,6 +22,7 @@ struct row_state {
   const sampling_params* params = nullptr;
   int64_t budget = 0; // tokens this row may generate (max_tokens capped by the context)
   std::optional<row_generator> generator;
+  std::optional<stop_string_matcher> stop_strings; ///< when the row has any
   sample_result result;
 
   // Total length once the row's last sampled token is part of the sequence.
@@ -99,8 +101,11 @@ void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
     const int64_t token = sampled[k].token;
     row.result.tokens.push_back(token);
     row.result.logprobs.push_back(sampled[k].logprob);
+    // The matcher sees every token, so its text stays whole even when a stop token ends the row.
+    const bool stop_string = row.stop_strings && row.stop_strings->push(token);
     if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
-        p.stop_token_ids.end())
+            p.stop_token_ids.end() ||
+        stop_string)
       row.result.stop_reason = "stop";
     else if (static_cast<int64_t>(row.result.tokens.size()) >= row.budget)
       row.result.stop_reason = "length";
@@ -168,6 +173,8 @@ std::vector<sample_result> generate(causal_lm& model,
     row.budget = std::min(params[i].max_tokens,
                           config.max_position_embeddings - static_cast<int64_t>(prompts[i].size()));
     row.generator.emplace(params[i].seed);
+    if (!params[i].stop_strings.empty())
+      row.stop_strings.emplace(*params[i].tokenizer, params[i].stop_strings);
   }
 
   // Prefill: all prompts at once.

@@ -20,8 +20,8 @@ struct generate_options {
 /// the same order.
 ///
 /// Prompts are left-padded to a common length and prefilled in one forward pass; then every
-/// step feeds each active row its last token, and rows that finish (stop token or length) are
-/// dropped from the batch and the cache. Each row keeps its own parameters and its own random
+/// step feeds each active row its last token, and rows that finish (stop token, stop string or
+/// length) are dropped from the batch and the cache. Each row keeps its own parameters and its own random
 /// generator: a row with `seed` draws from a generator seeded with it, a row without from one
 /// seeded from a process-wide counter. A sampling row draws exactly one uniform number per
 /// generated token (inverse-CDF over token ids), so with the same seed a sequence gets the same
@@ -29,7 +29,9 @@ struct generate_options {
 ///
 /// A row generates at most `max_tokens` tokens, and never more than fit in the model's context:
 /// prompt + generated tokens <= max_position_embeddings (reaching either gives stop_reason
-/// "length"). A sampled stop token is kept as the last token (stop_reason "stop").
+/// "length"). A sampled stop token is kept as the last token (stop_reason "stop"); so is the
+/// token after which the row's decoded text contains one of its `stop_strings` (its own
+/// `stop_string_matcher`, backends/model/stop_strings.hpp), and the row leaves the batch there.
 ///
 /// Throws `backends::error`: `invalid_argument` when prompts and params differ in count, for an
 /// empty prompt, a prompt that fills the whole context, or invalid params (`validate`);

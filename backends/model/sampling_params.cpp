@@ -69,6 +69,11 @@ void validate(const sampling_params& p, int64_t vocab_size) {
     if (id < 0 || id >= vocab_size)
       bad("stop token id " + std::to_string(id) + " is outside the vocabulary [0, " +
           std::to_string(vocab_size) + ")");
+  for (size_t i = 0; i < p.stop_strings.size(); ++i)
+    if (p.stop_strings[i].empty())
+      bad("stop string " + std::to_string(i) + " is empty");
+  if (!p.stop_strings.empty() && !p.tokenizer)
+    bad("stop strings need the model's tokenizer, and none was given");
 }
 
 void filter_log_probs(double* log_probs, int64_t vocab_size, int64_t top_k, double top_p) {

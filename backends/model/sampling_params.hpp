@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "text/tokenizer.hpp"
+
 namespace rlforge::backends {
 
 /// Per-request sampling parameters (REFERENCE.md "Sampling").
@@ -20,19 +22,27 @@ struct sampling_params {
   double top_p = 1.0;           ///< in (0, 1]; 1 = off
   std::optional<uint64_t> seed; ///< a seeded row draws from its own generator
   std::vector<int64_t> stop_token_ids; ///< sampling one of these ends the row (stop_reason "stop")
-  bool prompt_logprobs = false;        ///< also report log p(prompt[i] | prompt[<i])
+  /// Non-empty strings; the row ends (stop_reason "stop") with the token after which the decoded
+  /// text of the generated tokens contains one of them (backends/model/stop_strings.hpp says
+  /// exactly how the text is seen). That token is kept; the text is never cut inside a token.
+  std::vector<std::string> stop_strings;
+  /// The model's tokenizer, which decodes the generated tokens for `stop_strings`; required when
+  /// there are any, unused otherwise. Copies share the loaded tokenizer.
+  std::optional<text::tokenizer> tokenizer;
+  bool prompt_logprobs = false; ///< also report log p(prompt[i] | prompt[<i])
 };
 
 /// What one request produced.
 struct sample_result {
-  /// Generated token ids. A sampled stop token is included as the last entry.
+  /// Generated token ids. A sampled stop token, or the token that completed a stop string, is
+  /// included as the last entry.
   std::vector<int64_t> tokens;
   /// Per generated token: its log-probability under the distribution it was actually drawn from,
   /// i.e. the temperature-scaled softmax restricted to the top-k/top-p set and renormalised. For
   /// greedy rows (temperature 0): log_softmax(logits) of the argmax at temperature 1.
   std::vector<double> logprobs;
-  /// "stop" when a stop token was sampled, "length" when max_tokens (or the model's context
-  /// length) was reached.
+  /// "stop" when a stop token was sampled or a stop string completed, "length" when max_tokens
+  /// (or the model's context length) was reached.
   std::string stop_reason;
   /// When requested: n-1 entries for a prompt of n tokens, entry i-1 = log p(prompt[i] |
   /// prompt[<i]) under the raw model distribution (temperature 1, no filtering).
@@ -46,7 +56,8 @@ uint64_t sample_seed(uint64_t seed, uint64_t sample_index) noexcept;
 
 /// Throws `backends::error(invalid_argument)` naming the field and value when `p` is not a
 /// valid request for a model with `vocab_size` tokens: max_tokens <= 0, temperature negative or
-/// not finite, top_k == 0 or < -1, top_p not in (0, 1], a stop token id outside [0, vocab_size).
+/// not finite, top_k == 0 or < -1, top_p not in (0, 1], a stop token id outside [0, vocab_size),
+/// an empty stop string, stop strings without a tokenizer.
 void validate(const sampling_params& p, int64_t vocab_size);
 
 /// Filters a row of normalised log-probabilities in place to the top-k / top-p set and

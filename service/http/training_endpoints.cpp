@@ -58,8 +58,13 @@ void get_info(server_state& s, const httplib::Request& req, httplib::Response& r
     throw http_error(404, "unknown model '" + r.model_id + "'");
   auto lora = json::parse(m->lora_config_json);
   int64_t rank = lora.value("rank", int64_t{0});
+  // The SDK's get_tokenizer() hands tokenizer_id to AutoTokenizer.from_pretrained; without a
+  // tokenizer the member is left out (the SDK then falls back to the model name).
+  json model_data{{"model_name", m->base_model}};
+  if (auto tokenizer = s.backend.tokenizer_id())
+    model_data["tokenizer_id"] = *tokenizer;
   reply_json(res, json{{"model_id", m->model_id},
-                       {"model_data", {{"model_name", m->base_model}}},
+                       {"model_data", model_data},
                        {"is_lora", rank > 0},
                        {"lora_rank", rank},
                        {"model_name", m->base_model},

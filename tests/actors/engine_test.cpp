@@ -26,6 +26,10 @@
 #include "backends/threads.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
+#include "tests/backends/stop_strings_support.hpp"
+#include "tests/backends/test_support.hpp"
+#include "text/bpe_trainer.hpp"
+#include "text/model_tokenizer.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -580,6 +584,11 @@ TEST_F(Engines, BadRequestsAreRefusedAndTheEngineStaysUsable) {
          {"request 1", "top_p", "1.5"});
   refuse(with([](sample_request& r) { r.stop_token_ids = {9000}; }), errc::invalid_argument,
          {"request 1", "9000"});
+  refuse(with([](sample_request& r) { r.stop_strings = {"ab", ""}; }), errc::invalid_argument,
+         {"request 1", "stop string 1 is empty"});
+  // A model built from a preset has no tokenizer.
+  refuse(with([](sample_request& r) { r.stop_strings = {"ab"}; }), errc::invalid_argument,
+         {"request 1", "stop strings need the model's tokenizer", "preset"});
   expect_error(call("generate", caf::make_message(std::string{"hello"})), errc::invalid_argument,
                {"generate expects (std::vector<sample_request>)"});
   expect_error(call("decode", caf::message{}), errc::not_found,
@@ -590,7 +599,62 @@ TEST_F(Engines, BadRequestsAreRefusedAndTheEngineStaysUsable) {
   lora.lora_rank = 4;
   expect_error(call("init_model", caf::make_message(lora)), errc::invalid_argument,
                {"lora_rank must be 0, got 4"});
+  auto no_tokenizer = tiny_spec(4);
+  no_tokenizer.tokenizer_dir = "no-such-model-dir";
+  expect_error(call("init_model", caf::make_message(no_tokenizer)), errc::not_found,
+               {"tokenizer_dir 'no-such-model-dir' holds no tokenizer"});
   expect_usable();
+}
+
+// Stop strings decode with the tokenizer of the model directory, or of `tokenizer_dir` (an
+// exported checkpoint has none of its own): each row stops with the token after which its text
+// first contains one, as the same row generated without stop strings shows.
+TEST_F(Engines, StopStringsUseTheTokenizerOfTheModelDirectory) {
+  be::testing::temp_dir dir("engine_stop_strings");
+  const auto with_tokenizer = dir.path() / "with";
+  const auto without_tokenizer = dir.path() / "without";
+  model_->save_hf(with_tokenizer.string());
+  model_->save_hf(without_tokenizer.string());
+  text::write_tokenizer_files(with_tokenizer, text::train_model_tokenizer(512));
+  const auto& tok = be::testing::tiny_tokenizer();
+  std::vector<sample_request> free_runs;
+  for (uint64_t seed : {21, 22, 23})
+    free_runs.push_back(request({31, 32, 33}, 40, 1.0, seed));
+  auto reference = local_generate(*model_, free_runs);
+  std::vector<sample_request> stopped = free_runs;
+  std::vector<be::sample_result> want = reference;
+  bool early = false;
+  for (size_t i = 0; i < stopped.size(); ++i) {
+    auto stop = be::testing::spanning_stop(tok, reference[i].tokens, 3);
+    ASSERT_FALSE(stop.empty()) << "row " << i;
+    stopped[i].stop_strings = {stop};
+    auto cut = be::testing::stop_cut(tok, reference[i].tokens, {stop});
+    ASSERT_TRUE(cut);
+    early = early || *cut < reference[i].tokens.size();
+    want[i].tokens.resize(*cut);
+    want[i].logprobs.resize(*cut);
+    want[i].stop_reason = "stop";
+  }
+  ASSERT_TRUE(early);
+  for (bool own : {true, false}) {
+    SCOPED_TRACE(own ? "hf_dir's tokenizer" : "tokenizer_dir");
+    model_spec spec;
+    spec.compute_dtype = "fp32";
+    spec.hf_dir = (own ? with_tokenizer : without_tokenizer).string();
+    if (!own)
+      spec.tokenizer_dir = with_tokenizer.string();
+    ASSERT_TRUE(call("init_model", caf::make_message(spec)));
+    expect_same(generate(stopped), want);
+  }
+  // Without a tokenizer in its directory the engine serves, and refuses stop strings naming it.
+  model_spec bare;
+  bare.compute_dtype = "fp32";
+  bare.hf_dir = without_tokenizer.string();
+  ASSERT_TRUE(call("init_model", caf::make_message(bare)));
+  expect_error(call("generate", caf::make_message(stopped)), errc::invalid_argument,
+               {"request 0", "stop strings need the model's tokenizer",
+                without_tokenizer.string() + "' has none"});
+  expect_same(generate(free_runs), reference);
 }
 
 TEST_F(Engines, OpsBeforeInitModelAreRefused) {

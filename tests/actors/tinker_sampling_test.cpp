@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "tests/actors/tinker_backend_fixture.hpp"
+#include "tests/backends/stop_strings_support.hpp"
+#include "text/bpe_trainer.hpp"
+#include "text/model_tokenizer.hpp"
 
 namespace rlforge::actors::test {
 namespace {
@@ -231,8 +234,13 @@ TEST_F(TinkerSampling, BadRequestsAreRefusedNamingTheValue) {
     change(r);
     return std::vector<tk::sample_request>{r};
   };
+  // The base directory holds no tokenizer: stop strings are refused, and get_info has none.
+  EXPECT_FALSE(backend_->tokenizer_id());
   expect_refused([&] { backend_->sample(with([](auto& r) { r.params.stop_strings = {"x"}; })); },
-                 user, "stop strings");
+                 user, "stop strings need the model's tokenizer; the base model 'tiny-base' has none");
+  expect_refused(
+      [&] { backend_->sample(with([](auto& r) { r.params.stop_strings = {"x", ""}; })); }, user,
+      "stop string 1 is empty");
   expect_refused([&] { backend_->sample(with([](auto& r) { r.topk_prompt_logprobs = 2; })); }, user,
                  "topk_prompt_logprobs");
   expect_refused([&] { backend_->sample(with([](auto& r) {
@@ -249,6 +257,52 @@ TEST_F(TinkerSampling, BadRequestsAreRefusedNamingTheValue) {
                  "top_p");
   // The engine is intact.
   EXPECT_EQ(backend_->sample({s}).at(0).sequences.size(), 1u);
+}
+
+// A base model with a tokenizer: every sampler of it (the base model, a snapshot, an exported
+// checkpoint, which has no tokenizer of its own) ends a sequence with the token after which its
+// text first contains a stop string, as the same seeded sequence sampled without them shows.
+TEST_F(TinkerSampling, StopStringsEndSequencesOnEverySamplerOfABaseWithATokenizer) {
+  text::write_tokenizer_files(base_, text::train_model_tokenizer(512));
+  dispatcher_backend_options o;
+  o.base_model_dir = base_;
+  o.timeout = std::chrono::seconds(60);
+  backend_ = std::make_unique<dispatcher_backend>(*sys_, o);
+  EXPECT_EQ(backend_->tokenizer_id(), fs::absolute(base_).lexically_normal().string());
+  backend_->create_model("p", lora(4), policy);
+  sft_step("p", 1e-2);
+  auto v = backend_->save_sampler_snapshot("p");
+  auto dir = where("export");
+  fs::create_directories(dir.dir);
+  backend_->export_sampler_weights("p", dir);
+  ASSERT_FALSE(fs::exists(fs::path(dir.dir) / "tokenizer.json"));
+  const auto& tok = be::testing::tiny_tokenizer();
+  for (const auto& ref : {base_ref(), snapshot_ref("p", v), checkpoint_ref(dir.dir, dir.name)}) {
+    SCOPED_TRACE(ref.name.empty() ? "base" : ref.name);
+    auto free_request = request_on(ref, 2, 40, 5);
+    auto free_run = sample_one(free_request);
+    auto stop = be::testing::spanning_stop(tok, free_run.sequences.at(0).tokens, 3);
+    ASSERT_FALSE(stop.empty()) << "no stop string spanning two tokens";
+    auto stopped_request = free_request;
+    stopped_request.params.stop_strings = {stop, "<never in this text>"};
+    auto stopped = sample_one(stopped_request);
+    ASSERT_EQ(stopped.sequences.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      const auto& want = free_run.sequences[k];
+      const auto& got = stopped.sequences[k];
+      auto cut = be::testing::stop_cut(tok, want.tokens, {stop});
+      const size_t keep = cut.value_or(want.tokens.size());
+      if (k == 0) {
+        EXPECT_LT(keep, want.tokens.size()) << "sample 0 does not stop early";
+      }
+      EXPECT_EQ(got.stop_reason, cut ? "stop" : want.stop_reason) << "sample " << k;
+      EXPECT_EQ(got.tokens, std::vector<int64_t>(want.tokens.begin(), want.tokens.begin() + keep))
+          << "sample " << k;
+      ASSERT_EQ(got.logprobs.size(), keep);
+      for (size_t t = 0; t < keep; ++t)
+        EXPECT_NEAR(got.logprobs[t], want.logprobs[t], 1e-5) << "sample " << k << " token " << t;
+    }
+  }
 }
 
 // Sampling a snapshot runs while its model trains and syncs new snapshots: every answer is the

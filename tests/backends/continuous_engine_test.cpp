@@ -24,8 +24,12 @@
 #include "backends/model/model_config.hpp"
 #include "backends/model/sampler.hpp"
 #include "backends/model/sampling_params.hpp"
+#include "stop_strings_support.hpp"
 
 using namespace rlforge::backends;
+using rlforge::backends::testing::spanning_stop;
+using rlforge::backends::testing::stop_cut;
+using rlforge::backends::testing::tiny_tokenizer;
 
 namespace {
 
@@ -229,6 +233,85 @@ TEST_F(ContinuousEngine, StopTokensMaxTokensAndTheContextLimit) {
   expect_matches(c, alone(*model_, edge, 0), "context edge");
 }
 
+TEST_F(ContinuousEngine, StopStringsEndEachSampleWhereItsTextFirstContainsOne) {
+  const auto& tok = tiny_tokenizer();
+  const int64_t n = 40;
+  sample_spec with{{21, 22, 23}, params(n, 1.0), {31, 32, 33}};
+  sample_spec without{{21, 22, 23, 24}, params(60, 1.0), {34}}; // outlives the other
+  // Reference: each sample alone without stop strings, cut where its prefix text first holds
+  // the stop string picked from sample 0.
+  std::vector<sample_result> free_runs;
+  for (size_t k = 0; k < with.seeds.size(); ++k)
+    free_runs.push_back(alone(*model_, with, k));
+  auto stop = spanning_stop(tok, free_runs[0].tokens, 3);
+  ASSERT_FALSE(stop.empty()) << "no stop string spanning two tokens";
+  with.params.stop_strings = {stop, "<never in this text>"};
+  with.params.tokenizer = tok;
+  continuous_engine e(*model_, small_blocks());
+  e.add(1, to_request(with));
+  e.add(2, to_request(without));
+  const int64_t blocks_free = e.stats().free_blocks;
+  bool freed_early = false;
+  std::map<uint64_t, engine_output> out;
+  while (e.has_work()) {
+    for (auto& o : e.step(0, 0)) {
+      // The stopped request leaves while the other one still runs, its blocks back in the pool.
+      if (o.id == 1 && e.has_work())
+        freed_early = e.stats().running == 1;
+      out[o.id] = std::move(o);
+    }
+  }
+  ASSERT_EQ(out.size(), 2u);
+  bool early = false;
+  for (size_t k = 0; k < with.seeds.size(); ++k) {
+    SCOPED_TRACE("sample " + std::to_string(k));
+    auto cut = stop_cut(tok, free_runs[k].tokens, {stop});
+    sample_result want = free_runs[k];
+    if (cut) {
+      early = early || *cut < free_runs[k].tokens.size();
+      want.tokens.resize(*cut);
+      want.logprobs.resize(*cut);
+      want.stop_reason = "stop";
+    }
+    expect_matches(out[1].samples[k], want, "stop strings");
+  }
+  EXPECT_TRUE(early) << "no sample stops before max_tokens: the test would not see a stop";
+  expect_matches(out[2].samples[0], alone(*model_, without, 0), "no stop strings");
+  EXPECT_TRUE(freed_early);
+  EXPECT_EQ(e.stats().free_blocks, blocks_free);
+}
+
+TEST_F(ContinuousEngine, AContinuationSeesTheStopStringThatSpansTheSeam) {
+  const auto& tok = tiny_tokenizer();
+  sample_spec s{{11, 12, 13, 14, 15}, params(40, 1.0), {77}};
+  auto full = alone(*model_, s, 0);
+  auto stop = spanning_stop(tok, full.tokens, 4);
+  ASSERT_FALSE(stop.empty());
+  auto cut = stop_cut(tok, full.tokens, {stop});
+  ASSERT_TRUE(cut);
+  ASSERT_GE(*cut, 2u);
+  s.params.stop_strings = {stop};
+  s.params.tokenizer = tok;
+  // Stopped one token before the string completes: the rest is one token that completes it.
+  continuous_engine e(*model_, small_blocks());
+  auto r = to_request(s);
+  r.generated = {std::vector<int64_t>(full.tokens.begin(), full.tokens.begin() + *cut - 1)};
+  e.add(1, r);
+  auto rest = drain(e).at(1).samples.at(0);
+  EXPECT_EQ(rest.tokens, std::vector<int64_t>{full.tokens[*cut - 1]});
+  EXPECT_EQ(rest.stop_reason, "stop");
+  // A continuation that already holds the stop string has stopped already.
+  r.generated = {std::vector<int64_t>(full.tokens.begin(), full.tokens.begin() + *cut)};
+  try {
+    e.add(2, r);
+    ADD_FAILURE() << "a continuation past its stop string was accepted";
+  } catch (const error& err) {
+    EXPECT_NE(std::string(err.what()).find("completes stop string 0"), std::string::npos)
+        << err.what();
+  }
+  EXPECT_FALSE(e.has_work());
+}
+
 TEST_F(ContinuousEngine, SamplesOfOnePromptShareOnePrefillAndEqualSeparateRequests) {
   sample_spec group{{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5}, params(10, 1.0),
                     {101, 102, 103, 104, 105, 106}};
@@ -391,6 +474,12 @@ TEST_F(ContinuousEngine, BadRequestsAreRefusedNamingTheValueAndTheEngineGoesOn) 
   r.params.stop_token_ids = {3};
   r.generated = {{3}};
   refuse(r, error_code::invalid_argument, "already stopped");
+  r = ok;
+  r.params.stop_strings = {"x"};
+  refuse(r, error_code::invalid_argument, "stop strings need the model's tokenizer");
+  r.params.tokenizer = tiny_tokenizer();
+  r.params.stop_strings = {"x", ""};
+  refuse(r, error_code::invalid_argument, "stop string 1 is empty");
   auto c = small_blocks(16 * paged_kv_cache::block_bytes(model_->config(), 4));
   continuous_engine tight(*model_, c);
   try {

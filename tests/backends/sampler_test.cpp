@@ -23,6 +23,7 @@
 #include "backends/model/init.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/model/sampling_params.hpp"
+#include "stop_strings_support.hpp"
 #include "test_support.hpp"
 
 using namespace rlforge::backends;
@@ -257,6 +258,17 @@ TEST(SamplingParams, RejectsEveryNonsenseValueNamingIt) {
                  }),
                  10, "stop token id 10 is outside the vocabulary [0, 10)");
   expect_invalid(with([](auto& p) { p.stop_token_ids = {-1}; }), 10, "stop token id -1");
+  expect_invalid(with([](auto& p) {
+                   p.stop_strings = {"ok", ""};
+                   p.tokenizer = tiny_tokenizer();
+                 }),
+                 10, "stop string 1 is empty");
+  expect_invalid(with([](auto& p) { p.stop_strings = {"x"}; }), 10,
+                 "stop strings need the model's tokenizer");
+  sampling_params good = ok;
+  good.stop_strings = {"x"};
+  good.tokenizer = tiny_tokenizer();
+  EXPECT_NO_THROW(validate(good, 10));
 }
 
 // ---- generation against a tiny random model -------------------------------------------------
@@ -412,6 +424,46 @@ TEST(Generate, StopTokenEndsGenerationAndIsKept) {
   EXPECT_EQ(stopped.tokens, want);
   EXPECT_EQ(stopped.stop_reason, "stop");
   EXPECT_EQ(stopped.logprobs.size(), want.size());
+}
+
+TEST(Generate, StopStringsEndEachRowWhereItsTextFirstContainsOne) {
+  auto model = tiny_model();
+  const auto& tok = tiny_tokenizer();
+  const int64_t n = 40;
+  const prompt_list prompts = {{11, 12, 13}, {40, 41}, {7}, {300, 301, 302, 303}};
+  const std::vector<uint64_t> seeds = {5, 6, 8, 9};
+  std::vector<sampling_params> free_params;
+  for (auto seed : seeds)
+    free_params.push_back(make_params(n, 1.0, seed));
+  // The reference: the same rows without stop strings, cut where the prefix text first holds one.
+  auto free_runs = generate(*model, prompts, free_params);
+  const std::string absent = "<never in this text>";
+  auto params = free_params;
+  std::vector<std::optional<size_t>> cuts(prompts.size());
+  bool early = false;
+  for (size_t i = 0; i + 1 < prompts.size(); ++i) { // the last row has no stop strings
+    auto stop = spanning_stop(tok, free_runs[i].tokens, 3);
+    ASSERT_FALSE(stop.empty()) << "row " << i << ": no stop string spanning two tokens";
+    ASSERT_FALSE(stop_cut(tok, free_runs[i].tokens, {absent}));
+    params[i].stop_strings = {absent, stop};
+    params[i].tokenizer = tok;
+    cuts[i] = stop_cut(tok, free_runs[i].tokens, {stop});
+    ASSERT_TRUE(cuts[i]);
+    early = early || *cuts[i] < static_cast<size_t>(n);
+  }
+  EXPECT_TRUE(early) << "no row stops before max_tokens: the test would not see a stop";
+  auto stopped = generate(*model, prompts, params);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    const auto& free_run = free_runs[i];
+    const size_t keep = cuts[i].value_or(free_run.tokens.size());
+    EXPECT_EQ(stopped[i].tokens,
+              std::vector<int64_t>(free_run.tokens.begin(), free_run.tokens.begin() + keep));
+    EXPECT_EQ(stopped[i].stop_reason, cuts[i] ? "stop" : free_run.stop_reason);
+    ASSERT_EQ(stopped[i].logprobs.size(), keep);
+    for (size_t t = 0; t < keep; ++t)
+      EXPECT_NEAR(stopped[i].logprobs[t], free_run.logprobs[t], 1e-5) << "token " << t;
+  }
 }
 
 TEST(Generate, MaxTokensEndsWithLength) {

@@ -338,6 +338,11 @@ TEST_F(SdkClient, TargetsNeedNotBeTheShiftedInputs) {
   check("targets.py");
 }
 
+// Issue 14: stop strings on the base model, a LoRA sampler and a sampler checkpoint.
+TEST_F(SdkClient, StopStringsEndSequencesWhereTheirTextFirstHoldsOne) {
+  check("stop_strings.py");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {

@@ -96,7 +96,8 @@ optim_result sample(optim_result*) {
   return {12.5, false, true, 3e-5, 42};
 }
 model_spec sample(model_spec*) {
-  return {"", "tiny", "{}", 77, 8, 32.0, {"q_proj", "v_proj"}, 0.05, "cosine", 2e-4, 3, 30, 0.1, true, "bf16"};
+  return {"", "tiny", "{}", 77, 8, 32.0, {"q_proj", "v_proj"}, 0.05, "cosine", 2e-4, 3, 30, 0.1, true, "bf16",
+          true, "base-model"};
 }
 algorithm_config sample(algorithm_config*) {
   return {4, 2048, true, 0.7, 64, true, "k2", 0.01, true, 0.02};
@@ -106,7 +107,7 @@ tensor_map sample(tensor_map*) {
           {"norm.weight", tensor_blob{dtype::f32, {2}, std::string(8, '\x02')}}};
 }
 sample_request sample(sample_request*) {
-  return {{5, 9, 2}, 12, 0.7, 40, 0.9, true, 1234567890123ULL, {0, 3}, true, 4};
+  return {{5, 9, 2}, 12, 0.7, 40, 0.9, true, 1234567890123ULL, {0, 3}, {"\n\n", "Ende ¶"}, true, 4};
 }
 sample_output sample(sample_output*) {
   return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}, {4, 4, 5}};

@@ -66,6 +66,12 @@ TEST_F(ServerProtocol, AnswersTheSdkStartupSequence) {
   EXPECT_EQ(parse(r).at("lora_rank"), 8);
   EXPECT_EQ(parse(r).at("is_lora"), true);
   EXPECT_EQ(parse(r).at("model_data").at("model_name"), "test-base");
+  // No tokenizer: no tokenizer_id. With one, where AutoTokenizer.from_pretrained would load it.
+  EXPECT_FALSE(parse(r).at("model_data").contains("tokenizer_id")) << r.body;
+  backend.set_tokenizer_id("models/test-base");
+  r = client->post("get_info", json{{"model_id", model}, {"type", "get_info"}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(parse(r).at("model_data").at("tokenizer_id"), "models/test-base");
   EXPECT_EQ(backend.calls(), (std::vector<std::string>{"create:" + model}));
 }
 

@@ -124,6 +124,15 @@ public:
       tinker::fail_not_found("no state.bin in " + where.name);
   }
   std::string base_model_name() const override { return "test-base"; }
+  std::optional<std::string> tokenizer_id() const override {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return tokenizer_;
+  }
+  /// What `tokenizer_id` answers from now on (nullopt at first: no tokenizer).
+  void set_tokenizer_id(std::optional<std::string> id) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    tokenizer_ = std::move(id);
+  }
   int64_t max_context_length() const override { return context; }
   int64_t vocab_size() const override { return vocab; }
 
@@ -168,7 +177,7 @@ private:
     }
   }
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::string> calls_;
   std::vector<std::string> models_;
@@ -176,6 +185,7 @@ private:
   std::optional<tinker::error_category> fail_category_;
   std::string fail_message_;
   std::map<std::string, int64_t> versions_;
+  std::optional<std::string> tokenizer_;
 };
 
 /// A fresh directory under the system temp dir, removed at destruction.

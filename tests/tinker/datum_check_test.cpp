@@ -142,6 +142,9 @@ sample_request sample(std::vector<int64_t> prompt, int64_t max_tokens) {
 TEST(TinkerSampleCheck, AcceptsValidRequestsAndRefusesBadOnesNamingTheValue) {
   auto where = "sample(s) request 0";
   EXPECT_NO_THROW(check_sample(sample({1, 2}, 6), limits, where));
+  auto with_stops = sample({1, 2}, 6);
+  with_stops.params.stop_strings = {"\n\n", "User:"};
+  EXPECT_NO_THROW(check_sample(with_stops, limits, where));
   struct bad_case {
     std::function<void(sample_request&)> edit;
     std::string expect;
@@ -163,6 +166,10 @@ TEST(TinkerSampleCheck, AcceptsValidRequestsAndRefusesBadOnesNamingTheValue) {
          r.params.stop_tokens = {3, 99};
        },
        "stop token 1 = 99"},
+      {[](sample_request& r) {
+         r.params.stop_strings = {"\n", ""};
+       },
+       "stop string 1 is empty"},
       {[](sample_request& r) {
          r.params.has_seed = true;
          r.params.seed = -5;
