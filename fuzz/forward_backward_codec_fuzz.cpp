@@ -71,9 +71,19 @@ bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
   return true;
 }
 
+/// The same names with the same values, NaN equal to NaN (a NaN setting decodes too).
+template <class Map> bool same_settings(const Map& a, const Map& b) {
+  if (a.size() != b.size())
+    return false;
+  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j)
+    if (i->first != j->first || !same_values({i->second}, {j->second}))
+      return false;
+  return true;
+}
+
 bool same(const tinker::forward_backward_request& a, const tinker::forward_backward_request& b) {
   if (a.model_id != b.model_id || a.seq_id != b.seq_id || a.loss_fn != b.loss_fn ||
-      a.loss_fn_config != b.loss_fn_config || a.forward_only != b.forward_only ||
+      !same_settings(a.loss_fn_config, b.loss_fn_config) || a.forward_only != b.forward_only ||
       a.data.size() != b.data.size())
     return false;
   for (size_t i = 0; i < a.data.size(); ++i) {
