@@ -38,6 +38,11 @@ struct role_entry {
   bool optimizer = true;
   /// Engines: estimated tokens of the generate calls in flight, per rank.
   std::vector<int64_t> load;
+  /// Engines: why each rank died (empty while it is alive). Dead ranks get no more requests
+  /// and are left out of weight syncs; the others carry on.
+  std::vector<std::string> dead;
+
+  bool alive(size_t rank) const { return rank >= dead.size() || dead[rank].empty(); }
 };
 
 /// A call that must not interleave with other colocated calls; runs `done` when finished.
@@ -162,6 +167,37 @@ role_entry* find_role(self_ptr self, const std::string& role) {
 
 caf::error role_gone(const std::string& role, const std::string& op) {
   return make_error(errc::not_found, prefix(role, op) + ": the role was unregistered meanwhile");
+}
+
+/// The error of an engine role whose ranks have all died, naming each rank's cause.
+caf::error no_live_engine(const role_entry& e, const std::string& role, const std::string& op) {
+  std::string why;
+  for (size_t r = 0; r < e.dead.size(); ++r)
+    why += (r ? "; " : "") + std::string{"rank "} + std::to_string(r) + ": " + e.dead[r];
+  return make_error(errc::rank_failed,
+                    prefix(role, op) + ": no engine rank is left alive (" + why + ")");
+}
+
+/// The least-loaded spreading of `requests` over the live ranks of engine role `e`
+/// (`spread_requests` over those ranks only); `added` is indexed by rank. Empty when no rank is
+/// alive.
+std::vector<size_t> spread_over_live(const role_entry& e, const std::vector<sample_request>& requests,
+                                     std::vector<int64_t>& added) {
+  std::vector<size_t> live;
+  for (size_t r = 0; r < e.ranks.size(); ++r)
+    if (e.alive(r))
+      live.push_back(r);
+  if (live.empty())
+    return {};
+  std::vector<int64_t> live_added(live.size(), 0), live_load(live.size(), 0);
+  for (size_t i = 0; i < live.size(); ++i)
+    live_load[i] = live[i] < e.load.size() ? e.load[live[i]] : 0;
+  auto owner = spread_requests(requests, live_added, live_load);
+  for (auto& o : owner)
+    o = live[o];
+  for (size_t i = 0; i < live.size(); ++i)
+    added[live[i]] += live_added[i];
+  return owner;
 }
 
 /// An error of one rank call, prefixed with `context`; keeps the `errc` code of the rank's own
@@ -386,7 +422,9 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
   if (e->load.size() != n)
     e->load.assign(n, 0);
   std::vector<int64_t> extra(n, 0);
-  auto owner = spread_requests(requests, extra, e->load);
+  auto owner = spread_over_live(*e, requests, extra);
+  if (owner.empty())
+    return k(no_live_engine(*e, role, op));
   std::vector<std::vector<size_t>> assigned(n);
   std::vector<size_t> offset(requests.size());
   std::vector<size_t> rows(n, 0);
@@ -485,7 +523,9 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
   if (e->load.size() != n)
     e->load.assign(n, 0);
   std::vector<int64_t> extra(n, 0);
-  auto owner = spread_requests(requests, extra, e->load);
+  auto owner = spread_over_live(*e, requests, extra);
+  if (owner.empty())
+    return k(no_live_engine(*e, role, op));
   std::vector<std::vector<int64_t>> share_ids(n);
   std::vector<std::vector<sample_request>> shares(n);
   auto& st = self->state;
@@ -503,11 +543,14 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
     size_t pending = 0;
     caf::error error;
     std::vector<size_t> accepted;
+    std::vector<size_t> gone; ///< ranks that died before the dispatcher heard of it
+    size_t calls = 0;         ///< ranks given a share
   };
   auto g = std::make_shared<gather>();
   for (size_t j = 0; j < n; ++j)
     if (!shares[j].empty())
       ++g->pending;
+  g->calls = g->pending;
   std::vector<int32_t> ranks(owner.begin(), owner.end());
   auto forget = [self](const std::vector<int64_t>& sids) {
     for (auto id : sids) {
@@ -532,6 +575,8 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
                   g->accepted.push_back(j);
                 } else {
                   forget(sids);
+                  if (r.error() == caf::sec::request_receiver_down)
+                    g->gone.push_back(j);
                   if (!g->error)
                     g->error = with_context(self, context, r.error(), timeout_ms);
                 }
@@ -539,6 +584,10 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
                   return;
                 if (!g->error)
                   return k(op_result{caf::make_message(ranks)});
+                // A rank that died before its down message arrived: mark it and submit the
+                // whole call again to the live ranks (what the others accepted is stopped
+                // below), unless another rank refused it for a reason of its own.
+                const bool only_gone = g->gone.size() + g->accepted.size() == g->calls;
                 // All or nothing: what other ranks accepted is stopped and forgotten.
                 for (auto a : g->accepted) {
                   if (auto* e2 = find_role(self, role); e2 && a < e2->ranks.size())
@@ -546,6 +595,15 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
                               caf::make_message(caf::actor_cast<caf::actor>(self), share_ids[a]),
                               timeout_ms, [](caf::expected<caf::message>) {});
                   forget(share_ids[a]);
+                }
+                auto* e3 = find_role(self, role);
+                if (only_gone && !g->gone.empty() && e3) {
+                  if (e3->dead.size() != e3->ranks.size())
+                    e3->dead.assign(e3->ranks.size(), "");
+                  for (auto j2 : g->gone)
+                    if (j2 < e3->dead.size() && e3->dead[j2].empty())
+                      e3->dead[j2] = "died (its actor is gone)";
+                  return submit_call(self, role, args, timeout_ms, k);
                 }
                 k(std::move(g->error));
               });
@@ -635,6 +693,9 @@ void engine_down(self_ptr self, const caf::actor_addr& who, const caf::error& re
       }
       if (rank < e.load.size())
         e.load[rank] = 0;
+      if (e.dead.size() != e.ranks.size())
+        e.dead.assign(e.ranks.size(), "");
+      e.dead[rank] = "died (" + self->system().render(reason) + ")";
       runtime::logger("actors.dispatch")->warn("engine_down role={} rank={}", name, rank);
     }
   }
@@ -678,6 +739,8 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
     for (auto& name : engine_roles(self)) {
       auto& e = st.roles.at(name);
       for (size_t r = 0; r < e.ranks.size(); ++r) {
+        if (!e.alive(r))
+          continue; // a dead rank keeps nothing; the live ones get the weights
         weight_sync_spec spec;
         spec.transport = st.transport != "auto" ? st.transport
                          : r < e.where.size()   ? choose_transport(from, e.where[r])
@@ -692,9 +755,13 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
         receivers.push_back({e.ranks[r], name, r, std::move(spec)});
       }
     }
-    if (receivers.empty())
+    if (receivers.empty()) {
+      for (auto& name : engine_roles(self))
+        if (!st.roles.at(name).dead.empty())
+          return done(no_live_engine(st.roles.at(name), name, op));
       return done(
           make_error(errc::not_found, prefix(source, op) + ": the engine groups have no ranks"));
+    }
     st.last_sync.clear();
     for (auto& r : receivers)
       st.last_sync[r.role + "/" + std::to_string(r.index)] = r.spec.transport;
@@ -778,22 +845,40 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
   };
 }
 
-/// The highest weight version any engine holds, plus one, into `version`.
-step next_version_step(self_ptr self, std::shared_ptr<int64_t> version, int64_t timeout_ms) {
+/// `op(args)` on every live rank of every engine role; `k` gets each answer, then
+/// `done` the first error. An engine role whose ranks all died fails with `no_live_engine`.
+step live_engines_step(self_ptr self, const std::string& op, caf::message args,
+                       int64_t timeout_ms, std::function<void(const caf::message&)> k) {
   return [=](done_fn done) {
-    auto roles = engine_roles(self);
-    auto pending = std::make_shared<size_t>(roles.size());
+    struct target {
+      std::string role;
+      size_t rank;
+      caf::actor handle;
+    };
+    std::vector<target> targets;
+    for (auto& name : engine_roles(self)) {
+      auto& e = self->state.roles.at(name);
+      size_t live = 0;
+      for (size_t r = 0; r < e.ranks.size(); ++r)
+        if (e.alive(r)) {
+          targets.push_back({name, r, e.ranks[r]});
+          ++live;
+        }
+      if (live == 0 && !e.ranks.empty())
+        return done(no_live_engine(e, name, op));
+    }
+    if (targets.empty())
+      return done(caf::error{});
+    auto pending = std::make_shared<size_t>(targets.size());
     auto failed = std::make_shared<caf::error>();
-    *version = self->state.weight_version + 1;
-    for (auto& name : roles) {
-      group_all(self, self->state.roles.at(name).group, "weight_version", caf::message{},
-                timeout_ms, [=](caf::expected<std::vector<caf::message>> r) {
+    for (auto& t : targets) {
+      auto context = prefix(t.role, op) + ": engine rank " + std::to_string(t.rank);
+      rank_call(self, t.handle, op, args, timeout_ms,
+                [=](caf::expected<caf::message> r) {
                   if (!r && !*failed)
-                    *failed = wrap(self, name, "weight_version", r.error());
+                    *failed = with_context(self, context, r.error(), timeout_ms);
                   if (r)
-                    for (auto& m : *r)
-                      if (m.match_elements<int64_t>())
-                        *version = std::max(*version, m.get_as<int64_t>(0) + 1);
+                    k(*r);
                   if (--*pending == 0)
                     done(*failed);
                 });
@@ -801,28 +886,30 @@ step next_version_step(self_ptr self, std::shared_ptr<int64_t> version, int64_t 
   };
 }
 
-step all_engines_step(self_ptr self, const std::string& op, int64_t timeout_ms) {
+/// The highest weight version any live engine holds plus one, or `least` when that is higher,
+/// into `version`.
+step next_version_step(self_ptr self, std::shared_ptr<int64_t> version, int64_t least,
+                       int64_t timeout_ms) {
   return [=](done_fn done) {
-    auto roles = engine_roles(self);
-    auto pending = std::make_shared<size_t>(roles.size());
-    auto failed = std::make_shared<caf::error>();
-    for (auto& name : roles)
-      group_all(self, self->state.roles.at(name).group, op, caf::message{}, timeout_ms,
-                [=](caf::expected<std::vector<caf::message>> r) {
-                  if (!r && !*failed)
-                    *failed = wrap(self, name, op, r.error());
-                  if (--*pending == 0)
-                    done(*failed);
-                });
+    *version = std::max(self->state.weight_version + 1, least);
+    live_engines_step(self, "weight_version", caf::message{}, timeout_ms, [=](const caf::message& m) {
+      if (m.match_elements<int64_t>())
+        *version = std::max(*version, m.get_as<int64_t>(0) + 1);
+    })(std::move(done));
   };
 }
 
-void sync_call(self_ptr self, const std::string& role, int64_t timeout_ms, reply_fn k) {
+step all_engines_step(self_ptr self, const std::string& op, int64_t timeout_ms) {
+  return live_engines_step(self, op, caf::message{}, timeout_ms, [](const caf::message&) {});
+}
+
+void sync_call(self_ptr self, const std::string& role, const std::string& pause_mode,
+               int64_t least_version, int64_t timeout_ms, reply_fn k) {
   auto& st = self->state;
   auto engines = engine_roles(self);
   auto version = std::make_shared<int64_t>(0);
   auto steps = std::make_shared<std::vector<step>>();
-  steps->push_back(next_version_step(self, version, timeout_ms));
+  steps->push_back(next_version_step(self, version, least_version, timeout_ms));
   bool colocated = st.colocated.count(role) > 0;
   if (colocated) {
     // Wake engine weights → transfer → offload the policy → wake the engines' KV cache.
@@ -846,7 +933,8 @@ void sync_call(self_ptr self, const std::string& role, int64_t timeout_ms, reply
     return;
   }
   // Pause → transfer → resume (resume also after a failed transfer).
-  steps->push_back(all_engines_step(self, "pause", timeout_ms));
+  steps->push_back(live_engines_step(self, "pause", caf::make_message(pause_mode), timeout_ms,
+                                     [](const caf::message&) {}));
   run_steps(steps, 0, [=](caf::error err) {
     if (err)
       return k(std::move(err));
@@ -898,9 +986,26 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
                                           "engines, not from an engine role");
     else if (engine_roles(self).empty())
       bad = make_error(errc::not_found, prefix(role, op) + ": no engine role is registered");
-    else if (!args.empty())
+    else if (!args.empty() && !args.match_elements<std::string>() &&
+             !args.match_elements<std::string, int64_t>())
       bad = make_error(errc::invalid_argument,
-                       prefix(role, op) + ": takes no arguments, got " + caf::to_string(args));
+                       prefix(role, op) + ": takes no arguments or a pause mode (\"keep\" or "
+                                          "\"abort\") and optionally the least version, got " +
+                           caf::to_string(args));
+    else if (args.match_elements<std::string, int64_t>() && args.get_as<int64_t>(1) < 0)
+      bad = make_error(errc::invalid_argument,
+                       prefix(role, op) + ": the least version must be >= 0, got " +
+                           std::to_string(args.get_as<int64_t>(1)));
+    else if (!args.empty() && args.get_as<std::string>(0) != "keep" &&
+             args.get_as<std::string>(0) != "abort")
+      bad = make_error(errc::invalid_argument,
+                       prefix(role, op) + ": unknown pause mode '" + args.get_as<std::string>(0) +
+                           "' (keep or abort)");
+    else if (!args.empty() && args.get_as<std::string>(0) == "abort" && st.colocated.count(role))
+      bad = make_error(errc::invalid_argument,
+                       prefix(role, op) + ": pause mode 'abort' needs engines that are not "
+                                          "colocated with the role (colocated engines sleep "
+                                          "while it trains; nothing runs to abort)");
   }
   if (bad)
     return bad;
@@ -917,7 +1022,8 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
     if (!e)
       return k(role_gone(role, op));
     if (op == "save_weights_for_sampler")
-      return sync_call(self, role, timeout_ms, k);
+      return sync_call(self, role, args.empty() ? "keep" : args.get_as<std::string>(0),
+                       args.size() == 2 ? args.get_as<int64_t>(1) : int64_t{0}, timeout_ms, k);
     auto need = needs_of(*e, op);
     auto steps = std::make_shared<std::vector<step>>(
         prepare_steps(self, role, need.model, need.optimizer, timeout_ms));

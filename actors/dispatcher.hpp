@@ -72,14 +72,17 @@ using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
 ///    `loss:sum` is the loss of the whole batch), `:max` / `:min` take the extreme, and `:mean`
 ///    is the mean weighted by each rank's loss-mask weight (real tokens), which equals the mean
 ///    over the whole batch for token-level means. An empty batch is refused.
-///  - `save_weights_for_sampler` () → op_result{int64 version}: copies the role's weights
-///    (LoRA merged) to every engine and returns the engines' new weight version (one more than
-///    the highest they held). Colocated with the engines: offload the other colocated roles,
+///  - `save_weights_for_sampler` ([std::string pause_mode[, int64 least_version]]) →
+///    op_result{int64 version}: copies the role's weights (LoRA merged) to every live engine
+///    rank and returns the engines' new weight version: one more than the highest they held, or
+///    `least_version` when that is higher (a resumed run continues its numbering). Colocated with the engines: offload the other colocated roles,
 ///    onload the policy's model (its optimizer state goes off the device), wake the engines'
 ///    weights, transfer, offload the policy, wake the engines' KV cache. Not colocated: pause
-///    the engines (`pause` keep: requests in flight stop between two steps and continue on the
-///    new weights after `resume`, their later tokens tagged with the new version; calls that
-///    arrive meanwhile wait), transfer, resume (also after a failed transfer). Each engine rank
+///    the engines in `pause_mode` (default `keep`: requests in flight stop between two steps
+///    and continue on the new weights after `resume`, their later tokens tagged with the new
+///    version; `abort`: they are stopped and handed back, see engine.hpp `pause`; calls that
+///    arrive meanwhile wait), transfer, resume (also after a failed transfer). `abort` is refused
+///    for a role colocated with the engines, and any other mode is refused by name. Each engine rank
 ///    gets the transport `choose_transport` picks for it (weight_sync.hpp) unless
 ///    `dispatcher_transport_atom` set one. A refused transfer leaves the engines' weights and
 ///    versions as they were.
@@ -104,6 +107,10 @@ using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
 ///    its id) as soon as it finishes. When an engine rank dies, every request it was running
 ///    reaches `consumer` as a `generation_result` without rows, `error_code` rank_failed and an
 ///    error naming the role and rank: requeue those; nothing else is lost.
+///    A dead engine rank gets no more requests (`generate` and `submit` spread over the live
+///    ranks) and is left out of weight syncs and of `pause` / `resume`; once every rank of the
+///    role is dead, `generate`, `submit` and `save_weights_for_sampler` fail with rank_failed,
+///    naming each rank's cause.
 ///  - `cancel` (caf::actor consumer, std::vector<int64_t> ids) → op_result{int64 stopped}: stops
 ///    those submitted requests (their results arrive with unfinished rows "abort").
 ///  - `sleep` / `wake_up` (tags), `pause` ([mode]), `resume` and every other engine op go to all

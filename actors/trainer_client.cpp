@@ -244,8 +244,14 @@ trainer_client::generate(const std::vector<sample_request>& requests, const std:
                                             "generate");
 }
 
-caf::expected<int64_t> trainer_client::save_weights_for_sampler(const std::string& role) {
-  return unwrap<int64_t>(call(role, "save_weights_for_sampler", caf::message{}),
+caf::expected<int64_t> trainer_client::save_weights_for_sampler(const std::string& role,
+                                                                 const std::string& pause_mode,
+                                                                 int64_t least_version) {
+  auto mode = pause_mode.empty() ? std::string{"keep"} : pause_mode;
+  auto args = least_version > 0   ? caf::make_message(mode, least_version)
+              : pause_mode.empty() ? caf::message{}
+                                   : caf::make_message(mode);
+  return unwrap<int64_t>(call(role, "save_weights_for_sampler", std::move(args)),
                          "save_weights_for_sampler");
 }
 

@@ -120,9 +120,13 @@ public:
   caf::expected<std::vector<sample_output>> generate(const std::vector<sample_request>& requests,
                                                      const std::string& role = "engines");
 
-  /// Copies `role`'s weights (LoRA merged) to every engine; returns the engines' new weight
-  /// version.
-  caf::expected<int64_t> save_weights_for_sampler(const std::string& role = "policy");
+  /// Copies `role`'s weights (LoRA merged) to every live engine; returns the engines' new weight
+  /// version. Engines that are not colocated pause around the transfer in `pause_mode`: "keep"
+  /// (also when empty: requests in flight continue on the new weights) or "abort" (they are
+  /// stopped and handed back to their consumers). The new version is at least `least_version`.
+  caf::expected<int64_t> save_weights_for_sampler(const std::string& role = "policy",
+                                                  const std::string& pause_mode = "",
+                                                  int64_t least_version = 0);
 
   /// The dispatcher's view as JSON: roles, residency and the per-device memory ledger (see
   /// `dispatcher_status_atom`).

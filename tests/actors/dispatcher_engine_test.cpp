@@ -79,26 +79,6 @@ protected:
     ok(client_->init_model("engines", spec_of(engine_preset, 22)));
   }
 
-  /// `ranks` engines, one per virtual GPU, or all on GPU 0 at 0.2 GPU each (`one_device`).
-  caf::expected<actor_group> spawn_engines(const std::string& name, int ranks,
-                                           bool one_device = false) {
-    group_spec s;
-    s.name = name;
-    s.kind = "engine";
-    s.placement = virtual_pg(one_device ? 1 : ranks);
-    if (one_device) {
-      s.num_ranks = ranks;
-      s.gpu_per_rank = 0.2;
-    }
-    s.threads_per_rank = 1;
-    s.collectives = false;
-    s.init_timeout = std::chrono::seconds(20);
-    auto g = actor_group::spawn(*sys_, s);
-    if (g)
-      groups_.push_back(*g);
-    return g;
-  }
-
   /// One training step so the policy's weights differ from its initial ones.
   void train_step() {
     auto batch = be::from_sequences({{1, 2, 3}, {4, 5}}, {{6, 7}, {8, 9, 10}});
@@ -314,6 +294,9 @@ protected:
 
 TEST_F(Colocated, OnlyTheCalledRoleIsResidentAndValuesSurviveTheRoundTrips) {
   setup_colocated();
+  // Colocated engines sleep while the policy trains: there is nothing to abort.
+  expect_error(client_->call("policy", "save_weights_for_sampler", caf::make_message("abort")),
+               errc::invalid_argument, "pause mode 'abort' needs engines that are not colocated");
   auto batch = be::from_sequences({{1, 2, 3}, {4, 5}}, {{6, 7}, {8, 9, 10}});
   auto first = ok(client_->forward("policy", batch)).outputs.at("logprobs");
   expect_only("policy");
@@ -398,7 +381,12 @@ TEST_F(EngineDispatch, BadSyncsAndSettingsAreRefused) {
   expect_error(client_->call("engines", "save_weights_for_sampler", caf::message{}),
                errc::invalid_argument, "not from an engine role");
   expect_error(client_->call("policy", "save_weights_for_sampler", caf::make_message(1)),
-               errc::invalid_argument, "takes no arguments");
+               errc::invalid_argument, "takes no arguments or a pause mode");
+  expect_error(client_->call("policy", "save_weights_for_sampler", caf::make_message("drain")),
+               errc::invalid_argument, "unknown pause mode 'drain'");
+  expect_error(client_->call("policy", "save_weights_for_sampler",
+                             caf::make_message("keep", int64_t{-1})),
+               errc::invalid_argument, "the least version must be >= 0, got -1");
   auto t = client_->set_weight_transport("carrier-pigeon");
   ASSERT_FALSE(t);
   EXPECT_NE(error_message(t.error()).find("unknown weight transport"), std::string::npos);
@@ -406,6 +394,9 @@ TEST_F(EngineDispatch, BadSyncsAndSettingsAreRefused) {
   ASSERT_FALSE(c);
   EXPECT_NE(error_message(c.error()).find("at least two roles"), std::string::npos);
   EXPECT_EQ(ok(client_->save_weights_for_sampler()), 1);
+  // A resumed run continues its numbering; later syncs count on from there.
+  EXPECT_EQ(ok(client_->save_weights_for_sampler("policy", "abort", 40)), 40);
+  EXPECT_EQ(ok(client_->save_weights_for_sampler("policy", "keep", 3)), 41);
   // Registration with an unknown kind and a status request without a deadline are refused.
   caf::scoped_actor self{*sys_};
   self->request(dispatcher_, std::chrono::seconds(10), dispatcher_register_atom::value,

@@ -470,6 +470,36 @@ TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsTo
       expected.insert(id);
   EXPECT_EQ(lost, expected);
   EXPECT_FALSE(lost.empty());
+
+  // Requeued, the lost requests all go to the live rank and come back as if run alone.
+  std::vector<int64_t> again_ids(lost.begin(), lost.end());
+  std::vector<sample_request> again;
+  for (auto id : again_ids)
+    again.push_back(rs[static_cast<size_t>(id - 100)]);
+  auto replaced = ok(client_->call("pair", "submit", caf::make_message(me, again_ids, again)));
+  for (auto rank : replaced.get_as<std::vector<int32_t>>(0))
+    EXPECT_EQ(rank, 0);
+  for (size_t n = 0; n < again_ids.size(); ++n) {
+    auto r = next_result(self);
+    ASSERT_GE(r.id, 100);
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    EXPECT_EQ(r.engine_rank, 0);
+    expect_row(r.samples.at(0), alone(*model_, rs[static_cast<size_t>(r.id - 100)], 0),
+               "requeued id " + std::to_string(r.id));
+  }
+  // Engine-wide ops skip the dead rank; once no rank is left, calls fail naming each cause.
+  ok(client_->call("pair", "generate", caf::make_message(std::vector<sample_request>{rs[0]})));
+  caf::anon_send_exit(ok(two.rank_handles()).at(0), caf::exit_reason::kill);
+  auto gone = client_->call("pair", "submit", caf::make_message(me, ids, rs));
+  for (int tries = 0; gone && tries < 50; ++tries) { // the down message may still be on its way
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gone = client_->call("pair", "submit", caf::make_message(me, std::vector<int64_t>{900 + tries},
+                                                              std::vector<sample_request>{rs[0]}));
+  }
+  expect_error(gone, errc::rank_failed, "no engine rank is left alive (rank 0: died");
+  expect_error(client_->call("pair", "generate",
+                             caf::make_message(std::vector<sample_request>{rs[0]})),
+               errc::rank_failed, "rank 1: died");
 }
 
 } // namespace

@@ -78,6 +78,27 @@ protected:
     return g;
   }
 
+  /// `ranks` engines (the `engine` kind must be registered), one per virtual GPU, or all on
+  /// GPU 0 at 0.2 GPU each (`one_device`); kept to be stopped on tear-down.
+  caf::expected<actor_group> spawn_engines(const std::string& name, int ranks,
+                                           bool one_device = false) {
+    group_spec s;
+    s.name = name;
+    s.kind = "engine";
+    s.placement = virtual_pg(one_device ? 1 : ranks);
+    if (one_device) {
+      s.num_ranks = ranks;
+      s.gpu_per_rank = 0.2;
+    }
+    s.threads_per_rank = 1;
+    s.collectives = false;
+    s.init_timeout = std::chrono::seconds(20);
+    auto g = actor_group::spawn(*sys_, s);
+    if (g)
+      groups_.push_back(*g);
+    return g;
+  }
+
   /// The value of a call that must succeed; otherwise a failure and an exception ending the test.
   template <class T> T ok(caf::expected<T> x) {
     EXPECT_TRUE(x) << sys_->render(x.error());
