@@ -500,4 +500,71 @@ inline bool operator==(const weight_sync_spec& a, const weight_sync_spec& b) {
          a.world_size == b.world_size && a.rank == b.rank;
 }
 
+/// One prompt group of an RL loop (rl/): the request the rollout producer submits for it and,
+/// once generated, its `num_samples` rows with their per-token weight versions. `id` is the
+/// loop's, unique over a run. `submissions` counts how often it went to the engines (a request
+/// lost with a dead engine or handed back by `pause(abort)` is submitted again from scratch).
+struct rollout {
+  int64_t id = 0;
+  sample_request request;
+  std::vector<sample_output> samples;
+  int64_t submissions = 0;
+};
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, rollout& x) {
+  return f(caf::meta::type_name("rollout"), x.id, x.request, x.samples, x.submissions);
+}
+
+inline bool operator==(const rollout& a, const rollout& b) {
+  return a.id == b.id && a.request == b.request && a.samples == b.samples &&
+         a.submissions == b.submissions;
+}
+
+/// What a trainer takes from the rollout producer: complete rollouts in ascending id with each
+/// one's staleness (the trainer's weight version minus the oldest version among its tokens),
+/// and what the producer did since the previous take: the ids it dropped as staler than the
+/// bound and the number of requeued submissions.
+struct rollout_batch {
+  std::vector<rollout> rollouts;
+  std::vector<int64_t> staleness;
+  std::vector<int64_t> dropped_ids;
+  int64_t requeued = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollout_batch& x) {
+  return f(caf::meta::type_name("rollout_batch"), x.rollouts, x.staleness, x.dropped_ids,
+           x.requeued);
+}
+
+inline bool operator==(const rollout_batch& a, const rollout_batch& b) {
+  return a.rollouts == b.rollouts && a.staleness == b.staleness &&
+         a.dropped_ids == b.dropped_ids && a.requeued == b.requeued;
+}
+
+/// Everything a rollout producer holds, for a checkpoint: rollouts not generated yet (queued or
+/// in flight; their partial rows are not kept, they are generated again after a restore),
+/// complete ones not yet taken, and the accounting (taken, dropped and requeued counts, and the
+/// staleness histogram of taken rollouts: `staleness_counts[s]` rollouts had staleness s).
+struct rollout_state {
+  std::vector<rollout> waiting;
+  std::vector<rollout> done;
+  int64_t taken = 0;
+  int64_t dropped = 0;
+  int64_t requeued = 0;
+  std::vector<int64_t> staleness_counts;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rollout_state& x) {
+  return f(caf::meta::type_name("rollout_state"), x.waiting, x.done, x.taken, x.dropped,
+           x.requeued, x.staleness_counts);
+}
+
+inline bool operator==(const rollout_state& a, const rollout_state& b) {
+  return a.waiting == b.waiting && a.done == b.done && a.taken == b.taken &&
+         a.dropped == b.dropped && a.requeued == b.requeued &&
+         a.staleness_counts == b.staleness_counts;
+}
+
 } // namespace rlforge

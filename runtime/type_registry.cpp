@@ -17,7 +17,8 @@ const char* const message_type_names[] = {
   "rlforge::node_join_request", "rlforge::join_reply",    "rlforge::driver_hello",
   "rlforge::node_endpoint",   "rlforge::node_heartbeat",   "rlforge::group_record",
   "rlforge::rank_actor",      "rlforge::node_agent_actor", "rlforge::head_actor",
-  "rlforge::generation_result", "rlforge::engine_options",
+  "rlforge::generation_result", "rlforge::engine_options", "rlforge::rollout",
+  "rlforge::rollout_batch",   "rlforge::rollout_state",
 };
 
 namespace {

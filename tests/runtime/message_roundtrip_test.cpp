@@ -118,6 +118,18 @@ generation_result sample(generation_result*) {
 engine_options sample(engine_options*) {
   return {int64_t{1} << 30, 32, 64, 1024, false};
 }
+rollout sample(rollout*) {
+  return {17, sample(static_cast<sample_request*>(nullptr)),
+          {sample(static_cast<sample_output*>(nullptr)), sample(static_cast<sample_output*>(nullptr))},
+          2};
+}
+rollout_batch sample(rollout_batch*) {
+  return {{sample(static_cast<rollout*>(nullptr))}, {1}, {3, 5}, 4};
+}
+rollout_state sample(rollout_state*) {
+  return {{sample(static_cast<rollout*>(nullptr))}, {sample(static_cast<rollout*>(nullptr))}, 9,
+          2, 1, {5, 3, 1}};
+}
 weight_sync_spec sample(weight_sync_spec*) {
   return {"gloo", "sync-7", 3, 1 << 20, 5000, "127.0.0.1", 41234, 3, 1};
 }
