@@ -9,7 +9,8 @@
 #   placement/  pure C++: no CAF, no torch, no other rlforge folder
 #   runtime/    CAF: no torch, no placement/backends/actors
 #   backends/   torch: no CAF, no placement/runtime/actors
-#   actors/     all three below, nothing above (cli, examples, bench, service)
+#   actors/     all three below, nothing above (rl, cli, examples, bench, service)
+#   rl/         the RL loop: actors/ and below, nothing above (cli, examples, bench, service)
 #   service/    runtime/, placement/ and the torch-free actors/ headers listed in
 #               service_actor_headers; no torch, no backends/, nothing above (cli, examples, bench)
 # Usage: layering.sh [ROOT]        check the tree at ROOT (default: this repository)
@@ -19,20 +20,21 @@ set -euo pipefail
 check_tree() {
   local root=$1 status=0
   declare -A forbidden=(
-    [tinker]='#include ["<](prompt|placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
-    [text]='#include ["<](tinker|chat|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
-    [chat]='#include ["<](tinker|text|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
-    [env]='#include ["<](tinker|text|chat|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
-    [prompt]='#include ["<](tinker|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
-    [placement]='#include ["<](prompt|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
-    [runtime]='#include ["<](placement|backends|actors|cli|examples|bench|service)/|#include <(torch|ATen|c10)/'
-    [backends]='#include ["<](placement|runtime|actors|cli|examples|bench|service)/|#include <caf/'
-    [actors]='#include ["<](cli|examples|bench|service)/'
-    [service]='#include ["<](backends|cli|examples|bench)/|#include <(torch|ATen|c10)/'
+    [tinker]='#include ["<](rl|prompt|placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
+    [text]='#include ["<](rl|tinker|chat|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [chat]='#include ["<](rl|tinker|text|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [env]='#include ["<](rl|tinker|text|chat|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [prompt]='#include ["<](rl|tinker|env|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
+    [placement]='#include ["<](rl|prompt|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
+    [runtime]='#include ["<](rl|placement|backends|actors|cli|examples|bench|service)/|#include <(torch|ATen|c10)/'
+    [backends]='#include ["<](rl|placement|runtime|actors|cli|examples|bench|service)/|#include <caf/'
+    [actors]='#include ["<](rl|cli|examples|bench|service)/'
+    [rl]='#include ["<](cli|examples|bench|service)/'
+    [service]='#include ["<](rl|backends|cli|examples|bench)/|#include <(torch|ATen|c10)/'
   )
   # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
   local service_actor_headers='actors/tinker_backend\.hpp'
-  for dir in tinker text chat env prompt placement runtime backends actors service; do
+  for dir in tinker text chat env prompt placement runtime backends actors rl service; do
     [ -d "$root/$dir" ] || continue
     local hits
     hits=$(grep -rnE "${forbidden[$dir]}" "$root/$dir" --include='*.hpp' --include='*.cpp' \

@@ -1,0 +1,438 @@
+// The RL loop over a real policy and real engines (tiny models, fp32): sync mode gives exactly
+// the losses of the hand-written generate → train → sync loop; staleness stays within its bound
+// under a slow trainer and under slow engines; pause(keep) tags the tokens of a rollout that
+// spans a weight update with both versions, pause(abort) requeues it; a resume from a snapshot
+// loses no rollout; a killed engine's rollouts are requeued to the other and the loop fails
+// clearly once no engine is left; bad options and snapshots are refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+
+#include "actors/engine.hpp"
+#include "backends/train/training_batch.hpp"
+#include "rl/rl_loop.hpp"
+#include "rl/rollout_buffer.hpp"
+#include "rl/rollout_json.hpp"
+#include "rl/rollout_producer.hpp"
+#include "runtime/errc.hpp"
+
+#include "../actors/test_support.hpp"
+
+namespace rlforge::rl {
+namespace {
+
+namespace be = rlforge::backends;
+using actors::test::actor_fixture;
+
+model_spec tiny(uint64_t seed) {
+  model_spec s;
+  s.compute_dtype = "fp32";
+  s.preset = "tiny";
+  s.seed = seed;
+  return s;
+}
+
+class RlLoop : public actor_fixture {
+public:
+  using actor_fixture::ok;
+
+  void register_kinds() override {
+    actors::register_worker_kinds();
+    actors::register_engine_kind();
+  }
+
+  /// A policy (1 rank) and `engines` engine ranks, the engines holding the policy's weights.
+  void setup(int engines, int64_t max_num_seqs = 256) {
+    policy_ = ok(spawn_group("policy", "policy", 1));
+    ok(client_->register_group("policy", policy_));
+    engines_ = ok(spawn_engines("engines", engines));
+    ok(client_->register_engines(engines_));
+    ok(client_->init_model("engines", tiny(22)));
+    engine_options eo;
+    eo.max_num_seqs = max_num_seqs;
+    eo.kv_cache_bytes = int64_t{64} << 20;
+    ok(client_->call("engines", "configure", caf::make_message(eo)));
+    reset_models();
+  }
+
+  /// Both roles back to their initial weights (a fresh optimizer), the engines synced; the
+  /// engines' version.
+  int64_t reset_models() {
+    ok(client_->init_model("policy", tiny(11)));
+    ok(client_->init_model("engines", tiny(22)));
+    return ok(client_->save_weights_for_sampler());
+  }
+
+  /// Request `id` of the tests' task: a short prompt drawn from `rng`, `samples` seeded samples.
+  static sample_request draw(std::mt19937_64& rng, int64_t max_tokens, int64_t samples = 2) {
+    sample_request r;
+    r.prompt = {1 + static_cast<int64_t>(rng() % 20), 3, 5 + static_cast<int64_t>(rng() % 7)};
+    r.max_tokens = max_tokens;
+    r.temperature = 1.0;
+    r.has_seed = true;
+    r.seed = rng();
+    r.num_samples = samples;
+    return r;
+  }
+
+  /// One supervised step on the rows (cross-entropy on the responses); its loss.
+  double train_on(const std::vector<std::vector<int64_t>>& prompts,
+                  const std::vector<std::vector<int64_t>>& responses) {
+    auto batch = be::from_sequences(prompts, responses);
+    auto out = ok(client_->forward_backward("policy", batch, "cross_entropy"));
+    be::adam_params p;
+    p.learning_rate = 1e-2;
+    ok(client_->optim_step("policy", p));
+    return out.metric("loss:sum");
+  }
+
+  double train_on(const loop_batch& b) {
+    std::vector<std::vector<int64_t>> prompts, responses;
+    for (auto& r : b.rollouts)
+      for (auto& s : r.samples) {
+        prompts.push_back(r.request.prompt);
+        responses.push_back(s.tokens);
+      }
+    return train_on(prompts, responses);
+  }
+
+  loop_options options(rl_mode mode, int64_t batch, int64_t max_staleness = 1) {
+    loop_options o;
+    o.mode = mode;
+    o.batch_rollouts = batch;
+    o.max_staleness = max_staleness;
+    o.take_timeout = std::chrono::seconds(60);
+    return o;
+  }
+
+  actors::actor_group policy_, engines_;
+};
+
+TEST_F(RlLoop, SyncModeGivesTheLossesOfTheHandWrittenLoop) {
+  setup(2);
+  constexpr int steps = 4, batch = 3;
+  // Today's loop: generate a batch, train on it, sync.
+  std::vector<double> expected;
+  {
+    std::mt19937_64 rng(5);
+    for (int s = 0; s < steps; ++s) {
+      std::vector<sample_request> rs;
+      for (int i = 0; i < batch; ++i)
+        rs.push_back(draw(rng, 12));
+      auto out = ok(client_->generate(rs));
+      std::vector<std::vector<int64_t>> prompts, responses;
+      for (size_t row = 0; row < out.size(); ++row) {
+        prompts.push_back(rs[row / 2].prompt);
+        responses.push_back(out[row].tokens);
+      }
+      expected.push_back(train_on(prompts, responses));
+      ok(client_->save_weights_for_sampler());
+    }
+  }
+  const auto version = reset_models();
+  std::mt19937_64 rng(5);
+  rl_loop loop(*sys_, *client_, options(rl_mode::sync, batch),
+               [&](int64_t) { return draw(rng, 12); });
+  loop.set_version(version);
+  for (int s = 0; s < steps; ++s) {
+    auto b = ok(loop.next_batch());
+    ASSERT_EQ(b.rollouts.size(), static_cast<size_t>(batch));
+    for (auto st : b.staleness)
+      EXPECT_EQ(st, 0);
+    EXPECT_EQ(train_on(b), expected[static_cast<size_t>(s)]) << "step " << s;
+    ok(loop.update_weights());
+  }
+}
+
+/// Runs `steps` steps of `loop`, sleeping `trainer_delay` per step; checks every batch's
+/// staleness against the bound and returns the total dropped.
+int64_t run_and_check_staleness(rl_loop& loop, int steps,
+                                std::chrono::milliseconds trainer_delay, int64_t bound) {
+  int64_t dropped = 0, taken = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto b = loop.next_batch();
+    if (!b) {
+      ADD_FAILURE() << "step " << s << ": " << error_message(b.error());
+      return dropped;
+    }
+    for (size_t i = 0; i < b->rollouts.size(); ++i) {
+      EXPECT_LE(b->staleness[i], bound) << "step " << s;
+      EXPECT_EQ(b->staleness[i], staleness_of(b->rollouts[i], loop.version()));
+    }
+    dropped += b->dropped;
+    taken += static_cast<int64_t>(b->rollouts.size());
+    std::this_thread::sleep_for(trainer_delay);
+    if (!loop.update_weights())
+      ADD_FAILURE() << "update_weights failed at step " << s;
+  }
+  auto acc = loop.accounting();
+  EXPECT_TRUE(acc);
+  if (acc) {
+    int64_t histogram = 0;
+    for (size_t s = 0; s < acc->staleness_counts.size(); ++s) {
+      histogram += acc->staleness_counts[s];
+      if (acc->staleness_counts[s] > 0) {
+        EXPECT_LE(static_cast<int64_t>(s), bound);
+      }
+    }
+    EXPECT_EQ(histogram, taken);
+    EXPECT_EQ(acc->dropped, dropped);
+  }
+  return dropped;
+}
+
+TEST_F(RlLoop, StalenessStaysWithinItsBoundUnderASlowTrainerAndUnderSlowEngines) {
+  setup(1);
+  std::mt19937_64 rng(9);
+  {
+    // A slow trainer: the engines run a batch ahead and finish it long before the trainer
+    // takes it, but nothing older than one version is trained on.
+    auto o = options(rl_mode::fully_async, 2, 1);
+    rl_loop loop(*sys_, *client_, o, [&](int64_t) { return draw(rng, 6); });
+    loop.set_version(1);
+    run_and_check_staleness(loop, 6, std::chrono::milliseconds(150), 1);
+  }
+  {
+    // Slow engines (one sequence at a time, long rows) and a bound of 0 in fully_async mode:
+    // every rollout that saw an update is dropped and replaced, never trained on.
+    ok(client_->call("engines", "configure", caf::make_message([] {
+                       engine_options eo;
+                       eo.max_num_seqs = 1;
+                       eo.kv_cache_bytes = int64_t{64} << 20;
+                       return eo;
+                     }())));
+    auto o = options(rl_mode::fully_async, 1, 0);
+    rl_loop loop(*sys_, *client_, o, [&](int64_t) { return draw(rng, 300, 1); });
+    loop.set_version(ok(client_->save_weights_for_sampler()));
+    auto dropped = run_and_check_staleness(loop, 4, std::chrono::milliseconds(0), 0);
+    EXPECT_GT(dropped, 0) << "the queued batch saw every update; it should have been dropped";
+  }
+}
+
+/// One sequence at a time: the second rollout starts when the first is done, so the weight
+/// update after the first lands in the middle of the second one's row. Returns that rollout's
+/// batch.
+loop_batch update_mid_rollout(RlLoop* t, rl_loop& loop) {
+  loop.set_version(1);
+  auto first = t->ok(loop.next_batch());
+  t->train_on(first);
+  EXPECT_EQ(t->ok(loop.update_weights()), 2);
+  auto second = t->ok(loop.next_batch());
+  EXPECT_EQ(second.rollouts.size(), 1u);
+  const auto& row = second.rollouts.at(0).samples.at(0);
+  EXPECT_EQ(row.token_versions.size(), row.tokens.size());
+  EXPECT_TRUE(std::is_sorted(row.token_versions.begin(), row.token_versions.end()));
+  return second;
+}
+
+TEST_F(RlLoop, PauseKeepTagsTheTokensOfARolloutSpanningAnUpdateWithBothVersions) {
+  setup(1, 1);
+  std::mt19937_64 rng(3);
+  auto o = options(rl_mode::one_step_off, 1, 2);
+  o.pause_mode = "keep";
+  rl_loop loop(*sys_, *client_, o, [&](int64_t) { return draw(rng, 300, 1); });
+  auto second = update_mid_rollout(this, loop);
+  const auto& versions = second.rollouts.at(0).samples.at(0).token_versions;
+  ASSERT_FALSE(versions.empty());
+  EXPECT_EQ(versions.front(), 1);
+  EXPECT_EQ(versions.back(), 2);
+  EXPECT_EQ(second.staleness.at(0), 1);
+  EXPECT_EQ(second.requeued, 0);
+  EXPECT_EQ(second.rollouts[0].submissions, 1);
+}
+
+TEST_F(RlLoop, PauseAbortRequeuesTheRolloutSpanningAnUpdate) {
+  setup(1, 1);
+  std::mt19937_64 rng(3);
+  auto o = options(rl_mode::one_step_off, 1, 2);
+  o.pause_mode = "abort";
+  rl_loop loop(*sys_, *client_, o, [&](int64_t) { return draw(rng, 300, 1); });
+  auto second = update_mid_rollout(this, loop);
+  // Handed back at the update and generated again from scratch, on version 2 only.
+  const auto& versions = second.rollouts.at(0).samples.at(0).token_versions;
+  ASSERT_EQ(versions.size(), 300u);
+  EXPECT_EQ(versions.front(), 2);
+  EXPECT_EQ(versions.back(), 2);
+  EXPECT_EQ(second.staleness.at(0), 0);
+  EXPECT_GE(second.requeued, 1);
+  EXPECT_EQ(second.rollouts[0].submissions, 2);
+}
+
+TEST_F(RlLoop, AResumeFromASnapshotLosesNoRollout) {
+  setup(1);
+  std::mt19937_64 rng(4);
+  std::set<int64_t> trained, dropped_or_trained;
+  auto o = options(rl_mode::fully_async, 2, 1);
+  nlohmann::json snap;
+  std::vector<int64_t> before;
+  {
+    rl_loop loop(*sys_, *client_, o, [&](int64_t) { return draw(rng, 8); });
+    loop.set_version(1);
+    for (int s = 0; s < 3; ++s) {
+      auto b = ok(loop.next_batch());
+      for (auto& r : b.rollouts)
+        EXPECT_TRUE(trained.insert(r.id).second) << "rollout " << r.id << " trained twice";
+      train_on(b);
+      ok(loop.update_weights());
+    }
+    snap = ok(loop.snapshot({{"rng", "state"}}));
+    // The run goes on after the snapshot; a resume replays from the snapshot instead.
+    ok(loop.next_batch());
+  }
+  const auto next_id = snap.at("next_id").get<int64_t>();
+  const auto version = snap.at("version").get<int64_t>();
+  auto held = snap.at("rollouts").at("waiting").size() + snap.at("rollouts").at("done").size();
+  EXPECT_EQ(static_cast<int64_t>(held + trained.size()) +
+                snap.at("rollouts").at("dropped").get<int64_t>(),
+            next_id);
+  // A fresh producer (the same engines, as a restarted job would have).
+  rl_loop resumed(*sys_, *client_, o, [&](int64_t) { return draw(rng, 8); });
+  auto extra = ok(resumed.restore(snap));
+  EXPECT_EQ(extra, (nlohmann::json{{"rng", "state"}}));
+  EXPECT_EQ(resumed.version(), version);
+  auto v = ok(resumed.update_weights());
+  EXPECT_GE(v, version); // the numbering continues
+  auto acc = ok(resumed.accounting());
+  EXPECT_EQ(acc.taken, static_cast<int64_t>(trained.size()));
+  std::set<int64_t> seen = trained;
+  for (int s = 0; s < 6; ++s) {
+    auto b = ok(resumed.next_batch());
+    for (auto& r : b.rollouts)
+      EXPECT_TRUE(seen.insert(r.id).second) << "rollout " << r.id << " trained twice";
+    train_on(b);
+    ok(resumed.update_weights());
+  }
+  auto after = ok(resumed.accounting());
+  // Every rollout the snapshot held is accounted for: trained after the resume or dropped.
+  int64_t lost = 0;
+  for (int64_t id = 0; id < next_id; ++id)
+    if (!seen.count(id))
+      ++lost;
+  EXPECT_EQ(lost, after.dropped) << "rollouts of the snapshot neither trained nor dropped";
+}
+
+TEST_F(RlLoop, AKilledEngineIsRequeuedToTheOtherAndNoEngineLeftIsAClearError) {
+  setup(2, 2);
+  std::mt19937_64 rng(8);
+  auto o = options(rl_mode::fully_async, 2, 3);
+  o.take_timeout = std::chrono::seconds(30);
+  rl_loop loop(*sys_, *client_, o, [&](int64_t) { return draw(rng, 200, 1); });
+  loop.set_version(1);
+  ok(loop.next_batch());
+  // Rollouts are now running on both engines; kill rank 1.
+  caf::anon_send_exit(ok(engines_.rank_handles()).at(1), caf::exit_reason::kill);
+  int64_t requeued = 0;
+  for (int s = 0; s < 3; ++s) {
+    auto b = ok(loop.next_batch());
+    EXPECT_EQ(b.rollouts.size(), 2u);
+    requeued += b.requeued;
+    train_on(b);
+    ok(loop.update_weights()); // the sync skips the dead rank
+  }
+  EXPECT_GE(requeued, 1);
+  caf::anon_send_exit(ok(engines_.rank_handles()).at(0), caf::exit_reason::kill);
+  // Let the dispatcher see the death before asking (a call racing it reports the dead rank
+  // itself rather than "no engine left").
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto t0 = std::chrono::steady_clock::now();
+  caf::expected<loop_batch> b{caf::error{}};
+  for (int s = 0; s < 4; ++s) {
+    b = loop.next_batch();
+    if (!b)
+      break;
+  }
+  ASSERT_FALSE(b);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(25));
+  EXPECT_TRUE(is(b.error(), errc::rank_failed)) << error_message(b.error());
+  EXPECT_NE(error_message(b.error()).find("no engine rank is left alive"), std::string::npos)
+      << error_message(b.error());
+  auto sync = loop.update_weights();
+  ASSERT_FALSE(sync);
+  EXPECT_NE(error_message(sync.error()).find("no engine rank is left alive"), std::string::npos);
+}
+
+TEST_F(RlLoop, BadOptionsRequestsAndSnapshotsAreRefused) {
+  setup(1);
+  auto source = [](int64_t) {
+    sample_request r;
+    r.prompt = {1, 2};
+    r.max_tokens = 4;
+    return r;
+  };
+  auto refused = [&](loop_options o, const std::string& part) {
+    try {
+      rl_loop loop(*sys_, *client_, o, source);
+      ADD_FAILURE() << "accepted options with " << part;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string{e.what()}.find(part), std::string::npos) << e.what();
+    }
+  };
+  auto o = options(rl_mode::sync, 1);
+  o.batch_rollouts = 0;
+  refused(o, "batch_rollouts must be >= 1, got 0");
+  o = options(rl_mode::sync, 1, -1);
+  refused(o, "max_staleness must be >= 0, got -1");
+  o = options(rl_mode::sync, 1);
+  o.pause_mode = "drain";
+  refused(o, "pause_mode must be keep or abort, got 'drain'");
+  rl_mode m;
+  EXPECT_FALSE(parse_rl_mode("async", m));
+  ASSERT_TRUE(parse_rl_mode("one_step_off", m));
+  EXPECT_EQ(m, rl_mode::one_step_off);
+
+  // A request the engines refuse fails the batch, naming it; the loop stays usable.
+  bool bad = true;
+  rl_loop loop(*sys_, *client_, options(rl_mode::sync, 1), [&](int64_t) {
+    auto r = source(0);
+    if (bad)
+      r.prompt = {1, 100000};
+    return r;
+  });
+  auto b = loop.next_batch();
+  ASSERT_FALSE(b);
+  EXPECT_NE(error_message(b.error()).find("100000"), std::string::npos) << error_message(b.error());
+  bad = false;
+  auto good = ok(loop.next_batch());
+  EXPECT_EQ(good.rollouts.size(), 1u);
+
+  // Snapshots: malformed, ids outside the range, or into a loop that holds rollouts already.
+  auto snap = ok(loop.snapshot());
+  rl_loop fresh(*sys_, *client_, options(rl_mode::sync, 1), source);
+  auto broken = snap;
+  broken.erase("next_id");
+  EXPECT_FALSE(fresh.restore(broken));
+  broken = snap;
+  broken["rollouts"]["done"] = nlohmann::json::array({nlohmann::json{{"id", 1}}});
+  auto r = fresh.restore(broken);
+  ASSERT_FALSE(r);
+  EXPECT_NE(error_message(r.error()).find("state.done[0].submissions is missing"),
+            std::string::npos)
+      << error_message(r.error());
+  broken = snap;
+  broken["next_id"] = 0;
+  broken["rollouts"]["waiting"] =
+      nlohmann::json::array({to_json(rollout_state{{rollout{}}, {}, 0, 0, 0, {}})["waiting"][0]});
+  r = fresh.restore(broken);
+  ASSERT_FALSE(r);
+  EXPECT_NE(error_message(r.error()).find("outside [0, next_id = 0)"), std::string::npos)
+      << error_message(r.error());
+  rl_loop busy(*sys_, *client_, options(rl_mode::one_step_off, 1), source);
+  ok(busy.next_batch()); // one more rollout is held for the next batch
+  r = busy.restore(snap);
+  ASSERT_FALSE(r);
+  EXPECT_NE(error_message(r.error()).find("holds nothing yet"), std::string::npos)
+      << error_message(r.error());
+}
+
+} // namespace
+} // namespace rlforge::rl
