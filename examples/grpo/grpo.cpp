@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -58,10 +59,12 @@
 #include "../common/driver.hpp"
 #include "examples/grpo/arith_task.hpp"
 #include "examples/grpo/env_job.hpp"
+#include "examples/grpo/mode_comparison.hpp"
 #include "examples/grpo/options.hpp"
 #include "examples/grpo/policy_update.hpp"
 #include "examples/grpo/report.hpp"
 #include "prompt/chat_prompt.hpp"
+#include "rl/rl_loop.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -177,6 +180,12 @@ struct arith_result {
   std::vector<double> rewards; ///< mean reward per step
   double acc_before = 0;       ///< held-out greedy accuracy after the warm start
   double acc_after = 0;        ///< ... and after GRPO
+  int64_t first_version = 0;   ///< the engines' weight version when GRPO starts
+  double grpo_seconds = 0;     ///< wall time of the GRPO steps (evaluations left out)
+  int64_t samples = 0;         ///< samples trained on
+  std::vector<int64_t> staleness_counts; ///< rollouts trained on, by staleness
+  int64_t dropped = 0;         ///< rollouts dropped as too stale
+  int64_t requeued = 0;        ///< rollout submissions repeated (abort, lost engine)
 };
 
 /// The arithmetic task: warm start, held-out accuracy, GRPO steps, held-out accuracy again.
@@ -202,7 +211,8 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   // 2. Engines get the warm-started weights; the reference model is a copy of them.
   arith_result res;
   const auto max_tokens = task.max_answer_tokens();
-  or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
+  res.first_version =
+      or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
   res.acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
   std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
               sft.steps, sft_seconds, 100 * res.acc_before);
@@ -218,56 +228,117 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   pcfg.kl_loss_coef = opt.kl_coef;
   or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
 
-  // 3. GRPO.
+  // 3. GRPO through the RL loop (rl/rl_loop.hpp): the engines generate each step's rollouts
+  //    (--mode: before the step, or batches ahead while the policy trains), the policy trains
+  //    on them and its weights go to the engines without draining them.
   be::adam_params adam;
   adam.learning_rate = opt.lr;
   adam.grad_clip_norm = 1.0;
+  rl::loop_options lo;
+  rl::parse_rl_mode(opt.mode, lo.mode);
+  lo.batch_rollouts = opt.prompts;
+  lo.max_staleness = opt.max_staleness;
+  lo.pause_mode = opt.pause;
+  std::map<int64_t, arith::problem> problem_of; // the problem of each rollout id
+  rl::rl_loop loop(or_die.sys, client, lo, [&](int64_t id) {
+    // Drawn in id order from the job's generator: sync mode asks for each step's requests just
+    // before the step, as the loop did before it had modes.
+    auto p = task.sample_train(rng);
+    problem_of[id] = p;
+    sample_request r;
+    r.prompt = arith::prompt_tokens(p);
+    r.max_tokens = max_tokens;
+    r.temperature = opt.temperature;
+    r.has_seed = true;
+    r.seed = rng();
+    r.stop_token_ids = {arith::tokenizer::eos_id};
+    r.num_samples = opt.group;
+    return r;
+  });
+  loop.set_version(res.first_version);
+  const bool correct_off_policy = opt.mode != "sync";
+  auto t_grpo = clock_type::now();
+  double eval_seconds = 0; // held-out evaluations, left out of the wall time
+  int64_t samples_trained = 0;
   for (int step = 1; step <= opt.steps; ++step) {
     adam.learning_rate = examples::grpo::learning_rate(opt, step);
     report::step_stats st;
     st.step = step;
     st.total_steps = opt.steps;
-    std::vector<arith::problem> problems;
-    std::vector<sample_request> requests;
-    for (int i = 0; i < opt.prompts; ++i) {
-      problems.push_back(task.sample_train(rng));
-      sample_request r;
-      r.prompt = arith::prompt_tokens(problems.back());
-      r.max_tokens = max_tokens;
-      r.temperature = opt.temperature;
-      r.has_seed = true;
-      r.seed = rng();
-      r.stop_token_ids = {arith::tokenizer::eos_id};
-      r.num_samples = opt.group;
-      requests.push_back(std::move(r));
-    }
-    auto t0 = clock_type::now();
-    auto samples = or_die(client.generate(requests), "generate");
-    st.generate_seconds = examples::seconds_since(t0);
+    auto batch = or_die(loop.next_batch(), "rollouts");
+    // Waiting for rollouts is this step's generation time (all of it in sync mode).
+    st.generate_seconds = batch.wait_seconds;
 
-    // Rewards sit on the last response token; one group per prompt.
+    // Rewards sit on the last response token; one group per rollout.
     examples::grpo::grpo_rows rows;
     double correct = 0;
-    for (size_t row = 0; row < samples.size(); ++row) {
-      size_t i = row / static_cast<size_t>(opt.group);
-      double r = arith::reward(problems[i], samples[row].tokens);
-      st.reward += r / static_cast<double>(samples.size());
-      correct += r == 1.0 ? 1.0 : 0.0;
-      st.tokens += static_cast<int64_t>(samples[row].tokens.size());
-      std::vector<float> rr(samples[row].tokens.size(), 0.0f);
-      rr.back() = static_cast<float>(r);
-      rows.per_token["rewards"].push_back(std::move(rr));
-      rows.prompts.push_back(requests[i].prompt);
-      rows.responses.push_back(std::move(samples[row].tokens));
-      rows.group_ids.push_back(static_cast<int64_t>(i));
+    size_t n_rows = 0;
+    int64_t staleness_max = 0;
+    double staleness_sum = 0;
+    std::vector<int64_t> staleness_counts; // this batch's rollouts by staleness
+    for (auto& r : batch.rollouts)
+      n_rows += r.samples.size();
+    for (size_t g = 0; g < batch.rollouts.size(); ++g) {
+      auto& ro = batch.rollouts[g];
+      const auto& problem = problem_of.at(ro.id);
+      staleness_max = std::max(staleness_max, batch.staleness[g]);
+      staleness_sum += static_cast<double>(batch.staleness[g]);
+      const auto k = static_cast<size_t>(batch.staleness[g]);
+      if (staleness_counts.size() <= k)
+        staleness_counts.resize(k + 1, 0);
+      ++staleness_counts[k];
+      for (auto& sample : ro.samples) {
+        double r = arith::reward(problem, sample.tokens);
+        st.reward += r / static_cast<double>(n_rows);
+        correct += r == 1.0 ? 1.0 : 0.0;
+        st.tokens += static_cast<int64_t>(sample.tokens.size());
+        std::vector<float> rr(sample.tokens.size(), 0.0f);
+        rr.back() = static_cast<float>(r);
+        rows.per_token["rewards"].push_back(std::move(rr));
+        if (correct_off_policy)
+          rows.per_token["rollout_logprobs"].emplace_back(sample.logprobs.begin(),
+                                                          sample.logprobs.end());
+        rows.prompts.push_back(ro.request.prompt);
+        rows.responses.push_back(std::move(sample.tokens));
+        rows.group_ids.push_back(static_cast<int64_t>(g));
+      }
+      problem_of.erase(ro.id);
     }
-    st.accuracy = correct / static_cast<double>(samples.size());
+    samples_trained += static_cast<int64_t>(n_rows);
+    st.accuracy = correct / static_cast<double>(n_rows);
     res.rewards.push_back(st.reward);
-    examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
-    examples::grpo::finish_step(or_die, client, opt, st, metrics);
+    auto gap =
+        examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
+    auto t_sync = clock_type::now();
+    st.weight_version = or_die(loop.update_weights(), "weight update");
+    st.sync_seconds = examples::seconds_since(t_sync);
+    nlohmann::json extra{{"mode", opt.mode},
+                         {"staleness_mean", staleness_sum / static_cast<double>(batch.rollouts.size())},
+                         {"staleness_max", staleness_max},
+                         {"staleness_counts", staleness_counts},
+                         {"dropped", batch.dropped},
+                         {"requeued", batch.requeued},
+                         {"samples", n_rows},
+                         {"logprob_gap", gap.raw},
+                         {"logprob_gap_corrected", gap.corrected},
+                         {"tis_clipped", gap.tis_clipped}};
+    if (opt.eval_every > 0 && (step % opt.eval_every == 0 || step == opt.steps)) {
+      auto t_eval = clock_type::now();
+      extra["held_out_accuracy"] = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+      eval_seconds += examples::seconds_since(t_eval);
+    }
+    extra["wall_seconds"] = examples::seconds_since(t_grpo) - eval_seconds;
+    examples::grpo::finish_step(or_die, client, opt, st, metrics, /*sync=*/false, extra);
   }
   if (!opt.quiet)
     std::printf("\n");
+  res.grpo_seconds = examples::seconds_since(t_grpo) - eval_seconds;
+  res.samples = samples_trained;
+  if (auto acc = loop.accounting()) {
+    res.staleness_counts = acc->staleness_counts;
+    res.dropped = acc->dropped;
+    res.requeued = acc->requeued;
+  }
 
   // 4. Held-out accuracy after GRPO.
   res.acc_after = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
@@ -345,8 +416,58 @@ int check_outputs(const examples::grpo::options& opt, const report::plot_result&
   return 0;
 }
 
+/// `grpo --compare BASELINE.jsonl OTHER.jsonl... [--plot PNG]`: compares runs of the modes
+/// (examples/grpo/mode_comparison.hpp) and draws held-out accuracy against wall time.
+int compare(const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  std::string png;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--plot") {
+      if (i + 1 >= args.size() || args[i + 1].empty()) {
+        std::fprintf(stderr, "%s: --plot needs a non-empty path\n", prog);
+        return 2;
+      }
+      png = args[++i];
+    } else {
+      files.push_back(args[i]);
+    }
+  }
+  if (files.size() < 2) {
+    std::fprintf(stderr, "%s: --compare needs the baseline's metrics and at least one more "
+                 "(grpo --compare SYNC.jsonl OTHER.jsonl... [--plot PNG])\n", prog);
+    return 2;
+  }
+  std::vector<examples::grpo::run_summary> runs;
+  std::vector<report::accuracy_curve> curves;
+  try {
+    for (const auto& f : files) {
+      auto records = report::read_metrics(f);
+      runs.push_back(examples::grpo::summarize(records));
+      if (!runs.back().accuracy.empty())
+        curves.push_back({runs.back().mode, runs.back().accuracy});
+    }
+    std::printf("%s", examples::grpo::compare_runs(runs).c_str());
+    if (!png.empty() && !curves.empty()) {
+      auto drawn = report::run_gnuplot(
+          report::accuracy_plot_script(curves, png,
+                                       "GRPO: held-out accuracy against wall time by mode"),
+          png);
+      if (drawn.written)
+        std::printf("grpo: accuracy-vs-time plot written to %s\n", png.c_str());
+      else
+        std::printf("grpo: no plot: %s\n", drawn.message.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: --compare: %s\n", prog, e.what());
+    return 2;
+  }
+  return 0;
+}
+
 /// The job; returns the exit status (fatal runtime errors exit from inside `fatal_errors`).
 int run(int argc, char** argv) {
+  if (argc > 1 && std::string{argv[1]} == "--compare")
+    return compare(std::vector<std::string>(argv + 2, argv + argc));
   auto parsed = examples::grpo::parse_options(std::vector<std::string>(argv + 1, argv + argc));
   if (parsed.help) {
     std::printf("%s", examples::grpo::usage(prog).c_str());
@@ -396,26 +517,25 @@ int run(int argc, char** argv) {
   placement_client pgs{sys, manager};
   trainer_client client{sys, spawn_dispatcher(sys), 300s};
 
-  std::vector<resource_amounts> bundles(2, resource_amounts{{"GPU", 1.0}, {"CPU", 1.0}});
-  const bool split = opt.layout == "split";
+  const resource_amounts gpu_bundle{{"GPU", 1.0}, {"CPU", 1.0}};
+  const bool split = opt.placement == "split";
   actor_group policy, ref, engines;
   if (!split) {
     // One placement group, every role on both bundles at 0.2 GPU per rank.
-    auto pg = or_die(pgs.create({"colocated", bundles, "pack", 30}), "placement group");
+    auto pg = or_die(pgs.create({"colocated", {gpu_bundle, gpu_bundle}, "pack", 30}),
+                     "placement group");
     policy = spawn_role(or_die, manager, pg, "policy", "policy", true, 0.2);
     ref = spawn_role(or_die, manager, pg, "ref", "ref", true, 0.2);
     engines = spawn_role(or_die, manager, pg, "engines", "engine", false, 0.2);
   } else {
-    // Two bundles spread over the nodes: training on the first, generation on the second.
-    auto pg = or_die(pgs.create({"split", bundles, "spread", 30}), "placement group");
-    auto bundle = [&](size_t i) {
-      auto one = pg;
-      one.bundles = {pg.bundles.at(i)};
-      return one;
-    };
-    policy = spawn_role(or_die, manager, bundle(0), "policy", "policy", true, 0.5);
-    ref = spawn_role(or_die, manager, bundle(0), "ref", "ref", true, 0.5);
-    engines = spawn_role(or_die, manager, bundle(1), "engines", "engine", false, 0.5, 2);
+    // Training and generation in placement groups of their own, one thread each: on one
+    // 2-core node a core each, in a cluster of 1-GPU nodes a node each.
+    auto training = or_die(pgs.create({"training", {gpu_bundle}, "pack", 30}), "placement group");
+    auto generation =
+        or_die(pgs.create({"generation", {gpu_bundle}, "pack", 30}), "placement group");
+    policy = spawn_role(or_die, manager, training, "policy", "policy", true, 0.5);
+    ref = spawn_role(or_die, manager, training, "ref", "ref", true, 0.5);
+    engines = spawn_role(or_die, manager, generation, "engines", "engine", false, 1.0);
   }
   or_die(client.register_group("policy", policy), "register policy");
   or_die(client.register_group("ref", ref), "register ref");
@@ -440,8 +560,9 @@ int run(int argc, char** argv) {
       "policy (2 DP ranks), ref (2) and engines (2) colocated on 2 virtual GPUs at 0.2 each";
   if (split)
     layout_text = "policy (1 rank) and ref (1) on node '" +
-                  or_die(policy.ranks(), "ranks").at(0).node_id + "', engines (2) on node '" +
-                  or_die(engines.ranks(), "ranks").at(0).node_id + "'";
+                  or_die(policy.ranks(), "ranks").at(0).node_id + "', engines (1) on node '" +
+                  or_die(engines.ranks(), "ranks").at(0).node_id + "' (placement split, mode " +
+                  opt.mode + ")";
 
   std::vector<double> rewards;
   std::string title;
@@ -534,6 +655,20 @@ int run(int argc, char** argv) {
               first, last, 100 * arith_res.acc_before, 100 * arith_res.acc_after,
               100 * (arith_res.acc_after - arith_res.acc_before),
               examples::seconds_since(job_start));
+  // What the RL loop did: throughput and staleness (docs/PERFORMANCE.md compares the modes).
+  {
+    std::string hist;
+    for (size_t k = 0; k < arith_res.staleness_counts.size(); ++k)
+      hist += (k ? " " : "") + std::to_string(k) + ":" +
+              std::to_string(arith_res.staleness_counts[k]);
+    std::printf("grpo: mode %s: %lld samples in %.1f s of GRPO = %.1f samples/s; rollouts by "
+                "staleness {%s}, %lld dropped, %lld requeued\n",
+                opt.mode.c_str(), static_cast<long long>(arith_res.samples),
+                arith_res.grpo_seconds,
+                arith_res.grpo_seconds > 0 ? arith_res.samples / arith_res.grpo_seconds : 0.0,
+                hist.c_str(), static_cast<long long>(arith_res.dropped),
+                static_cast<long long>(arith_res.requeued));
+  }
   // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
   if (int bad = check_outputs(opt, drawn))
     return bad;

@@ -141,6 +141,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--sft-batch", {&o.sft_batch, 1, big}}, {"--prompts", {&o.prompts, 1, big}},
     {"--group", {&o.group, 2, big}},         {"--epochs", {&o.epochs, 1, 100}},
     {"--max-turns", {&o.max_turns, 1, 1000}}, {"--turn-tokens", {&o.turn_tokens, 1, 100000}},
+    {"--max-staleness", {&o.max_staleness, 0, 1000}}, {"--eval-every", {&o.eval_every, 0, big}},
   };
   // Real flags: target and whether 0 is allowed (all must be finite and not negative).
   std::map<std::string, std::pair<double*, bool>> reals{
@@ -154,8 +155,16 @@ parse_result parse_options(const std::vector<std::string>& args) {
   };
   std::map<std::string, std::string*> paths{{"--metrics", &o.metrics}, {"--plot", &o.plot},
                                             {"--cluster", &o.cluster}, {"--tls", &o.tls},
-                                            {"--layout", &o.layout},   {"--env", &o.env_command},
+                                            {"--placement", &o.placement},
+                                            {"--mode", &o.mode},       {"--pause", &o.pause},
+                                            {"--tis", &o.tis},         {"--env", &o.env_command},
                                             {"--model", &o.model},     {"--task", &o.task}};
+  // Flags whose value is one of a few words.
+  const std::map<std::string, std::vector<std::string>> choices{
+      {"--placement", {"colocated", "split"}},
+      {"--mode", {"sync", "one_step_off", "fully_async"}},
+      {"--pause", {"keep", "abort"}},
+      {"--tis", {"none", "token", "sequence"}}};
   std::set<std::string> given;
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
@@ -208,8 +217,13 @@ parse_result parse_options(const std::vector<std::string>& args) {
                                        : " needs a non-empty path");
         return r;
       }
-      if (a == "--layout" && v != "colocated" && v != "split") {
-        r.error = "--layout must be colocated or split, got '" + v + "'";
+      if (auto c = choices.find(a); c != choices.end() &&
+                                    std::find(c->second.begin(), c->second.end(), v) ==
+                                        c->second.end()) {
+        r.error = a + " must be one of";
+        for (size_t k = 0; k < c->second.size(); ++k)
+          r.error += (k ? ", " : " ") + c->second[k];
+        r.error += "; got '" + v + "'";
         return r;
       }
       *pt->second = v;
@@ -231,6 +245,18 @@ parse_result parse_options(const std::vector<std::string>& args) {
       r.error = flag + " applies only with --env CMD";
       return r;
     }
+  }
+  if (o.tis.empty())
+    o.tis = o.mode == "sync" ? "none" : "token";
+  if (o.mode != "sync" && o.placement != "split") {
+    r.error = "--mode " + o.mode + " needs --placement split: colocated roles take turns on the "
+              "device, so generation cannot overlap training";
+    return r;
+  }
+  if (env_mode && o.mode != "sync") {
+    r.error = "--mode " + o.mode + " runs the arithmetic task; --env episodes are multi-turn "
+              "and run in sync mode only";
+    return r;
   }
   if (!env_mode)
     return r;
@@ -262,7 +288,9 @@ std::string usage(const std::string& prog) {
          " [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick]\n"
          "       [--digits D] [--held-out N] [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
          "       [--sft-target A] [--prompts P] [--group G] [--lr X] [--epochs E]\n"
-         "       [--temperature T] [--kl-coef C] [--layout colocated|split]\n"
+         "       [--temperature T] [--kl-coef C] [--placement colocated|split]\n"
+         "       [--mode sync|one_step_off|fully_async] [--max-staleness K]\n"
+         "       [--pause keep|abort] [--tis none|token|sequence] [--eval-every N]\n"
          "       [--cluster HOST:PORT] [--tls DIR]\n"
          "       [--env CMD --model DIR [--task JSON] [--max-turns N] [--turn-tokens N]\n"
          "        [--env-timeout S] [--min-final-reward R]]\n"
@@ -276,7 +304,14 @@ std::string usage(const std::string& prog) {
          "episode, not the job.\n"
          "--quick runs a small job (a few steps) to check everything end to end.\n"
          "--cluster runs the ranks on the nodes of a cluster (rlforge head / rlforge node);\n"
-         "--layout split puts the policy and the engines on different bundles (nodes).\n";
+         "--placement split puts the policy and ref in one placement group and the engines in\n"
+         "another (one core each on a 2-core machine; other nodes in a cluster).\n"
+         "--mode one_step_off generates the next batch while this one trains; fully_async keeps\n"
+         "the engines generating --max-staleness batches ahead (both need --placement split).\n"
+         "Rollouts staler than --max-staleness versions are dropped; --pause says what weight\n"
+         "updates do to partial rollouts (keep: continue on the new weights; abort: redo);\n"
+         "--tis corrects for the engines' log-probs (truncated importance sampling). --eval-every\n"
+         "measures held-out accuracy every N steps (the accuracy-vs-time curve in the metrics).\n";
 }
 
 } // namespace rlforge::examples::grpo

@@ -37,11 +37,20 @@ struct options {
   // Where the job runs.
   std::string cluster;            ///< HOST:PORT of a cluster head (--cluster; empty = embedded)
   std::string tls;                ///< the cluster's TLS directory (--tls)
-  /// "colocated" (--layout; default): policy, ref and engines share both GPUs at 0.2 each and
-  /// take turns (SkyRL's colocate_all). "split": two bundles spread over the nodes, the policy
-  /// (1 rank) and the ref (1 rank) on the first at 0.5 GPU each, the engines (2 ranks) on the
-  /// second; nothing is offloaded and weight sync goes from one bundle's node to the other's.
-  std::string layout = "colocated";
+  /// "colocated" (--placement; default): policy, ref and engines share both GPUs at 0.2 each
+  /// and take turns (SkyRL's colocate_all). "split": two placement groups of one bundle each,
+  /// the policy (1 rank) and the ref (1 rank) in the first at 0.5 GPU each, the engines (1 rank)
+  /// in the second; one thread each, nothing is offloaded, and weight sync goes from one
+  /// group's node to the other's.
+  std::string placement = "colocated";
+  // The RL loop (rl/rl_loop.hpp).
+  std::string mode = "sync";      ///< sync | one_step_off | fully_async (--mode; async: split)
+  int max_staleness = 1;          ///< versions a trained rollout may lag (--max-staleness, >= 0)
+  std::string pause = "keep";     ///< what weight updates do to partial rollouts (--pause)
+  /// Off-policy correction with the engines' log-probs (--tis): none, token or sequence
+  /// truncated importance sampling. Default: none in sync mode, token otherwise.
+  std::string tis;
+  int eval_every = 0;             ///< held-out accuracy every N steps (--eval-every; 0 = ends)
   // An environment instead of the arithmetic task (--env CMD).
   std::string env_command;        ///< as given (--env); empty = the arithmetic task
   std::vector<std::string> env_argv; ///< `env_command` split into words (see `split_command`)
@@ -75,8 +84,10 @@ struct parse_result {
 /// Parses `args` (without the program name). Unknown flags, missing values, values that are not
 /// numbers or are out of range (steps, sft-batch, prompts, held-out, epochs, max-turns,
 /// turn-tokens >= 1; sft-steps >= 0; group >= 2; digits 1..4; learning rates, temperature and
-/// env-timeout > 0 and finite; kl-coef >= 0; sft-target in [0, 1]; --layout colocated or split)
-/// give an error naming the flag and the value; empty --metrics / --plot / --cluster / --tls
+/// env-timeout > 0 and finite; kl-coef >= 0; sft-target in [0, 1]; max-staleness in 0..1000;
+/// eval-every >= 0; --placement, --mode, --pause and --tis one of their words) give an error
+/// naming the flag and the value; an asynchronous --mode without --placement split or with --env
+/// is refused; empty --metrics / --plot / --cluster / --tls
 /// values are refused too. With --env: --model is required, --task must be a JSON object,
 /// --prompts x --group at most `max_environments`, and the flags of the arithmetic task
 /// (--digits, --held-out, --sft-*) are refused; without it the environment flags (--model,

@@ -81,6 +81,37 @@ TEST(GrpoOptions, RefusesBadArguments) {
   EXPECT_THAT(err({"--sft-target", "-0.5"}), HasSubstr("--sft-target"));
 }
 
+TEST(GrpoOptions, ModesAndPlacement) {
+  auto d = parse_options({});
+  ASSERT_TRUE(d.error.empty()) << d.error;
+  EXPECT_EQ(d.opts.mode, "sync");
+  EXPECT_EQ(d.opts.placement, "colocated");
+  EXPECT_EQ(d.opts.tis, "none"); // nothing to correct in sync mode
+  auto r = parse_options({"--mode", "fully_async", "--placement", "split", "--max-staleness", "2",
+                          "--pause", "abort", "--eval-every", "5"});
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.opts.mode, "fully_async");
+  EXPECT_EQ(r.opts.placement, "split");
+  EXPECT_EQ(r.opts.max_staleness, 2);
+  EXPECT_EQ(r.opts.pause, "abort");
+  EXPECT_EQ(r.opts.eval_every, 5);
+  EXPECT_EQ(r.opts.tis, "token"); // asynchronous modes correct by default
+  auto n = parse_options({"--mode", "one_step_off", "--placement", "split", "--tis", "none"});
+  ASSERT_TRUE(n.error.empty()) << n.error;
+  EXPECT_EQ(n.opts.tis, "none");
+  auto err = [](std::vector<std::string> args) { return parse_options(args).error; };
+  EXPECT_THAT(err({"--mode", "async"}),
+              HasSubstr("--mode must be one of sync, one_step_off, fully_async; got 'async'"));
+  EXPECT_THAT(err({"--placement", "spread"}), HasSubstr("--placement must be one of colocated"));
+  EXPECT_THAT(err({"--pause", "drain"}), HasSubstr("--pause must be one of keep, abort"));
+  EXPECT_THAT(err({"--tis", "yes"}), HasSubstr("--tis must be one of none, token, sequence"));
+  EXPECT_THAT(err({"--max-staleness", "-1"}), HasSubstr("--max-staleness must be an integer"));
+  EXPECT_THAT(err({"--mode", "fully_async"}), HasSubstr("needs --placement split"));
+  EXPECT_THAT(err({"--mode", "one_step_off", "--placement", "split", "--env", "x", "--model",
+                   "m"}),
+              HasSubstr("run in sync mode only"));
+}
+
 TEST(GrpoOptions, HelpAndUsage) {
   EXPECT_TRUE(parse_options({"--help"}).help);
   auto u = usage("grpo");

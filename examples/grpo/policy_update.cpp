@@ -28,9 +28,9 @@ double learning_rate(const options& opt, int step) {
   return opt.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
-void update_policy(const fatal_errors& or_die, actors::trainer_client& client,
-                   const grpo_rows& rows, const be::adam_params& adam, bool use_kl,
-                   const options& opt, report::step_stats& st) {
+logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& client,
+                          const grpo_rows& rows, const be::adam_params& adam, bool use_kl,
+                          const options& opt, report::step_stats& st) {
   auto t1 = clock_type::now();
   auto batch = be::from_sequences(rows.prompts, rows.responses, rows.per_token);
   algo::advantage_inputs ain;
@@ -42,6 +42,24 @@ void update_policy(const fatal_errors& or_die, actors::trainer_client& client,
       algo::scale_advantages(adv.advantages * ain.response_mask, batch.get("loss_mask"));
   auto old = or_die(client.forward("policy", batch), "policy forward");
   batch.tensors["action_log_probs"] = old.outputs.at("logprobs");
+  logprob_gap gap;
+  algo::loss_config correction;
+  const bool off_policy = batch.tensors.count("rollout_logprobs") > 0;
+  if (off_policy) {
+    // What the engines computed against what the trainer computes for the same tokens.
+    const auto mask = batch.get("response_mask").to(at::kFloat);
+    const auto diff = (batch.get("action_log_probs") - batch.get("rollout_logprobs")) * mask;
+    const double tokens = std::max(1.0, mask.sum().item<double>());
+    gap.raw = diff.abs().sum().item<double>() / tokens;
+    // Token TIS weights min(ρ, cap): the corrected engine log-prob matches the trainer's
+    // except where the weight was clipped.
+    const double cap = 2.0;
+    gap.corrected = (diff - diff.clamp_max(std::log(cap))).abs().sum().item<double>() / tokens;
+    if (opt.tis != "none") {
+      correction.options["tis_ratio_type"] = opt.tis;
+      correction.values["token_tis_ratio_clip_high"] = cap;
+    }
+  }
   if (use_kl) {
     auto base = or_die(client.forward("ref", batch), "ref forward");
     batch.tensors["base_action_log_probs"] = base.outputs.at("logprobs");
@@ -49,8 +67,11 @@ void update_policy(const fatal_errors& or_die, actors::trainer_client& client,
   // --epochs PPO-clip updates on the same samples; the old log-probs stay those of the
   // policy that sampled, so from the second update on the clip bounds the step.
   for (int e = 0; e < opt.epochs; ++e) {
-    auto out =
-        or_die(client.forward_backward("policy", batch, "regular"), "policy forward_backward");
+    auto out = or_die(client.forward_backward("policy", batch, "regular", correction),
+                      "policy forward_backward");
+    for (const char* key : {"tis_token_clip_high_ratio:mean", "tis_seq_clip_high_ratio:mean"})
+      if (out.metrics.count(key))
+        gap.tis_clipped += out.metrics.at(key) / opt.epochs;
     auto step_out = or_die(client.optim_step("policy", adam), "policy optim_step");
     st.loss += out.metric("loss:sum") / opt.epochs;
     st.kl += (use_kl ? out.metric("kl:mean") : 0.0) / opt.epochs;
@@ -58,6 +79,7 @@ void update_policy(const fatal_errors& or_die, actors::trainer_client& client,
     st.grad_norm = std::max(st.grad_norm, step_out.grad_norm);
   }
   st.train_seconds = seconds_since(t1);
+  return gap;
 }
 
 void finish_step(const fatal_errors& or_die, actors::trainer_client& client, const options& opt,

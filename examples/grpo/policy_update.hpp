@@ -16,8 +16,9 @@
 namespace rlforge::examples::grpo {
 
 /// The samples of one step: row i is prompts[i] + responses[i] from prompt group group_ids[i];
-/// `per_token` holds its "rewards" (the outcome on the last trained token) and, when not every
-/// response token is the model's, its "loss_mask".
+/// `per_token` holds its "rewards" (the outcome on the last trained token), when not every
+/// response token is the model's its "loss_mask", and with an off-policy correction the
+/// engines' "rollout_logprobs".
 struct grpo_rows {
   std::vector<std::vector<int64_t>> prompts;
   std::vector<std::vector<int64_t>> responses;
@@ -28,13 +29,24 @@ struct grpo_rows {
 /// The policy's learning rate at `step` (1-based): cosine decay from --lr to a tenth of it.
 double learning_rate(const options& opt, int step);
 
+/// How far the engines' log-probs were from the trainer's, over the response tokens of a step
+/// that had "rollout_logprobs" (else all 0).
+struct logprob_gap {
+  double raw = 0;       ///< mean |engine − trainer| log-prob
+  /// Mean |engine + log w − trainer| with w the truncated importance weight of --tis token
+  /// (min(ρ, cap), ρ = exp(trainer − engine)): what is left once the correction applies.
+  double corrected = 0;
+  double tis_clipped = 0; ///< the loss's share of tokens whose weight was clipped (--tis)
+};
+
 /// GRPO advantages (group-normalised, token-mean scaled), the policy's log-probs before the
 /// update ("old"), the reference's for the KL loss when `use_kl`, then `opt.epochs` PPO-clip
-/// updates at `adam`. Adds loss, kl, entropy, grad_norm and train_seconds to `st`. Fatal
-/// dispatcher errors exit through `or_die`.
-void update_policy(const fatal_errors& or_die, actors::trainer_client& client,
-                   const grpo_rows& rows, const backends::adam_params& adam, bool use_kl,
-                   const options& opt, report::step_stats& st);
+/// updates at `adam`, with `opt.tis` truncated importance sampling against the rows'
+/// "rollout_logprobs" when they have them. Adds loss, kl, entropy, grad_norm and train_seconds
+/// to `st`; returns the log-prob gap. Fatal dispatcher errors exit through `or_die`.
+logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& client,
+                          const grpo_rows& rows, const backends::adam_params& adam, bool use_kl,
+                          const options& opt, report::step_stats& st);
 
 /// Syncs the policy's weights to the engines when `sync` (sync_seconds, weight_version; without
 /// it `st.weight_version` stays as the caller set it), appends the step's JSONL record — the

@@ -233,8 +233,48 @@ std::string plot_script(const plot_spec& spec) {
   return g.str();
 }
 
+std::string accuracy_plot_script(const std::vector<accuracy_curve>& curves,
+                                 const std::string& png_path, const std::string& title) {
+  if (curves.empty())
+    throw std::invalid_argument("plot: no accuracy curves to draw");
+  if (png_path.empty())
+    throw std::invalid_argument("plot: the output path is empty");
+  for (const auto* s : {&png_path, &title})
+    if (s->find_first_of("\n\r") != std::string::npos)
+      throw std::invalid_argument("plot: '" + *s + "' holds a line break");
+  std::ostringstream g;
+  g << "set terminal pngcairo size 900,500 enhanced font ',10'\n"
+    << "set output " << quoted(png_path) << "\n"
+    << "set title " << quoted(title) << " noenhanced\n"
+    << "set xlabel 'wall seconds of GRPO'\nset ylabel 'held-out accuracy'\nset grid\n"
+    << "set key bottom right\nset yrange [0:1.05]\n";
+  std::string plot = "plot ";
+  for (size_t c = 0; c < curves.size(); ++c) {
+    const auto& curve = curves[c];
+    if (curve.points.empty())
+      throw std::invalid_argument("plot: the curve '" + curve.label + "' has no points");
+    if (curve.label.find_first_of("\n\r") != std::string::npos)
+      throw std::invalid_argument("plot: '" + curve.label + "' holds a line break");
+    g << "$c" << c << " << EOD\n";
+    for (const auto& [t, a] : curve.points) {
+      if (!std::isfinite(t) || !std::isfinite(a))
+        throw std::invalid_argument("plot: a point of '" + curve.label + "' is not finite");
+      g << fmt("%.3f", t) << ' ' << fmt("%.4f", a) << "\n";
+    }
+    g << "EOD\n";
+    plot += std::string(c ? ", " : "") + "$c" + std::to_string(c) +
+            " using 1:2 with linespoints pt 7 ps 0.6 lw 2 title " + quoted(curve.label);
+  }
+  g << plot << "\n";
+  return g.str();
+}
+
 plot_result plot_reward_curve(const plot_spec& spec, const std::string& program) {
-  auto script = plot_script(spec);
+  return run_gnuplot(plot_script(spec), spec.png_path, program);
+}
+
+plot_result run_gnuplot(const std::string& script, const std::string& png_path,
+                        const std::string& program) {
   plot_result res;
   auto exe = find_program(program);
   if (!exe) {
@@ -248,7 +288,7 @@ plot_result plot_reward_curve(const plot_spec& spec, const std::string& program)
   if (ec)
     dir = ".";
   auto stem = "rlforge_plot_" + std::to_string(::getpid()) + "_" +
-              std::to_string(reinterpret_cast<uintptr_t>(&spec));
+              std::to_string(reinterpret_cast<uintptr_t>(&script));
   auto script_path = dir / (stem + ".gp");
   auto log_path = dir / (stem + ".log");
   {
@@ -259,7 +299,7 @@ plot_result plot_reward_curve(const plot_spec& spec, const std::string& program)
       return res;
     }
   }
-  fs::remove(spec.png_path, ec);
+  fs::remove(png_path, ec);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
@@ -284,8 +324,8 @@ plot_result plot_reward_curve(const plot_spec& spec, const std::string& program)
                     (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
                                        : std::string("killed by a signal")) +
                     ")" + (log.empty() ? "" : ": " + log);
-    } else if (!is_png(spec.png_path)) {
-      res.message = "'" + *exe + "' ran but '" + spec.png_path + "' is not a PNG" +
+    } else if (!is_png(png_path)) {
+      res.message = "'" + *exe + "' ran but '" + png_path + "' is not a PNG" +
                     (log.empty() ? "" : ": " + log);
     } else {
       res.written = true;

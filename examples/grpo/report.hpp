@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -81,6 +82,23 @@ struct plot_result {
 /// gnuplot: the result says what happened ("gnuplot not found on PATH; install gnuplot-nox ...",
 /// or gnuplot's exit status and error output). Throws std::invalid_argument as `plot_script`.
 plot_result plot_reward_curve(const plot_spec& spec, const std::string& program = "gnuplot");
+
+/// One run's held-out accuracy against wall time, for `accuracy_plot_script`.
+struct accuracy_curve {
+  std::string label;                            ///< the key entry, e.g. the mode
+  std::vector<std::pair<double, double>> points; ///< (wall seconds, accuracy in [0, 1])
+};
+
+/// The gnuplot script drawing `curves` (accuracy against wall seconds, one line each) into
+/// `png_path`. Throws std::invalid_argument for no curves, a curve without points, a
+/// non-finite value, an empty path, or a path, title or label holding a line break.
+std::string accuracy_plot_script(const std::vector<accuracy_curve>& curves,
+                                 const std::string& png_path, const std::string& title);
+
+/// Runs `gnuplot` (found with `find_program`, or `program`) on `script`, which writes the PNG
+/// `png_path`; never throws: the result says what happened (as `plot_reward_curve`).
+plot_result run_gnuplot(const std::string& script, const std::string& png_path,
+                        const std::string& program = "gnuplot");
 
 /// True when `path` is a readable file starting with the 8-byte PNG signature.
 bool is_png(const std::string& path);

@@ -1,0 +1,110 @@
+#include "examples/grpo/mode_comparison.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace rlforge::examples::grpo {
+
+namespace {
+
+const nlohmann::json& field(const nlohmann::json& r, const char* key) {
+  if (!r.is_object() || !r.contains(key))
+    throw std::invalid_argument(
+        "metrics: step " + (r.is_object() && r.contains("step") ? r["step"].dump() : "?") +
+        " has no '" + key + "' (was it written by this version of grpo?)");
+  return r.at(key);
+}
+
+std::string fmt(const char* format, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, x);
+  return buf;
+}
+
+} // namespace
+
+run_summary summarize(const std::vector<nlohmann::json>& records) {
+  if (records.empty())
+    throw std::invalid_argument("metrics: no records");
+  run_summary s;
+  double gap = 0, gap_corrected = 0;
+  try {
+    s.mode = field(records.front(), "mode").get<std::string>();
+    for (const auto& r : records) {
+      const auto n = field(r, "samples").get<int64_t>();
+      s.samples += n;
+      s.wall_seconds = field(r, "wall_seconds").get<double>();
+      const auto counts = field(r, "staleness_counts").get<std::vector<int64_t>>();
+      if (s.staleness_counts.size() < counts.size())
+        s.staleness_counts.resize(counts.size(), 0);
+      for (size_t k = 0; k < counts.size(); ++k)
+        s.staleness_counts[k] += counts[k];
+      gap += field(r, "logprob_gap").get<double>() * static_cast<double>(n);
+      gap_corrected += field(r, "logprob_gap_corrected").get<double>() * static_cast<double>(n);
+      s.dropped += field(r, "dropped").get<int64_t>();
+      s.requeued += field(r, "requeued").get<int64_t>();
+      if (r.contains("held_out_accuracy"))
+        s.accuracy.emplace_back(s.wall_seconds, r.at("held_out_accuracy").get<double>());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string{"metrics: a field has the wrong type: "} + e.what());
+  }
+  if (s.samples > 0) {
+    gap /= static_cast<double>(s.samples);
+    gap_corrected /= static_cast<double>(s.samples);
+  }
+  s.logprob_gap = gap;
+  s.logprob_gap_corrected = gap_corrected;
+  s.samples_per_second = s.wall_seconds > 0 ? s.samples / s.wall_seconds : 0.0;
+  return s;
+}
+
+double seconds_to_reach(const run_summary& run, double target) {
+  for (const auto& [t, a] : run.accuracy)
+    if (a >= target)
+      return t;
+  return -1;
+}
+
+std::string compare_runs(const std::vector<run_summary>& runs) {
+  if (runs.empty())
+    throw std::invalid_argument("compare: no runs");
+  const auto& base = runs.front();
+  const double base_final = base.accuracy.empty() ? -1 : base.accuracy.back().second;
+  std::string out;
+  for (const auto& r : runs) {
+    std::string line = "grpo: " + r.mode + ": " + fmt("%.1f", r.samples_per_second) +
+                       " samples/s (" + fmt("%.2f", base.samples_per_second > 0
+                                                        ? r.samples_per_second /
+                                                              base.samples_per_second
+                                                        : 0.0) +
+                       "x " + base.mode + ")";
+    if (!r.accuracy.empty()) {
+      line += ", final held-out accuracy " + fmt("%.1f", 100 * r.accuracy.back().second) +
+              "% after " + fmt("%.1f", r.wall_seconds) + " s";
+      if (base_final >= 0) {
+        auto t = seconds_to_reach(r, base_final);
+        line += t < 0 ? ", never reached " + base.mode + "'s final " +
+                            fmt("%.1f", 100 * base_final) + "%"
+                      : ", reached " + base.mode + "'s final " + fmt("%.1f", 100 * base_final) +
+                            "% at " + fmt("%.1f", t) + " s";
+      }
+    }
+    std::string hist;
+    int64_t total = 0;
+    for (auto c : r.staleness_counts)
+      total += c;
+    for (size_t k = 0; k < r.staleness_counts.size(); ++k)
+      hist += std::string(k ? " " : "") + std::to_string(k) + ":" +
+              fmt("%.0f", total ? 100.0 * r.staleness_counts[k] / total : 0.0) + "%";
+    line += "; staleness {" + hist + "}, |engine - trainer log-prob| " +
+            fmt("%.4f", r.logprob_gap) + " raw, " + fmt("%.4f", r.logprob_gap_corrected) +
+            " corrected; " + std::to_string(r.dropped) + " dropped, " +
+            std::to_string(r.requeued) + " requeued\n";
+    out += line;
+  }
+  return out;
+}
+
+} // namespace rlforge::examples::grpo

@@ -1,0 +1,44 @@
+#pragma once
+// Compares GRPO runs of the RL loop's modes from their metrics (JSONL written by grpo.cpp):
+// throughput, held-out accuracy against wall time, staleness and the engine/trainer log-prob
+// gap. `grpo --compare SYNC.jsonl OTHER.jsonl ...` prints it; scripts/main runs it after an
+// asynchronous run. Plain C++ on nlohmann-json; reentrant.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace rlforge::examples::grpo {
+
+/// What one run measured.
+struct run_summary {
+  std::string mode;
+  int64_t samples = 0;           ///< samples trained on
+  double wall_seconds = 0;       ///< GRPO wall time (held-out evaluations left out)
+  double samples_per_second = 0; ///< samples / wall_seconds
+  /// (wall seconds, held-out accuracy) of every step that measured it, in step order.
+  std::vector<std::pair<double, double>> accuracy;
+  std::vector<int64_t> staleness_counts; ///< rollouts trained on, by staleness
+  double logprob_gap = 0;           ///< mean |engine − trainer| log-prob, sample-weighted
+  double logprob_gap_corrected = 0; ///< the same after the truncated importance weights
+  int64_t dropped = 0;
+  int64_t requeued = 0;
+};
+
+/// Sums up the records of one run. Throws std::invalid_argument naming the step and field when
+/// a record lacks `mode`, `samples`, `wall_seconds`, `staleness_counts`, `logprob_gap`,
+/// `logprob_gap_corrected`, `dropped` or `requeued`, or when there are no records.
+run_summary summarize(const std::vector<nlohmann::json>& records);
+
+/// Wall seconds at which `run` first reached held-out accuracy `target`; negative when never.
+double seconds_to_reach(const run_summary& run, double target);
+
+/// The comparison table: each run's samples/s and its ratio to the first run (the baseline),
+/// final accuracy, wall time, time to the baseline's final accuracy, staleness histogram,
+/// log-prob gap (raw and corrected), dropped and requeued rollouts. Throws
+/// std::invalid_argument for no runs.
+std::string compare_runs(const std::vector<run_summary>& runs);
+
+} // namespace rlforge::examples::grpo
