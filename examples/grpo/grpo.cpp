@@ -36,7 +36,9 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,7 @@
 #include "actors/trainer_client.hpp"
 #include "actors/worker.hpp"
 #include "backends/model/model_config.hpp"
+#include "backends/train/checkpoint.hpp"
 #include "backends/train/training_batch.hpp"
 #include "runtime/system_config.hpp"
 
@@ -192,37 +195,58 @@ struct arith_result {
 arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client& client,
                             const examples::grpo::options& opt, const arith::task& task,
                             std::ostream& metrics) {
-  // 1. Warm start.
   std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
-  std::vector<arith::problem> validation;
-  {
-    std::mt19937_64 vrng(opt.seed + 1000003);
-    for (int i = 0; i < validation_problems; ++i)
-      validation.push_back(task.sample_train(vrng));
-  }
-  auto t_sft = clock_type::now();
-  auto sft = warm_start(or_die, client, opt, task, validation, rng);
-  double sft_seconds = examples::seconds_since(t_sft);
-  if (opt.sft_target > 0 && !sft.reached)
-    std::printf("grpo: note: the warm start did not reach its validation target %.0f%% in %d "
-                "steps (last %.0f%%); GRPO starts from a weaker model\n",
-                100 * opt.sft_target, sft.steps, 100 * sft.validation);
-
-  // 2. Engines get the warm-started weights; the reference model is a copy of them.
   arith_result res;
   const auto max_tokens = task.max_answer_tokens();
-  res.first_version =
-      or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
-  res.acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
-  std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
-              sft.steps, sft_seconds, 100 * res.acc_before);
-  auto export_dir = fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
-  or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
-  model_spec ref_model;
-  ref_model.hf_dir = export_dir.string();
-  or_die(client.init_model("ref", ref_model), "init_model ref");
-  std::error_code ec;
-  fs::remove_all(export_dir, ec);
+  int64_t resumed_step = 0;
+  nlohmann::json resumed; // the checkpoint's trainer state (--resume)
+  if (opt.resume) {
+    // 1-2. From the latest checkpoint instead: the policy (with its optimizer) and the ref.
+    resumed_step =
+        or_die(client.load_checkpoint(opt.checkpoint_dir, -1, {"policy"}), "load_checkpoint");
+    model_spec ref_model; // frozen: kept once as a model directory next to the checkpoints
+    ref_model.hf_dir = (fs::path(opt.checkpoint_dir) / "ref_model").string();
+    or_die(client.init_model("ref", ref_model), "init_model ref (--resume)");
+    try {
+      resumed = be::read_trainer_state(opt.checkpoint_dir, resumed_step);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grpo: --resume: %s\n", e.what());
+      std::exit(1);
+    }
+  } else {
+    // 1. Warm start.
+    std::vector<arith::problem> validation;
+    {
+      std::mt19937_64 vrng(opt.seed + 1000003);
+      for (int i = 0; i < validation_problems; ++i)
+        validation.push_back(task.sample_train(vrng));
+    }
+    auto t_sft = clock_type::now();
+    auto sft = warm_start(or_die, client, opt, task, validation, rng);
+    double sft_seconds = examples::seconds_since(t_sft);
+    if (opt.sft_target > 0 && !sft.reached)
+      std::printf("grpo: note: the warm start did not reach its validation target %.0f%% in %d "
+                  "steps (last %.0f%%); GRPO starts from a weaker model\n",
+                  100 * opt.sft_target, sft.steps, 100 * sft.validation);
+
+    // 2. Engines get the warm-started weights; the reference model is a copy of them.
+    res.first_version =
+        or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
+    res.acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+    std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
+                sft.steps, sft_seconds, 100 * res.acc_before);
+    auto export_dir =
+        fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
+    or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
+    model_spec ref_model;
+    ref_model.hf_dir = export_dir.string();
+    or_die(client.init_model("ref", ref_model), "init_model ref");
+    std::error_code ec;
+    fs::remove_all(export_dir, ec);
+    if (opt.checkpoint_every > 0)
+      or_die(client.save_hf_model("ref", (fs::path(opt.checkpoint_dir) / "ref_model").string()),
+             "save_hf_model ref (checkpoints)");
+  }
   algorithm_config pcfg;
   pcfg.use_kl_loss = opt.kl_coef > 0;
   pcfg.kl_loss_coef = opt.kl_coef;
@@ -256,11 +280,63 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     return r;
   });
   loop.set_version(res.first_version);
+  int first_step = 1;
+  if (opt.resume) {
+    // The rollouts waiting and finished at the checkpoint, with their accounting; the waiting
+    // ones are generated again, the finished ones are trained on as if nothing happened.
+    auto restored = loop.restore(resumed.value("loop", nlohmann::json{}));
+    if (!restored) {
+      std::fprintf(stderr, "grpo: --resume: %s\n", or_die.sys.render(restored.error()).c_str());
+      std::exit(1);
+    }
+    try {
+      std::istringstream(restored->at("rng").get<std::string>()) >> rng;
+      for (const auto& p : restored->at("problems"))
+        problem_of[p.at(0).get<int64_t>()] =
+            arith::problem{p.at(1).get<int64_t>(), p.at(2).get<int64_t>(),
+                           p.at(3).get<std::string>().at(0)};
+      res.acc_before = restored->at("acc_before").get<double>();
+      res.rewards = restored->at("rewards").get<std::vector<double>>();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grpo: --resume: the checkpoint's job state is malformed: %s\n",
+                   e.what());
+      std::exit(1);
+    }
+    // The engines get the resumed policy under the version the checkpoint had.
+    res.first_version = or_die(loop.update_weights(), "weight update (--resume)");
+    first_step = static_cast<int>(resumed_step) + 1;
+    const auto& rs = resumed.at("loop").at("rollouts");
+    std::printf("grpo: resumed at step %lld from %s: %zu rollouts generated again, %zu finished "
+                "kept; %lld taken and %lld dropped before; weight version %lld\n",
+                static_cast<long long>(resumed_step), opt.checkpoint_dir.c_str(),
+                rs.at("waiting").size(), rs.at("done").size(),
+                static_cast<long long>(rs.at("taken").get<int64_t>()),
+                static_cast<long long>(rs.at("dropped").get<int64_t>()),
+                static_cast<long long>(res.first_version));
+  }
+  // A checkpoint: the policy's state (the frozen ref was written once, as ref_model/), then
+  // (committed last) the loop's rollouts and the job's own state: its generator, the problems of
+  // the rollouts held, the figures so far.
+  auto checkpoint = [&](int step) {
+    std::ostringstream rng_text;
+    rng_text << rng;
+    nlohmann::json problems = nlohmann::json::array();
+    for (const auto& [id, p] : problem_of)
+      problems.push_back({id, p.a, p.b, std::string(1, p.op)});
+    auto snap = or_die(loop.snapshot({{"rng", rng_text.str()},
+                                      {"problems", problems},
+                                      {"acc_before", res.acc_before},
+                                      {"rewards", res.rewards}}),
+                       "rollout snapshot");
+    or_die(client.save_checkpoint(opt.checkpoint_dir, step, {"policy"},
+                                  nlohmann::json{{"loop", snap}}),
+           "save_checkpoint");
+  };
   const bool correct_off_policy = opt.mode != "sync";
   auto t_grpo = clock_type::now();
   double eval_seconds = 0; // held-out evaluations, left out of the wall time
   int64_t samples_trained = 0;
-  for (int step = 1; step <= opt.steps; ++step) {
+  for (int step = first_step; step <= opt.steps; ++step) {
     adam.learning_rate = examples::grpo::learning_rate(opt, step);
     report::step_stats st;
     st.step = step;
@@ -329,6 +405,8 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     }
     extra["wall_seconds"] = examples::seconds_since(t_grpo) - eval_seconds;
     examples::grpo::finish_step(or_die, client, opt, st, metrics, /*sync=*/false, extra);
+    if (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0)
+      checkpoint(step);
   }
   if (!opt.quiet)
     std::printf("\n");
@@ -499,11 +577,40 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
+  // A resumed run keeps the records of the steps its checkpoint covers and writes the rest.
+  std::string kept_records;
+  if (opt.resume) {
+    std::optional<int64_t> latest;
+    try {
+      latest = be::latest_step(opt.checkpoint_dir);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: --resume: %s\n", prog, e.what());
+      return 2;
+    }
+    if (!latest) {
+      std::fprintf(stderr, "%s: --resume: no committed checkpoint in '%s'\n", prog,
+                   opt.checkpoint_dir.c_str());
+      return 2;
+    }
+    if (*latest >= opt.steps) {
+      std::fprintf(stderr, "%s: --resume: the checkpoint is at step %lld; --steps %d leaves "
+                   "nothing to run\n", prog, static_cast<long long>(*latest), opt.steps);
+      return 2;
+    }
+    std::ifstream in(opt.metrics);
+    for (std::string line; std::getline(in, line);) {
+      auto r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (r.is_object() && r.contains("step") && r["step"].is_number_integer() &&
+          r["step"].get<int64_t>() <= *latest)
+        kept_records += line + "\n";
+    }
+  }
   std::ofstream metrics(opt.metrics, std::ios::trunc);
   if (!metrics) {
     std::fprintf(stderr, "%s: cannot open metrics file '%s'\n", prog, opt.metrics.c_str());
     return 2;
   }
+  metrics << kept_records;
   const auto job_start = clock_type::now();
 
   runtime::system_config cfg;

@@ -67,8 +67,9 @@ void apply_env_quick(options& o) {
 }
 
 // Flags that belong to one mode only.
-const std::set<std::string> arithmetic_flags{"--digits",    "--held-out", "--sft-steps",
-                                             "--sft-batch", "--sft-lr",   "--sft-target"};
+const std::set<std::string> arithmetic_flags{
+    "--digits",     "--held-out",       "--sft-steps",      "--sft-batch", "--sft-lr",
+    "--sft-target", "--checkpoint-dir", "--checkpoint-every", "--resume"};
 const std::set<std::string> env_flags{"--model",       "--task",        "--max-turns",
                                       "--turn-tokens", "--env-timeout", "--min-final-reward"};
 
@@ -142,6 +143,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--group", {&o.group, 2, big}},         {"--epochs", {&o.epochs, 1, 100}},
     {"--max-turns", {&o.max_turns, 1, 1000}}, {"--turn-tokens", {&o.turn_tokens, 1, 100000}},
     {"--max-staleness", {&o.max_staleness, 0, 1000}}, {"--eval-every", {&o.eval_every, 0, big}},
+    {"--checkpoint-every", {&o.checkpoint_every, 0, big}},
   };
   // Real flags: target and whether 0 is allowed (all must be finite and not negative).
   std::map<std::string, std::pair<double*, bool>> reals{
@@ -158,6 +160,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
                                             {"--placement", &o.placement},
                                             {"--mode", &o.mode},       {"--pause", &o.pause},
                                             {"--tis", &o.tis},         {"--env", &o.env_command},
+                                            {"--checkpoint-dir", &o.checkpoint_dir},
                                             {"--model", &o.model},     {"--task", &o.task}};
   // Flags whose value is one of a few words.
   const std::map<std::string, std::vector<std::string>> choices{
@@ -172,6 +175,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
       continue;
     if (a == "--quiet") {
       o.quiet = true;
+      continue;
+    }
+    if (a == "--resume") {
+      o.resume = true;
+      given.insert(a);
       continue;
     }
     if (a == "--help" || a == "-h") {
@@ -248,6 +256,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
   }
   if (o.tis.empty())
     o.tis = o.mode == "sync" ? "none" : "token";
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
+    r.error = std::string{o.resume ? "--resume" : "--checkpoint-every"} +
+              " needs --checkpoint-dir DIR";
+    return r;
+  }
   if (o.mode != "sync" && o.placement != "split") {
     r.error = "--mode " + o.mode + " needs --placement split: colocated roles take turns on the "
               "device, so generation cannot overlap training";
@@ -291,6 +304,7 @@ std::string usage(const std::string& prog) {
          "       [--temperature T] [--kl-coef C] [--placement colocated|split]\n"
          "       [--mode sync|one_step_off|fully_async] [--max-staleness K]\n"
          "       [--pause keep|abort] [--tis none|token|sequence] [--eval-every N]\n"
+         "       [--checkpoint-dir DIR [--checkpoint-every N] [--resume]]\n"
          "       [--cluster HOST:PORT] [--tls DIR]\n"
          "       [--env CMD --model DIR [--task JSON] [--max-turns N] [--turn-tokens N]\n"
          "        [--env-timeout S] [--min-final-reward R]]\n"
@@ -311,7 +325,9 @@ std::string usage(const std::string& prog) {
          "Rollouts staler than --max-staleness versions are dropped; --pause says what weight\n"
          "updates do to partial rollouts (keep: continue on the new weights; abort: redo);\n"
          "--tis corrects for the engines' log-probs (truncated importance sampling). --eval-every\n"
-         "measures held-out accuracy every N steps (the accuracy-vs-time curve in the metrics).\n";
+         "measures held-out accuracy every N steps (the accuracy-vs-time curve in the metrics).\n"
+         "--checkpoint-every N saves the policy, the rollouts waiting and finished and\n"
+         "the job's state into --checkpoint-dir; --resume continues from the latest one.\n";
 }
 
 } // namespace rlforge::examples::grpo

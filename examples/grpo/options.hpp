@@ -51,6 +51,12 @@ struct options {
   /// truncated importance sampling. Default: none in sync mode, token otherwise.
   std::string tis;
   int eval_every = 0;             ///< held-out accuracy every N steps (--eval-every; 0 = ends)
+  /// Checkpoints: the policy and ref states, the RL loop's rollouts (waiting and finished) and
+  /// the job's own state every --checkpoint-every steps into --checkpoint-dir; --resume goes on
+  /// from the latest one there.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;       ///< (--checkpoint-every; 0 = never)
+  bool resume = false;            ///< (--resume)
   // An environment instead of the arithmetic task (--env CMD).
   std::string env_command;        ///< as given (--env); empty = the arithmetic task
   std::vector<std::string> env_argv; ///< `env_command` split into words (see `split_command`)
@@ -87,7 +93,7 @@ struct parse_result {
 /// env-timeout > 0 and finite; kl-coef >= 0; sft-target in [0, 1]; max-staleness in 0..1000;
 /// eval-every >= 0; --placement, --mode, --pause and --tis one of their words) give an error
 /// naming the flag and the value; an asynchronous --mode without --placement split or with --env
-/// is refused; empty --metrics / --plot / --cluster / --tls
+/// is refused, and so are --checkpoint-every or --resume without --checkpoint-dir; empty --metrics / --plot / --cluster / --tls
 /// values are refused too. With --env: --model is required, --task must be a JSON object,
 /// --prompts x --group at most `max_environments`, and the flags of the arithmetic task
 /// (--digits, --held-out, --sft-*) are refused; without it the environment flags (--model,

@@ -107,6 +107,14 @@ TEST(GrpoOptions, ModesAndPlacement) {
   EXPECT_THAT(err({"--tis", "yes"}), HasSubstr("--tis must be one of none, token, sequence"));
   EXPECT_THAT(err({"--max-staleness", "-1"}), HasSubstr("--max-staleness must be an integer"));
   EXPECT_THAT(err({"--mode", "fully_async"}), HasSubstr("needs --placement split"));
+  EXPECT_THAT(err({"--resume"}), HasSubstr("--resume needs --checkpoint-dir DIR"));
+  EXPECT_THAT(err({"--checkpoint-every", "2"}),
+              HasSubstr("--checkpoint-every needs --checkpoint-dir DIR"));
+  auto c = parse_options({"--checkpoint-dir", "d", "--checkpoint-every", "3", "--resume"});
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  EXPECT_EQ(c.opts.checkpoint_dir, "d");
+  EXPECT_EQ(c.opts.checkpoint_every, 3);
+  EXPECT_TRUE(c.opts.resume);
   EXPECT_THAT(err({"--mode", "one_step_off", "--placement", "split", "--env", "x", "--model",
                    "m"}),
               HasSubstr("run in sync mode only"));

@@ -69,3 +69,30 @@ TEST(ClusterGrpo, PolicyAndEnginesOnTwoNodesLearnAsOnOneNode) {
   EXPECT_GT(mean(b, b.size() - 5, 5), mean(b, 0, 5));
   EXPECT_NE(out.find("grpo: ok"), std::string::npos) << out;
 }
+
+TEST(ClusterGrpo, FullyAsyncRunsWithTheTrainerAndTheEnginesOnDifferentNodes) {
+  // The RL loop's producer, the engines and the trainer talk only through actors: the same
+  // fully_async job runs with the engines on one node process and the trainer on another.
+  test_cluster cluster{"grpo_async"};
+  cluster.add_node("n1", 1, 2);
+  cluster.add_node("n2", 1, 2);
+  const std::map<std::string, std::string> env{{"OMP_WAIT_POLICY", "PASSIVE"}};
+  std::vector<std::string> args{grpo_example_binary(), "--quick", "--quiet", "--placement",
+                                "split", "--mode", "fully_async", "--max-staleness", "2",
+                                "--metrics", cluster.dir() + "/async.jsonl", "--plot",
+                                cluster.dir() + "/async.png", "--cluster", cluster.endpoint()};
+  child_process job(args, cluster.dir() + "/async.log", env);
+  ASSERT_EQ(job.wait_exit(180s), 0) << job.log() << cluster.logs();
+  auto out = job.log();
+  auto policy_node = word_after(out, "and ref (1) on node '");
+  auto engine_node = word_after(out, "engines (1) on node '");
+  EXPECT_FALSE(policy_node.empty()) << out;
+  EXPECT_NE(policy_node, engine_node) << out;
+  auto records = read_jsonl(cluster.dir() + "/async.jsonl");
+  ASSERT_FALSE(records.empty());
+  for (const auto& r : records) {
+    EXPECT_EQ(r["mode"], "fully_async");
+    EXPECT_LE(r["staleness_max"].get<int64_t>(), 2) << r.dump();
+  }
+  EXPECT_NE(out.find("grpo: ok"), std::string::npos) << out;
+}
