@@ -104,5 +104,16 @@ TEST(EnvProtocol, ExcerptsAreShortAndPrintable) {
   EXPECT_EQ(p::excerpt(std::string(500, 'x'), 10), "'xxxxxxxxxx...'");
 }
 
+TEST(EnvProtocol, ValidatesUtf8) {
+  EXPECT_TRUE(p::valid_utf8(""));
+  EXPECT_TRUE(p::valid_utf8("plain ascii"));
+  EXPECT_TRUE(p::valid_utf8("Gr\xc3\xbc\xc3\x9f \xe2\x82\xac \xf0\x9f\x98\x80")); // ü ß € 😀
+  EXPECT_FALSE(p::valid_utf8("\xc3"));                 // truncated
+  EXPECT_FALSE(p::valid_utf8("\xc0\xaf"));             // overlong '/'
+  EXPECT_FALSE(p::valid_utf8("\xed\xa0\x80"));         // a surrogate
+  EXPECT_FALSE(p::valid_utf8("\xf4\x90\x80\x80"));     // past U+10FFFF
+  EXPECT_FALSE(p::valid_utf8("\x80 lone continuation"));
+}
+
 } // namespace
 } // namespace rlforge::env::test
