@@ -69,6 +69,10 @@ struct dispatcher_state {
   int64_t weight_version = 0;
   bool busy = false;
   std::deque<serial_job> waiting;
+  /// Calls waiting for an engine rank's answer, by the rank's address: run when the rank dies
+  /// (a rank killed mid-call never answers).
+  std::map<caf::actor_addr, std::map<int64_t, std::function<void()>>> rank_watchers;
+  int64_t next_watcher = 1;
   static const char* name;
 };
 
@@ -409,6 +413,20 @@ std::string index_list(const std::vector<size_t>& xs) {
   return out;
 }
 
+/// Records engine ranks `gone` of `role` as dead (their actors are gone though their down
+/// message has not arrived yet); true when there were any.
+bool mark_gone(self_ptr self, const std::string& role, const std::vector<size_t>& gone) {
+  auto* e = find_role(self, role);
+  if (!e || gone.empty())
+    return false;
+  if (e->dead.size() != e->ranks.size())
+    e->dead.assign(e->ranks.size(), "");
+  for (auto j : gone)
+    if (j < e->dead.size() && e->dead[j].empty())
+      e->dead[j] = "died (its actor is gone)";
+  return true;
+}
+
 void generate_call(self_ptr self, const std::string& role, const caf::message& args,
                    int64_t timeout_ms, reply_fn k) {
   const char* op = "generate";
@@ -439,6 +457,8 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
     std::vector<std::vector<sample_output>> parts;
     size_t pending = 0;
     caf::error error;
+    size_t failed = 0;
+    std::vector<size_t> gone; ///< ranks that died before or while running their share
   };
   auto g = std::make_shared<gather>();
   g->parts.resize(n);
@@ -449,6 +469,10 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
     if (auto* e2 = find_role(self, role); e2 && e2->load.size() == n)
       for (size_t j = 0; j < n; ++j)
         e2->load[j] -= extra[j];
+    // Shares lost only because their ranks died go again, all of the call, to the live ranks
+    // (seeded samples repeat their tokens).
+    if (g->error && g->failed == g->gone.size() && mark_gone(self, role, g->gone))
+      return generate_call(self, role, args, timeout_ms, k);
     if (g->error)
       return k(std::move(g->error));
     std::vector<sample_output> out;
@@ -465,23 +489,42 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
       share.push_back(requests[i]);
     auto context = prefix(role, op) + ": engine rank " + std::to_string(j) + " (requests " +
                    index_list(assigned[j]) + " of the call)";
-    rank_call(self, e->ranks[j], op, caf::make_message(std::move(share)), timeout_ms,
-              [=](caf::expected<caf::message> r) {
-                if (!r) {
-                  if (!g->error)
-                    g->error = with_context(self, context, r.error(), timeout_ms);
-                } else if (!r->match_elements<std::vector<sample_output>>() ||
-                           r->get_as<std::vector<sample_output>>(0).size() != rows[j]) {
-                  if (!g->error)
-                    g->error = make_error(errc::internal, context + ": answered " +
-                                                              caf::to_string(*r) + ", expected " +
-                                                              std::to_string(rows[j]) + " rows");
-                } else {
-                  g->parts[j] = std::move(r->get_mutable_as<std::vector<sample_output>>(0));
-                }
-                if (--g->pending == 0)
-                  finish();
-              });
+    // Settled once: by the rank's answer, or by its death (engine_down runs the watcher).
+    const auto addr = e->ranks[j].address();
+    const auto watcher = self->state.next_watcher++;
+    auto settled = std::make_shared<bool>(false);
+    auto settle = [=](caf::expected<caf::message> r) {
+      if (*settled)
+        return;
+      *settled = true;
+      if (auto w = self->state.rank_watchers.find(addr);
+          w != self->state.rank_watchers.end()) {
+        w->second.erase(watcher);
+        if (w->second.empty())
+          self->state.rank_watchers.erase(w);
+      }
+      if (!r) {
+        ++g->failed;
+        if (r.error() == caf::sec::request_receiver_down)
+          g->gone.push_back(j);
+        if (!g->error)
+          g->error = with_context(self, context, r.error(), timeout_ms);
+      } else if (!r->match_elements<std::vector<sample_output>>() ||
+                 r->get_as<std::vector<sample_output>>(0).size() != rows[j]) {
+        if (!g->error)
+          g->error = make_error(errc::internal, context + ": answered " +
+                                                    caf::to_string(*r) + ", expected " +
+                                                    std::to_string(rows[j]) + " rows");
+      } else {
+        g->parts[j] = std::move(r->get_mutable_as<std::vector<sample_output>>(0));
+      }
+      if (--g->pending == 0)
+        finish();
+    };
+    self->state.rank_watchers[addr][watcher] = [settle] {
+      settle(caf::make_error(caf::sec::request_receiver_down));
+    };
+    rank_call(self, e->ranks[j], op, caf::make_message(std::move(share)), timeout_ms, settle);
   }
 }
 
@@ -596,15 +639,8 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
                               timeout_ms, [](caf::expected<caf::message>) {});
                   forget(share_ids[a]);
                 }
-                auto* e3 = find_role(self, role);
-                if (only_gone && !g->gone.empty() && e3) {
-                  if (e3->dead.size() != e3->ranks.size())
-                    e3->dead.assign(e3->ranks.size(), "");
-                  for (auto j2 : g->gone)
-                    if (j2 < e3->dead.size() && e3->dead[j2].empty())
-                      e3->dead[j2] = "died (its actor is gone)";
+                if (only_gone && mark_gone(self, role, g->gone))
                   return submit_call(self, role, args, timeout_ms, k);
-                }
                 k(std::move(g->error));
               });
   }
@@ -698,6 +734,13 @@ void engine_down(self_ptr self, const caf::actor_addr& who, const caf::error& re
       e.dead[rank] = "died (" + self->system().render(reason) + ")";
       runtime::logger("actors.dispatch")->warn("engine_down role={} rank={}", name, rank);
     }
+  }
+  // Calls still waiting for the dead rank fail now (and go again to the live ranks).
+  if (auto w = self->state.rank_watchers.find(who); w != self->state.rank_watchers.end()) {
+    auto watchers = std::move(w->second);
+    self->state.rank_watchers.erase(w);
+    for (auto& [id, fire] : watchers)
+      fire();
   }
 }
 

@@ -108,9 +108,11 @@ using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
 ///    reaches `consumer` as a `generation_result` without rows, `error_code` rank_failed and an
 ///    error naming the role and rank: requeue those; nothing else is lost.
 ///    A dead engine rank gets no more requests (`generate` and `submit` spread over the live
-///    ranks) and is left out of weight syncs and of `pause` / `resume`; once every rank of the
-///    role is dead, `generate`, `submit` and `save_weights_for_sampler` fail with rank_failed,
-///    naming each rank's cause.
+///    ranks) and is left out of weight syncs and of `pause` / `resume`; a `generate` or `submit`
+///    call that met a rank dying (before or while it ran its share) goes again, whole, to the
+///    live ranks (seeded samples repeat their tokens). Once every rank of the role is dead,
+///    `generate`, `submit` and `save_weights_for_sampler` fail with rank_failed, naming each
+///    rank's cause.
 ///  - `cancel` (caf::actor consumer, std::vector<int64_t> ids) → op_result{int64 stopped}: stops
 ///    those submitted requests (their results arrive with unfinished rows "abort").
 ///  - `sleep` / `wake_up` (tags), `pause` ([mode]), `resume` and every other engine op go to all

@@ -502,5 +502,32 @@ TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsTo
                errc::rank_failed, "rank 1: died");
 }
 
+TEST_F(ContinuousEngines, AGenerateCallWhoseEngineDiesGoesAgainToTheOthers) {
+  auto two = ok(spawn_group("duo", "engine", 2));
+  ok(client_->register_engines(two, "duo"));
+  model_spec s;
+  s.preset = "tiny";
+  s.seed = 3;
+  s.compute_dtype = "fp32";
+  ok(client_->init_model("duo", s));
+  std::vector<sample_request> rs;
+  for (int i = 0; i < 4; ++i)
+    rs.push_back(request({int64_t{20} + i, 11}, 300, 1.0, 80u + i));
+  caf::scoped_actor self{*sys_};
+  // The call is on its way (or running) when rank 1 dies; it still answers every request.
+  auto pending = self->request(client_->dispatcher(), std::chrono::seconds(60),
+                               dispatcher_call_atom::value, std::string{"duo"},
+                               std::string{"generate"}, caf::make_message(rs), int64_t{50000});
+  caf::anon_send_exit(ok(two.rank_handles()).at(1), caf::exit_reason::kill);
+  std::vector<sample_output> out;
+  std::string failure;
+  pending.receive([&](op_result& r) { out = r.value.get_as<std::vector<sample_output>>(0); },
+                  [&](caf::error& e) { failure = sys_->render(e); });
+  ASSERT_TRUE(failure.empty()) << failure;
+  ASSERT_EQ(out.size(), rs.size());
+  for (size_t i = 0; i < rs.size(); ++i)
+    expect_row(out[i], alone(*model_, rs[i], 0), "request " + std::to_string(i));
+}
+
 } // namespace
 } // namespace rlforge::actors::test
