@@ -26,7 +26,11 @@
 #include <unistd.h>
 #include <vector>
 
+#include "tests/cli/serve_process.hpp"
+
 namespace {
+
+using rlforge::cli_test::serve_process;
 
 namespace fs = std::filesystem;
 
@@ -104,97 +108,6 @@ run_result run(const std::vector<std::string>& argv, const std::map<std::string,
   return r;
 }
 
-/// `rlforge serve` as a child process; its stderr is read until it names its port.
-class serve_process {
-public:
-  explicit serve_process(const fs::path& dir) {
-    int fds[2];
-    if (pipe(fds) != 0)
-      throw std::runtime_error("pipe failed");
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      dup2(fds[1], 2);
-      close(fds[0]);
-      close(fds[1]);
-      setenv("RLFORGE_API_KEY", api_key, 1);
-      setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-      std::string base = (dir / "base").string(), db = (dir / "serve.db").string(),
-                  ck = (dir / "checkpoints").string();
-      execl(rlforge_bin.c_str(), rlforge_bin.c_str(), "serve", "--base-model", base.c_str(),
-            "--port", "0", "--db", db.c_str(), "--checkpoint-dir", ck.c_str(), nullptr);
-      _exit(127);
-    }
-    close(fds[1]);
-    err_ = fds[0];
-    // "rlforge serve: <model> on http://127.0.0.1:<port>/api/v1/ ..."
-    std::string text;
-    char buf[4096];
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      ssize_t n = read(err_, buf, sizeof(buf));
-      if (n <= 0)
-        break;
-      text.append(buf, static_cast<size_t>(n));
-      auto at = text.find("http://127.0.0.1:");
-      if (at != std::string::npos && text.find('/', at + 17) != std::string::npos) {
-        port_ = std::atoi(text.c_str() + at + 17);
-        break;
-      }
-    }
-    output_ = text;
-    // Keep draining stderr so the server never blocks on a full pipe.
-    drain_ = std::thread([this] {
-      char b[4096];
-      ssize_t n;
-      while ((n = read(err_, b, sizeof(b))) > 0) {
-        std::lock_guard<std::mutex> guard(mutex_);
-        output_.append(b, static_cast<size_t>(n));
-      }
-    });
-  }
-  serve_process(const serve_process&) = delete;
-  serve_process& operator=(const serve_process&) = delete;
-  ~serve_process() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (drain_.joinable())
-      drain_.join(); // the child is gone: read() returns 0
-    if (err_ >= 0)
-      close(err_);
-  }
-  int port() const { return port_; }
-  std::string output() {
-    std::lock_guard<std::mutex> guard(mutex_);
-    return output_;
-  }
-
-  /// SIGTERM, then the exit status (-1 when it did not exit normally within 60 s; the
-  /// destructor then kills it).
-  int stop() {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 600; ++i) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return -1;
-  }
-
-private:
-  pid_t pid_ = -1;
-  int err_ = -1;
-  int port_ = 0;
-  std::mutex mutex_;
-  std::string output_;
-  std::thread drain_;
-};
-
 /// The SDK's environment, made once per run by its env.sh.
 struct sdk_environment {
   enum { ready, skip, broken } state = broken;
@@ -271,7 +184,7 @@ protected:
   /// Runs tests/cli/sdk/<script> against a fresh server; fails naming the check's failures.
   void check(const std::string& script) {
     const auto& env = sdk();
-    serve_process serve(dir_);
+    serve_process serve(rlforge_bin, dir_, api_key);
     ASSERT_GT(serve.port(), 0) << serve.output();
     auto r = run({env.python, (fs::path(scripts_dir) / script).string(), "--url",
                   "http://127.0.0.1:" + std::to_string(serve.port()), "--base-model", "base"},

@@ -21,7 +21,11 @@
 #include "service/wire/json_bodies.hpp"
 #include "service/wire/sample_codec.hpp"
 
+#include "tests/cli/serve_process.hpp"
+
 namespace {
+
+using rlforge::cli_test::serve_process;
 
 namespace fs = std::filesystem;
 namespace tinker = rlforge::tinker;
@@ -45,93 +49,6 @@ int run(std::vector<std::string> argv) {
     return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
-
-/// `rlforge serve` as a child process; its stderr is read until it names its port.
-class serve_process {
-public:
-  serve_process(const fs::path& dir, const std::string& key) {
-    int fds[2];
-    if (pipe(fds) != 0)
-      throw std::runtime_error("pipe failed");
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], 2);
-      close(fds[0]);
-      close(fds[1]);
-      setenv("RLFORGE_API_KEY", key.c_str(), 1);
-      setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-      std::string base = (dir / "base").string(), db = (dir / "serve.db").string(),
-                  ck = (dir / "checkpoints").string();
-      execl(rlforge_bin.c_str(), rlforge_bin.c_str(), "serve", "--base-model", base.c_str(),
-            "--port", "0", "--db", db.c_str(), "--checkpoint-dir", ck.c_str(), nullptr);
-      _exit(127);
-    }
-    close(fds[1]);
-    err_ = fds[0];
-    // "rlforge serve: <model> on http://127.0.0.1:<port>/api/v1/ ..."
-    std::string text;
-    char buf[4096];
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      ssize_t n = read(err_, buf, sizeof(buf));
-      if (n <= 0)
-        break;
-      text.append(buf, static_cast<size_t>(n));
-      auto at = text.find("http://127.0.0.1:");
-      if (at != std::string::npos && text.find('/', at + 17) != std::string::npos) {
-        port_ = std::atoi(text.c_str() + at + 17);
-        break;
-      }
-    }
-    output_ = text;
-    // Keep draining stderr so the server never blocks on a full pipe.
-    drain_ = std::thread([this] {
-      char b[4096];
-      ssize_t n;
-      while ((n = read(err_, b, sizeof(b))) > 0) {
-        std::lock_guard<std::mutex> guard(mutex_);
-        output_.append(b, static_cast<size_t>(n));
-      }
-    });
-  }
-  ~serve_process() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (drain_.joinable())
-      drain_.join(); // the child is gone: read() returns 0
-    if (err_ >= 0)
-      close(err_);
-  }
-  int port() const { return port_; }
-  std::string output() {
-    std::lock_guard<std::mutex> guard(mutex_);
-    return output_;
-  }
-
-  /// SIGTERM, then the exit status (-1 when it did not exit normally within 60 s).
-  int stop() {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 600; ++i) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return -1;
-  }
-
-private:
-  pid_t pid_ = -1;
-  int err_ = -1;
-  int port_ = 0;
-  std::mutex mutex_;
-  std::string output_;
-  std::thread drain_;
-};
 
 tinker::forward_backward_request sft_request(const std::string& model, int64_t seq) {
   tinker::forward_backward_request r;
@@ -163,7 +80,7 @@ TEST(ServeEndToEnd, TrainsSavesAndSamplesThroughHttp) {
   ASSERT_EQ(run({rlforge_bin, "init-model", "--preset", "tiny", "--out", (dir / "base").string()}),
             0);
   {
-    serve_process serve(dir, "e2e-key");
+    serve_process serve(rlforge_bin, dir, "e2e-key");
     ASSERT_GT(serve.port(), 0) << serve.output();
     tinker_client client("127.0.0.1", serve.port(), "e2e-key");
     tinker_client wrong("127.0.0.1", serve.port(), "nope");
@@ -251,7 +168,7 @@ TEST(ServeEndToEnd, RlWithEveryTinkerLossAndACriticThroughHttp) {
   ASSERT_EQ(run({rlforge_bin, "init-model", "--preset", "tiny", "--out", (dir / "base").string()}),
             0);
   {
-    serve_process serve(dir, "rl-key");
+    serve_process serve(rlforge_bin, dir, "rl-key");
     ASSERT_GT(serve.port(), 0) << serve.output();
     tinker_client client("127.0.0.1", serve.port(), "rl-key");
     auto session = client.create_session();
