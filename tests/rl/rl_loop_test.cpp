@@ -361,6 +361,49 @@ TEST_F(RlLoop, AKilledEngineIsRequeuedToTheOtherAndNoEngineLeftIsAClearError) {
   EXPECT_NE(error_message(sync.error()).find("no engine rank is left alive"), std::string::npos);
 }
 
+TEST_F(RlLoop, TwoLoopsOnTheSameEnginesGetWhatEachGetsAlone) {
+  setup(2);
+  // Each loop's rollouts (seeded) as tokens, by rollout id.
+  auto run = [&](rl_loop& loop, int steps) {
+    std::map<int64_t, std::vector<std::vector<int64_t>>> out;
+    for (int s = 0; s < steps; ++s) {
+      auto b = loop.next_batch();
+      if (!b) {
+        ADD_FAILURE() << error_message(b.error());
+        break;
+      }
+      for (auto& r : b->rollouts)
+        for (auto& row : r.samples)
+          out[r.id].push_back(row.tokens);
+    }
+    return out;
+  };
+  auto source = [](uint64_t seed) {
+    auto rng = std::make_shared<std::mt19937_64>(seed);
+    return [rng](int64_t) { return draw(*rng, 20); };
+  };
+  std::map<int64_t, std::vector<std::vector<int64_t>>> alone_a, alone_b;
+  {
+    rl_loop a(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(1));
+    alone_a = run(a, 3);
+  }
+  {
+    rl_loop b(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(2));
+    alone_b = run(b, 3);
+  }
+  rl_loop a(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(1));
+  rl_loop b(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(2));
+  std::map<int64_t, std::vector<std::vector<int64_t>>> together_a, together_b;
+  std::thread ta([&] { together_a = run(a, 3); });
+  std::thread tb([&] { together_b = run(b, 3); });
+  ta.join();
+  tb.join();
+  // No weight updates here: the same rollouts, the same tokens, whoever else is generating.
+  EXPECT_EQ(together_a, alone_a);
+  EXPECT_EQ(together_b, alone_b);
+  EXPECT_EQ(together_a.size(), 9u);
+}
+
 TEST_F(RlLoop, BadOptionsRequestsAndSnapshotsAreRefused) {
   setup(1);
   auto source = [](int64_t) {
