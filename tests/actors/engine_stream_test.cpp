@@ -80,6 +80,18 @@ protected:
     register_engine_kind();
   }
 
+  /// Two engine ranks registered as role `role`, holding `model_`'s weights (tiny, seed 3, fp32).
+  actor_group two_engines(const std::string& role) {
+    auto two = ok(spawn_group(role, "engine", 2));
+    ok(client_->register_engines(two, role));
+    model_spec s;
+    s.preset = "tiny";
+    s.seed = 3;
+    s.compute_dtype = "fp32";
+    ok(client_->init_model(role, s));
+    return two;
+  }
+
   void SetUp() override {
     actor_fixture::SetUp();
     be::set_intra_op_threads(1);
@@ -411,13 +423,7 @@ TEST_F(ContinuousEngines, BadSubmissionsAreRefusedAndTheEngineStaysAlive) {
 }
 
 TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsToldWhich) {
-  auto two = ok(spawn_group("pair", "engine", 2));
-  ok(client_->register_engines(two, "pair"));
-  model_spec s;
-  s.preset = "tiny";
-  s.seed = 3;
-  s.compute_dtype = "fp32";
-  ok(client_->init_model("pair", s));
+  auto two = two_engines("pair");
   caf::scoped_actor self{*sys_};
   auto me = caf::actor_cast<caf::actor>(self);
   std::vector<sample_request> rs;
@@ -503,13 +509,7 @@ TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsTo
 }
 
 TEST_F(ContinuousEngines, AGenerateCallWhoseEngineDiesGoesAgainToTheOthers) {
-  auto two = ok(spawn_group("duo", "engine", 2));
-  ok(client_->register_engines(two, "duo"));
-  model_spec s;
-  s.preset = "tiny";
-  s.seed = 3;
-  s.compute_dtype = "fp32";
-  ok(client_->init_model("duo", s));
+  auto two = two_engines("duo");
   std::vector<sample_request> rs;
   for (int i = 0; i < 4; ++i)
     rs.push_back(request({int64_t{20} + i, 11}, 300, 1.0, 80u + i));

@@ -36,25 +36,37 @@ double mean(const std::vector<nlohmann::json>& xs, size_t from, size_t n) {
   return s / static_cast<double>(n);
 }
 
-} // namespace
+/// OpenMP threads sleep while they wait (several ranks share the cores).
+const std::map<std::string, std::string> passive_omp{{"OMP_WAIT_POLICY", "PASSIVE"}};
 
-TEST(ClusterGrpo, PolicyAndEnginesOnTwoNodesLearnAsOnOneNode) {
-  test_cluster cluster{"grpo"};
+/// Two node processes of one GPU each: a placement group of one 1-GPU bundle per node.
+void add_two_nodes(test_cluster& cluster) {
   cluster.add_node("n1", 1, 2);
   cluster.add_node("n2", 1, 2);
-  const std::map<std::string, std::string> env{{"OMP_WAIT_POLICY", "PASSIVE"}};
-  child_process local(job(cluster.dir(), "local"), cluster.dir() + "/local.log", env);
-  ASSERT_EQ(local.wait_exit(240s), 0) << local.log();
-  auto cluster_args = job(cluster.dir(), "cluster");
-  cluster_args.insert(cluster_args.end(), {"--cluster", cluster.endpoint()});
-  child_process remote(cluster_args, cluster.dir() + "/cluster.log", env);
-  ASSERT_EQ(remote.wait_exit(240s), 0) << remote.log() << cluster.logs();
-  auto out = remote.log();
-  // Training on one node, generation on the other: the weights went between processes.
+}
+
+/// The job's opening line puts the policy and the engines on different nodes.
+void expect_trainer_and_engines_apart(const std::string& out) {
   auto policy_node = word_after(out, "and ref (1) on node '");
   auto engine_node = word_after(out, "engines (1) on node '");
   EXPECT_FALSE(policy_node.empty()) << out;
   EXPECT_NE(policy_node, engine_node) << out;
+}
+
+} // namespace
+
+TEST(ClusterGrpo, PolicyAndEnginesOnTwoNodesLearnAsOnOneNode) {
+  test_cluster cluster{"grpo"};
+  add_two_nodes(cluster);
+  child_process local(job(cluster.dir(), "local"), cluster.dir() + "/local.log", passive_omp);
+  ASSERT_EQ(local.wait_exit(240s), 0) << local.log();
+  auto cluster_args = job(cluster.dir(), "cluster");
+  cluster_args.insert(cluster_args.end(), {"--cluster", cluster.endpoint()});
+  child_process remote(cluster_args, cluster.dir() + "/cluster.log", passive_omp);
+  ASSERT_EQ(remote.wait_exit(240s), 0) << remote.log() << cluster.logs();
+  auto out = remote.log();
+  // Training on one node, generation on the other: the weights went between processes.
+  expect_trainer_and_engines_apart(out);
   EXPECT_NE(out.find("weight sync transports: engines/0=shm"), std::string::npos) << out;
   EXPECT_NE(local.log().find("engines/0=in_process"), std::string::npos) << local.log();
   // The same job step for step, and the reward rises.
@@ -74,20 +86,15 @@ TEST(ClusterGrpo, FullyAsyncRunsWithTheTrainerAndTheEnginesOnDifferentNodes) {
   // The RL loop's producer, the engines and the trainer talk only through actors: the same
   // fully_async job runs with the engines on one node process and the trainer on another.
   test_cluster cluster{"grpo_async"};
-  cluster.add_node("n1", 1, 2);
-  cluster.add_node("n2", 1, 2);
-  const std::map<std::string, std::string> env{{"OMP_WAIT_POLICY", "PASSIVE"}};
+  add_two_nodes(cluster);
   std::vector<std::string> args{grpo_example_binary(), "--quick", "--quiet", "--placement",
                                 "split", "--mode", "fully_async", "--max-staleness", "2",
                                 "--metrics", cluster.dir() + "/async.jsonl", "--plot",
                                 cluster.dir() + "/async.png", "--cluster", cluster.endpoint()};
-  child_process job(args, cluster.dir() + "/async.log", env);
+  child_process job(args, cluster.dir() + "/async.log", passive_omp);
   ASSERT_EQ(job.wait_exit(180s), 0) << job.log() << cluster.logs();
   auto out = job.log();
-  auto policy_node = word_after(out, "and ref (1) on node '");
-  auto engine_node = word_after(out, "engines (1) on node '");
-  EXPECT_FALSE(policy_node.empty()) << out;
-  EXPECT_NE(policy_node, engine_node) << out;
+  expect_trainer_and_engines_apart(out);
   auto records = read_jsonl(cluster.dir() + "/async.jsonl");
   ASSERT_FALSE(records.empty());
   for (const auto& r : records) {
