@@ -427,6 +427,25 @@ bool mark_gone(self_ptr self, const std::string& role, const std::vector<size_t>
   return true;
 }
 
+/// The engine rank of each request: `spread_over_live` over `e`'s live ranks after sizing its
+/// load vector (`added` gets each rank's share of the cost); an error when the group has no
+/// ranks or none is alive.
+caf::expected<std::vector<size_t>> place_requests(role_entry& e, const std::string& role,
+                                                  const char* op,
+                                                  const std::vector<sample_request>& requests,
+                                                  std::vector<int64_t>& added) {
+  const size_t n = e.ranks.size();
+  if (n == 0)
+    return make_error(errc::internal, prefix(role, op) + ": the engine group has no ranks");
+  if (e.load.size() != n)
+    e.load.assign(n, 0);
+  added.assign(n, 0);
+  auto owner = spread_over_live(e, requests, added);
+  if (owner.empty())
+    return no_live_engine(e, role, op);
+  return owner;
+}
+
 void generate_call(self_ptr self, const std::string& role, const caf::message& args,
                    int64_t timeout_ms, reply_fn k) {
   const char* op = "generate";
@@ -434,15 +453,12 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
   if (!e)
     return k(role_gone(role, op));
   const auto& requests = args.get_as<std::vector<sample_request>>(0);
+  std::vector<int64_t> extra;
+  auto placed = place_requests(*e, role, op, requests, extra);
+  if (!placed)
+    return k(std::move(placed.error()));
+  const auto owner = std::move(*placed);
   const size_t n = e->ranks.size();
-  if (n == 0)
-    return k(make_error(errc::internal, prefix(role, op) + ": the engine group has no ranks"));
-  if (e->load.size() != n)
-    e->load.assign(n, 0);
-  std::vector<int64_t> extra(n, 0);
-  auto owner = spread_over_live(*e, requests, extra);
-  if (owner.empty())
-    return k(no_live_engine(*e, role, op));
   std::vector<std::vector<size_t>> assigned(n);
   std::vector<size_t> offset(requests.size());
   std::vector<size_t> rows(n, 0);
@@ -560,15 +576,12 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
   const auto consumer = args.get_as<caf::actor>(0);
   const auto& ids = args.get_as<std::vector<int64_t>>(1);
   const auto& requests = args.get_as<std::vector<sample_request>>(2);
+  std::vector<int64_t> extra; // unused: each request's cost is added to the load below
+  auto placed = place_requests(*e, role, op, requests, extra);
+  if (!placed)
+    return k(std::move(placed.error()));
+  const auto owner = std::move(*placed);
   const size_t n = e->ranks.size();
-  if (n == 0)
-    return k(make_error(errc::internal, prefix(role, op) + ": the engine group has no ranks"));
-  if (e->load.size() != n)
-    e->load.assign(n, 0);
-  std::vector<int64_t> extra(n, 0);
-  auto owner = spread_over_live(*e, requests, extra);
-  if (owner.empty())
-    return k(no_live_engine(*e, role, op));
   std::vector<std::vector<int64_t>> share_ids(n);
   std::vector<std::vector<sample_request>> shares(n);
   auto& st = self->state;
