@@ -227,12 +227,7 @@ TEST(ClusterHead, AHeadThatDeclaresResourcesHostsRanksInItsOwnProcess) {
   auto pg = driver.pgs().create({"two", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10});
   ASSERT_TRUE(pg) << driver.sys().render(pg.error());
   EXPECT_EQ(bundle_nodes(*pg), (std::vector<std::string>{"headnode", "n1"}));
-  actors::group_spec spec;
-  spec.name = "g";
-  spec.kind = "policy";
-  spec.placement = *pg;
-  spec.threads_per_rank = 1;
-  auto group = actors::actor_group::spawn(driver.sys(), spec);
+  auto group = driver.spawn_group("g", "policy", *pg);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
   auto where = group->call_all("location", caf::message{}, 10s);
   ASSERT_TRUE(where);

@@ -148,6 +148,20 @@ test_driver::~test_driver() {
   sys_.reset();
 }
 
+caf::expected<actors::actor_group> test_driver::spawn_group(const std::string& name,
+                                                            const std::string& kind,
+                                                            const placement_group_info& pg,
+                                                            bool reserve) {
+  actors::group_spec spec;
+  spec.name = name;
+  spec.kind = kind;
+  spec.placement = pg;
+  spec.threads_per_rank = 1;
+  if (reserve)
+    spec.placement_manager = manager_;
+  return actors::actor_group::spawn(*sys_, spec);
+}
+
 nlohmann::json test_driver::status() {
   caf::scoped_actor self{*sys_};
   nlohmann::json out;

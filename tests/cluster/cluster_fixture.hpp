@@ -13,6 +13,7 @@
 #include <caf/actor_system.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/actor_group.hpp"
 #include "actors/placement_manager.hpp"
 #include "runtime/system_config.hpp"
 #include "tests/cluster/process.hpp"
@@ -87,6 +88,12 @@ public:
 
   /// `rlforge status --json` through the driver's session.
   nlohmann::json status();
+
+  /// Spawns group `name` of `kind` on `pg`, one thread a rank; with `reserve` its shares are
+  /// reserved through the driver's placement manager.
+  caf::expected<actors::actor_group> spawn_group(const std::string& name, const std::string& kind,
+                                                 const placement_group_info& pg,
+                                                 bool reserve = false);
 
 private:
   runtime::system_config cfg_;

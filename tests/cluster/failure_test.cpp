@@ -81,13 +81,7 @@ TEST(ClusterFailures, ANodeKilledDuringForwardBackwardFailsTheCallNamingTheNode)
   auto pg = driver.pgs().create(
     {"train", {{{"GPU", 1}, {"CPU", 1}}, {{"GPU", 1}, {"CPU", 1}}}, "strict_spread", 10});
   ASSERT_TRUE(pg) << driver.sys().render(pg.error());
-  actors::group_spec spec;
-  spec.name = "policy";
-  spec.kind = "policy";
-  spec.placement = *pg;
-  spec.threads_per_rank = 1;
-  spec.placement_manager = driver.manager();
-  auto group = actors::actor_group::spawn(driver.sys(), spec);
+  auto group = driver.spawn_group("policy", "policy", *pg, /*reserve=*/true);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
   auto dispatcher = actors::spawn_dispatcher(driver.sys());
   const auto deadline = 60s;
@@ -209,12 +203,7 @@ TEST(ClusterFailures, AKilledNodeThatRestartsHostsNewGroups) {
     << cluster.logs();
   auto pg = driver.pgs().create({"both", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10});
   ASSERT_TRUE(pg) << driver.sys().render(pg.error());
-  actors::group_spec spec;
-  spec.name = "g";
-  spec.kind = "ref";
-  spec.placement = *pg;
-  spec.threads_per_rank = 1;
-  auto group = actors::actor_group::spawn(driver.sys(), spec);
+  auto group = driver.spawn_group("g", "ref", *pg);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
   auto where = group->call_all("location", caf::message{}, 10s);
   ASSERT_TRUE(where);
@@ -272,12 +261,7 @@ TEST(ClusterFailures, AKilledHeadStopsTheRanksAndTheNodesRejoinItsSuccessor) {
     ASSERT_TRUE(driver.error().empty()) << driver.error();
     auto pg = driver.pgs().create({"both", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10});
     ASSERT_TRUE(pg);
-    actors::group_spec spec;
-    spec.name = "g";
-    spec.kind = "ref";
-    spec.placement = *pg;
-    spec.threads_per_rank = 1;
-    auto group = actors::actor_group::spawn(driver.sys(), spec);
+    auto group = driver.spawn_group("g", "ref", *pg);
     ASSERT_TRUE(group) << driver.sys().render(group.error());
     cluster.head().kill();
     // The nodes stop their ranks: the driver's calls fail naming the group, rank and node.

@@ -73,12 +73,7 @@ TEST(ClusterTls, OnlyProcessesWithTheClustersCertificateJoin) {
   EXPECT_EQ(status["nodes"][0]["id"], "trusted");
   auto pg = driver.pgs().create({"tls", {{{"GPU", 1}}}, "pack", 10});
   ASSERT_TRUE(pg) << driver.sys().render(pg.error()) << cluster.logs();
-  actors::group_spec spec;
-  spec.name = "g";
-  spec.kind = "ref";
-  spec.placement = *pg;
-  spec.threads_per_rank = 1;
-  auto group = actors::actor_group::spawn(driver.sys(), spec);
+  auto group = driver.spawn_group("g", "ref", *pg);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
   EXPECT_TRUE(group->call_all("ping", caf::message{}, 10s));
   group->stop();
