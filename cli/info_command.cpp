@@ -48,9 +48,12 @@ nlohmann::json blas_section() {
                  {"reps", gemm_reps},
                  {"gflops", gflops},
                  {"bf16_gflops", bf16_gflops}};
+  const auto forced = backends::compute_dtype_from_environment();
   out["precision"] = {{"default", backends::to_string(backends::default_compute_dtype())},
                       {"fast_bf16", bf16.fast},
-                      {"reason", bf16.reason}};
+                      {"reason", forced ? std::string("RLFORGE_COMPUTE_DTYPE=") +
+                                              backends::to_string(*forced)
+                                        : bf16.reason}};
   return out;
 }
 

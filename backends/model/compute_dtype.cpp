@@ -1,5 +1,6 @@
 #include "backends/model/compute_dtype.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -66,7 +67,20 @@ const bf16_support& detect_bf16_support() {
   return s;
 }
 
+std::optional<compute_dtype> compute_dtype_from_environment() {
+  const char* forced = std::getenv("RLFORGE_COMPUTE_DTYPE");
+  if (forced == nullptr || *forced == '\0')
+    return std::nullopt;
+  try {
+    return parse_compute_dtype(forced);
+  } catch (const error& e) {
+    fail(error_code::invalid_argument, std::string("RLFORGE_COMPUTE_DTYPE: ") + e.what());
+  }
+}
+
 compute_dtype default_compute_dtype() {
+  if (auto forced = compute_dtype_from_environment())
+    return *forced;
   return detect_bf16_support().fast ? compute_dtype::bf16 : compute_dtype::fp32;
 }
 

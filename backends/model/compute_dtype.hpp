@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,8 +31,15 @@ struct bf16_support {
 };
 const bf16_support& detect_bf16_support();
 
-/// bf16 where `detect_bf16_support().fast`, else fp32: the default `compute_dtype` of training
-/// and inference (`rlforge score` / `generate` keep fp32 for exact HF numerics).
+/// The node's choice in the environment variable RLFORGE_COMPUTE_DTYPE (fp32 or bf16, as
+/// `parse_compute_dtype` reads them), nullopt when unset or empty. Throws `backends::error`
+/// (invalid_argument) naming the variable and the value when it is set to anything else.
+std::optional<compute_dtype> compute_dtype_from_environment();
+
+/// The default `compute_dtype` of training and inference where a model spec leaves it empty:
+/// RLFORGE_COMPUTE_DTYPE when set (test runs and benches pin one dtype on every machine), else
+/// bf16 where `detect_bf16_support().fast`, else fp32 (`rlforge score` / `generate` keep fp32
+/// for exact HF numerics). Throws as `compute_dtype_from_environment` does.
 compute_dtype default_compute_dtype();
 
 } // namespace rlforge::backends

@@ -69,7 +69,7 @@ void apply_env_quick(options& o) {
 // Flags that belong to one mode only.
 const std::set<std::string> arithmetic_flags{
     "--digits",     "--held-out",       "--sft-steps",      "--sft-batch", "--sft-lr",
-    "--sft-target", "--checkpoint-dir", "--checkpoint-every", "--resume"};
+    "--sft-target", "--checkpoint-dir", "--checkpoint-every", "--resume", "--no-goal"};
 const std::set<std::string> env_flags{"--model",       "--task",        "--max-turns",
                                       "--turn-tokens", "--env-timeout", "--min-final-reward"};
 
@@ -179,6 +179,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
     }
     if (a == "--resume") {
       o.resume = true;
+      given.insert(a);
+      continue;
+    }
+    if (a == "--no-goal") {
+      o.accuracy_goal = false;
       given.insert(a);
       continue;
     }
@@ -299,8 +304,8 @@ parse_result parse_options(const std::vector<std::string>& args) {
 std::string usage(const std::string& prog) {
   return "usage: " + prog +
          " [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick]\n"
-         "       [--digits D] [--held-out N] [--sft-steps N] [--sft-batch B] [--sft-lr X]\n"
-         "       [--sft-target A] [--prompts P] [--group G] [--lr X] [--epochs E]\n"
+         "       [--digits D] [--held-out N] [--no-goal] [--sft-steps N] [--sft-batch B]\n"
+         "       [--sft-lr X] [--sft-target A] [--prompts P] [--group G] [--lr X] [--epochs E]\n"
          "       [--temperature T] [--kl-coef C] [--placement colocated|split]\n"
          "       [--mode sync|one_step_off|fully_async] [--max-staleness K]\n"
          "       [--pause keep|abort] [--tis none|token|sequence] [--eval-every N]\n"
@@ -309,7 +314,8 @@ std::string usage(const std::string& prog) {
          "       [--env CMD --model DIR [--task JSON] [--max-turns N] [--turn-tokens N]\n"
          "        [--env-timeout S] [--min-final-reward R]]\n"
          "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
-         "inference engines on virtual GPUs; prints held-out accuracy before and after.\n"
+         "inference engines on virtual GPUs; prints held-out accuracy before and after. A full\n"
+         "run fails unless it gains 20 points (--no-goal: report the gain without judging it).\n"
          "With --env CMD: GRPO on the multi-turn episodes of an environment program speaking\n"
          "rlforge's JSON-lines protocol (docs/ENVIRONMENTS.md), e.g.\n"
          "  --env 'python3 examples/envs/guess_number.py' --model DIR\n"

@@ -115,6 +115,10 @@ TEST(GrpoOptions, ModesAndPlacement) {
   EXPECT_EQ(c.opts.checkpoint_dir, "d");
   EXPECT_EQ(c.opts.checkpoint_every, 3);
   EXPECT_TRUE(c.opts.resume);
+  EXPECT_TRUE(parse_options({}).opts.accuracy_goal);
+  EXPECT_FALSE(parse_options({"--no-goal"}).opts.accuracy_goal);
+  EXPECT_THAT(err({"--no-goal", "--env", "x", "--model", "m"}),
+              HasSubstr("--no-goal belongs to the arithmetic task"));
   EXPECT_THAT(err({"--mode", "one_step_off", "--placement", "split", "--env", "x", "--model",
                    "m"}),
               HasSubstr("run in sync mode only"));

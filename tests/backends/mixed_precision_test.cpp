@@ -1,6 +1,7 @@
 // bf16 mixed precision (backends/model/compute_dtype.hpp, mixed_linear.hpp and the bf16 mode of
 // causal_lm): log-probs close to fp32, gradients on the fp32 weights close to fp32's, bf16 copies
 // refreshed after in-place updates, bf16 storage for inference holders, and bad input.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -8,7 +9,9 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "backends/error.hpp"
@@ -52,10 +55,34 @@ TEST(ComputeDtype, ParsesNamesAndRefusesOthers) {
   } catch (const error& e) {
     EXPECT_NE(std::string(e.what()).find("'fp16'"), std::string::npos) << e.what();
   }
-  // The default follows the detection, whatever the machine.
+  // The default follows RLFORGE_COMPUTE_DTYPE where it is set, else the detection, whatever
+  // the machine.
+  EXPECT_FALSE(detect_bf16_support().reason.empty());
+  const char* before = std::getenv("RLFORGE_COMPUTE_DTYPE");
+  const std::string saved = before ? before : "";
+  ::unsetenv("RLFORGE_COMPUTE_DTYPE");
+  EXPECT_EQ(compute_dtype_from_environment(), std::nullopt);
   EXPECT_EQ(default_compute_dtype(),
             detect_bf16_support().fast ? compute_dtype::bf16 : compute_dtype::fp32);
-  EXPECT_FALSE(detect_bf16_support().reason.empty());
+  for (auto [name, dtype] : {std::pair{"fp32", compute_dtype::fp32},
+                             std::pair{"bf16", compute_dtype::bf16}}) {
+    ::setenv("RLFORGE_COMPUTE_DTYPE", name, 1);
+    EXPECT_EQ(default_compute_dtype(), dtype) << name;
+  }
+  ::setenv("RLFORGE_COMPUTE_DTYPE", "fp8", 1);
+  try {
+    default_compute_dtype();
+    ADD_FAILURE() << "RLFORGE_COMPUTE_DTYPE=fp8 accepted";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("RLFORGE_COMPUTE_DTYPE: compute dtype must be fp32 or "
+                                         "bf16, got 'fp8'"),
+              std::string::npos)
+        << e.what();
+  }
+  if (before)
+    ::setenv("RLFORGE_COMPUTE_DTYPE", saved.c_str(), 1);
+  else
+    ::unsetenv("RLFORGE_COMPUTE_DTYPE");
 }
 
 TEST(MixedLinear, MatchesFp32WithinBf16RoundingAndRoutesGradientsToTheFp32Weight) {
@@ -87,7 +114,7 @@ TEST(MixedLinear, CopiesFollowInPlaceUpdatesOfTheMaster) {
   EXPECT_EQ(copy.bytes(), 4 * 4 * 2);
   EXPECT_TRUE(copy.of(w).is_same(first)); // unchanged master: the same copy
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     w.mul_(3); // as an optimizer step does
   }
   EXPECT_DOUBLE_EQ(copy.of(w)[0][0].item<double>(), 3.0);
@@ -105,7 +132,7 @@ TEST(MixedPrecision, Bf16LogprobsAreWithinTwoHundredthsOfFp32) {
     auto c = small_config(name);
     auto model = causal_lm::random(c, 11);
     auto ids = tokens(3, 24, c.vocab_size, 5);
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto mask = at::ones_like(ids);
     auto fp32 = sequence_logprobs(*model, ids, mask).logprobs;
     model->set_compute_dtype(compute_dtype::bf16);
@@ -145,7 +172,7 @@ TEST(MixedPrecision, GradientsReachTheFp32WeightsAndAStepChangesTheBf16Outputs) 
   // An SGD step on the fp32 weights: the next bf16 forward sees it (copies are refreshed).
   at::Tensor before;
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     before = sequence_logprobs(*mixed, ids, mask).logprobs;
     for (auto& [name, p] : mixed->named_parameters())
       p.sub_(p.grad(), 1e-2);
@@ -190,7 +217,7 @@ TEST(MixedPrecision, Bf16StorageHalvesTheWeightsAndGeneratesLikeBf16Compute) {
   EXPECT_EQ(stored->num_trainable_parameters(), 0);
   EXPECT_EQ(stored->compute_copy_bytes(), 0);
   auto ids = tokens(2, 10, c.vocab_size, 3);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto mask = at::ones_like(ids);
   // Both multiply the same bf16-rounded weights in the same kernels: identical results.
   EXPECT_EQ(max_abs_diff(sequence_logprobs(*compute, ids, mask).logprobs,
@@ -237,7 +264,7 @@ double sampler_vs_trainer(causal_lm& model, const std::vector<std::vector<int64_
       out.push_back(generate(model, {prompts[i]}, {params[i]})[0]);
   }
   double worst = 0;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto full = prompts[i];
     full.insert(full.end(), out[i].tokens.begin(), out[i].tokens.end());
@@ -296,7 +323,7 @@ TEST(GradientCheckpointing, GivesTheSameGradientsWithDropoutAndInBf16) {
       // A non-zero B so the adapters change the outputs (and dropout matters).
       for (auto& [name, p] : model->named_parameters())
         if (name.find("lora_B") != std::string::npos) {
-          at::NoGradGuard no_grad;
+          c10::NoGradGuard no_grad;
           p.fill_(0.05);
         }
       model->set_compute_dtype(dtype);

@@ -181,7 +181,6 @@ TEST_F(ClusterTraining, SftAcrossTwoNodesGivesTheLossesOfOneNode) {
   ASSERT_EQ(local.size(), remote.size());
   for (int s = 0; s < steps; ++s)
     EXPECT_NEAR(local[s], remote[s], 1e-6 * std::max(1.0, std::abs(local[s]))) << "step " << s;
-  EXPECT_LT(remote.back(), remote.front()); // it learns
 }
 
 TEST_F(ClusterTraining, ACheckpointSavedAcrossNodesResumesAndAnUnreachableOneIsRefused) {
