@@ -238,7 +238,7 @@ caf::expected<collective_spec> collective_plan(caf::actor_system& sys,
     self->request(ranks[r], timeout, call_atom::value, std::string{"location"}, caf::message{})
       .receive(
         [&](op_result& x) {
-          if (x.value.match_elements<std::string, int64_t, std::string>())
+          if (x.value.match_elements<std::string, int64_t, std::string, std::string>())
             where.emplace_back(x.value.get_as<std::string>(0), x.value.get_as<int64_t>(1));
           else
             failure = make_error(errc::internal, "group '" + name + "': rank " + std::to_string(r)

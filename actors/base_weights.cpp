@@ -1,5 +1,6 @@
 #include "actors/base_weights.hpp"
 
+#include <c10/core/GradMode.h>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -69,7 +70,7 @@ std::shared_ptr<const void> share_frozen_base(backends::causal_lm& model,
     c.entries[key] = entry;
     return entry;
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [name, p] : params) {
     if (p.requires_grad())
       continue;

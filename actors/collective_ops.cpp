@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "actors/rank_device.hpp"
 #include "actors/tensor_convert.hpp"
 #include "actors/weight_sync.hpp"
 #include "backends/collective_group.hpp"
@@ -82,6 +83,21 @@ tensor_list to_blobs(const std::vector<at::Tensor>& ts) {
   return out;
 }
 
+/// The wire's host tensors where the group reduces them: the rank's CUDA device for NCCL.
+std::vector<at::Tensor> on_group_device(const backends::collective_group& group,
+                                        const rank_context& ctx, std::vector<at::Tensor> ts) {
+  if (group.options().backend == "nccl")
+    for (auto& t : ts)
+      t = t.to(compute_device(ctx.info));
+  return ts;
+}
+
+std::vector<at::Tensor> on_host(std::vector<at::Tensor> ts) {
+  for (auto& t : ts)
+    t = t.to(at::kCPU);
+  return ts;
+}
+
 backends::collective_group& require_group(rank_context& ctx, const std::string& op) {
   if (!ctx.collective)
     fail(error_code::invalid_argument,
@@ -124,6 +140,9 @@ caf::expected<caf::message> run_collective_op(rank_context& ctx, const std::stri
       fail(error_code::invalid_argument,
            "collective timeout must be > 0 ms, got " + std::to_string(spec.timeout_ms));
     backends::collective_options opts;
+    // Ranks on CUDA devices reduce their device tensors with NCCL; the others with Gloo.
+    if (compute_device(ctx.info).is_cuda())
+      opts.backend = "nccl";
     opts.timeout = std::chrono::milliseconds{spec.timeout_ms};
     opts.group_name = spec.name;
     opts.interface_host = spec.host;
@@ -151,18 +170,18 @@ caf::expected<caf::message> run_collective_op(rank_context& ctx, const std::stri
     if (args.size() != 1 || !args.match_element<tensor_list>(0))
       fail(error_code::invalid_argument, "all_reduce expects (tensor_list)");
     auto& group = require_group(ctx, op);
-    auto ts = to_tensors(args.get_as<tensor_list>(0));
+    auto ts = on_group_device(group, ctx, to_tensors(args.get_as<tensor_list>(0)));
     group.all_reduce_sum(ts);
-    return caf::make_message(to_blobs(ts));
+    return caf::make_message(to_blobs(on_host(ts)));
   }
   if (op == "broadcast") {
     if (args.size() != 2 || !args.match_element<tensor_list>(0)
         || !args.match_element<int32_t>(1))
       fail(error_code::invalid_argument, "broadcast expects (tensor_list, int32 root)");
     auto& group = require_group(ctx, op);
-    auto ts = to_tensors(args.get_as<tensor_list>(0));
+    auto ts = on_group_device(group, ctx, to_tensors(args.get_as<tensor_list>(0)));
     group.broadcast(ts, args.get_as<int32_t>(1));
-    return caf::make_message(to_blobs(ts));
+    return caf::make_message(to_blobs(on_host(ts)));
   }
   fail(error_code::internal, "run_collective_op called with op '" + op + "'");
 }

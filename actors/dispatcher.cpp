@@ -1143,6 +1143,38 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
   auto pending = std::make_shared<size_t>(st.roles.size());
   if (*pending == 0)
     return doc->dump();
+  // Roles with ranks on real CUDA devices also report those devices as the caching allocator
+  // and the driver see them ("cuda" under the device's entry).
+  std::vector<std::string> on_cuda;
+  for (auto& [name, e] : st.roles)
+    if (std::any_of(e.where.begin(), e.where.end(),
+                    [](const process_location& p) { return p.device.rfind("cuda", 0) == 0; }))
+      on_cuda.push_back(name);
+  *pending += on_cuda.size();
+  for (auto& name : on_cuda) {
+    auto& e = st.roles.at(name);
+    auto infos = e.infos;
+    auto where = e.where;
+    group_all(self, e.group, "device_memory", caf::message{}, timeout_ms,
+              [=](caf::expected<std::vector<caf::message>> r) mutable {
+                auto& d = *doc;
+                if (r) {
+                  for (size_t i = 0; i < r->size() && i < infos.size() && i < where.size(); ++i) {
+                    const auto& m = (*r)[i];
+                    if (!m.match_elements<int64_t, int64_t, int64_t, int64_t, int64_t>())
+                      continue;
+                    d["devices"][device_of(infos[i])]["cuda"] = {
+                        {"device", where[i].device},       {"allocated", m.get_as<int64_t>(0)},
+                        {"reserved", m.get_as<int64_t>(1)}, {"peak_allocated", m.get_as<int64_t>(2)},
+                        {"free", m.get_as<int64_t>(3)},     {"total", m.get_as<int64_t>(4)}};
+                  }
+                } else {
+                  d["roles"][name]["device_memory_error"] = self->system().render(r.error());
+                }
+                if (--*pending == 0)
+                  promise.deliver(d.dump());
+              });
+  }
   for (auto& [name, e] : st.roles) {
     auto infos = e.infos;
     group_all(self, e.group, "memory", caf::message{}, timeout_ms,
@@ -1209,9 +1241,11 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                             e.ranks = handles;
                             e.infos = ranks;
                             for (auto& m : *where)
-                              if (m.match_elements<std::string, int64_t, std::string>())
+                              if (m.match_elements<std::string, int64_t, std::string,
+                                                   std::string>())
                                 e.where.push_back({m.get_as<std::string>(0), m.get_as<int64_t>(1),
-                                                   m.get_as<std::string>(2)});
+                                                   m.get_as<std::string>(2),
+                                                   m.get_as<std::string>(3)});
                             e.load.assign(handles.size(), 0);
                             if (e.engine) // requests submitted to a rank that dies are lost
                               for (auto& h : handles)
@@ -1276,10 +1310,11 @@ caf::behavior dispatcher(self_ptr self) {
       },
       [=](dispatcher_transport_atom, const std::string& transport) -> caf::result<void> {
         if (transport != "auto" && transport != "in_process" && transport != "shm" &&
-            transport != "gloo")
+            transport != "cuda_ipc" && transport != "gloo")
           return make_error(errc::invalid_argument, "dispatcher: unknown weight transport '" +
                                                         transport +
-                                                        "' (auto, in_process, shm, gloo)");
+                                                        "' (auto, in_process, shm, cuda_ipc, "
+                                                        "gloo)");
         self->state.transport = transport;
         return caf::unit;
       },

@@ -15,7 +15,7 @@
 #include "actors/tinker_sampling.hpp"
 #include "actors/tinker_training.hpp"
 #include "backends/model/model_config.hpp"
-#include "text/tokenizer.hpp"
+#include "backends/model/detokenizer.hpp"
 #include "tinker/error.hpp"
 
 namespace rlforge::actors {
@@ -84,7 +84,7 @@ dispatcher_backend::dispatcher_backend(caf::actor_system& sys, dispatcher_backen
   check_options(o);
   p.config = read_config(o.base_model_dir);
   p.limits = {p.config.vocab_size, p.config.max_position_embeddings};
-  if (text::tokenizer::exists_in(o.base_model_dir)) {
+  if (backends::has_tokenizer(o.base_model_dir)) {
     std::error_code ec;
     auto dir = fs::absolute(o.base_model_dir, ec);
     p.tokenizer_id = (ec ? fs::path(o.base_model_dir) : dir).lexically_normal().string();

@@ -1,5 +1,6 @@
 #include "actors/engine.hpp"
 
+#include <c10/core/GradMode.h>
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -20,16 +21,19 @@
 #include "actors/batch_wire.hpp"
 #include "actors/engine_requests.hpp"
 #include "actors/engine_weights.hpp"
+#include "actors/rank_device.hpp"
 #include "actors/weight_sync.hpp"
 #include "actors/worker.hpp"
+#include "backends/devices.hpp"
 #include "backends/engine/continuous_engine.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/model/detokenizer.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/storage_bytes.hpp"
+#include "backends/storage_copier.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
-#include "text/tokenizer.hpp"
 
 namespace rlforge::actors {
 
@@ -432,7 +436,7 @@ engine_tokenizer load_tokenizer(const model_spec& spec, int32_t rank) {
     t.missing = "a model built from a preset or config_json has none";
     return t;
   }
-  if (!text::tokenizer::exists_in(dir)) {
+  if (!be::has_tokenizer(dir)) {
     if (!spec.tokenizer_dir.empty())
       be::fail(error_code::not_found, "init_model: tokenizer_dir '" + dir +
                                           "' holds no tokenizer (neither tokenizer.json nor "
@@ -441,9 +445,9 @@ engine_tokenizer load_tokenizer(const model_spec& spec, int32_t rank) {
     return t;
   }
   try {
-    t.tokenizer = text::tokenizer::load(dir);
+    t.tokenizer = be::load_detokenizer(dir);
   } catch (const std::exception& e) {
-    t.missing = "cannot load the tokenizer of '" + dir + "': " + e.what();
+    t.missing = e.what(); // names the directory and why (backends/model/detokenizer.hpp)
     runtime::logger("actors.engine")
         ->warn("tokenizer_unavailable rank={} dir={} reason={}", rank, dir, e.what());
   }
@@ -467,9 +471,10 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   // syncs send half the bytes: weights_for_sync).
   if (dtype == be::compute_dtype::bf16)
     model->store_weights_in_bf16();
+  model->to(compute_device(ctx.info)); // the rank's CUDA device, or the CPU for a virtual GPU
   model->set_batch_invariant(spec.batch_invariant);
   {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& [name, p] : model->named_parameters())
       p.requires_grad_(false);
   }
@@ -594,12 +599,14 @@ caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args
       continue;
     if (tag == tag_weights) {
       // Move each storage out of the model: the saved tensor keeps it alive, the model's
-      // tensor is emptied in place (no copy; tied weights stay tied through shared storage).
-      at::NoGradGuard no_grad;
+      // tensor is emptied in place (tied weights stay tied through shared storage). On a
+      // virtual GPU that is no copy; from a CUDA device the storages go to pinned host memory.
+      c10::NoGradGuard no_grad;
       std::map<std::string, at::Tensor> saved;
       auto params = model.named_parameters();
+      be::storage_copier to_host{at::kCPU};
       for (auto& [name, p] : params)
-        saved.emplace(name, p.detach());
+        saved.emplace(name, p.is_cuda() ? to_host(p) : p.detach());
       for (auto& [name, p] : params)
         p.set_();
       st.host_weights = std::move(saved);
@@ -609,6 +616,8 @@ caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args
     }
     st.asleep.insert(tag);
   }
+  // A CUDA device's freed blocks return to the driver for the role that runs next.
+  be::release_cached_memory();
   (void)ctx;
   return caf::message{};
 }
@@ -621,12 +630,14 @@ caf::expected<caf::message> wake_up(rank_context& ctx, const caf::message& args)
     if (!st.asleep.count(tag))
       continue;
     if (tag == tag_weights) {
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
+      const auto device = compute_device(ctx.info);
+      be::storage_copier to_device{device};
       for (auto& [name, p] : model.named_parameters()) {
         auto i = st.host_weights.find(name);
         if (i == st.host_weights.end())
           be::fail(error_code::internal, "wake_up: no saved storage for parameter '" + name + "'");
-        p.set_(i->second);
+        p.set_(device.is_cpu() ? i->second : to_device(i->second));
       }
       st.host_weights.clear();
     } else {
@@ -726,7 +737,7 @@ caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& a
     }
   }
   before_new_weights(st);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [name, p] : params)
     p.copy_(tensors->at(name));
   after_new_weights(st, version);

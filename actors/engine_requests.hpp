@@ -6,7 +6,6 @@
 
 #include "backends/engine/continuous_engine.hpp"
 #include "runtime/messages.hpp"
-#include "text/tokenizer.hpp"
 
 namespace rlforge::actors {
 
@@ -15,7 +14,7 @@ class engine_weights;
 /// The tokenizer an engine rank decodes generated tokens with for stop strings, or why it has
 /// none. Owned by the rank; immutable between two `init_model`s.
 struct engine_tokenizer {
-  std::optional<text::tokenizer> tokenizer;
+  std::shared_ptr<const backends::detokenizer> tokenizer;
   /// When `tokenizer` is empty: why, naming the directory ("'DIR' has none (...)", "cannot load
   /// the tokenizer of 'DIR': ...").
   std::string missing;

@@ -1,5 +1,6 @@
 #include "actors/engine_weights.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include "backends/error.hpp"
@@ -16,7 +17,7 @@ namespace {
 /// they held.
 std::map<std::string, at::Tensor> swap_weights(be::causal_lm& model,
                                                const std::map<std::string, at::Tensor>& weights) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> previous;
   for (auto& [name, p] : model.named_parameters()) {
     previous.emplace(name, p.detach());
@@ -91,7 +92,7 @@ void engine_weights::before_change(const std::function<bool(int64_t)>& in_use) {
   auto& c = copies_[current_];
   if (!c.weights.empty())
     return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [name, p] : model_->named_parameters())
     c.weights.emplace(name, p.detach().clone());
 }

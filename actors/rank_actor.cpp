@@ -11,7 +11,9 @@
 #include "actors/checkpoint_probe.hpp"
 #include "actors/collective_ops.hpp"
 #include "actors/protocol.hpp"
+#include "actors/rank_device.hpp"
 #include "actors/weight_sync.hpp"
+#include "backends/devices.hpp"
 #include "backends/threads.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
@@ -47,7 +49,12 @@ caf::expected<caf::message> builtin_op(rank_context& ctx, const std::string& op,
     return caf::make_message(static_cast<int32_t>(backends::intra_op_threads()));
   if (op == "location") {
     auto here = this_process();
-    return caf::make_message(here.host, here.pid, here.address);
+    return caf::make_message(here.host, here.pid, here.address, compute_device(ctx.info).str());
+  }
+  if (op == "device_memory") {
+    // The rank's CUDA device as its process's caching allocator and the driver see it.
+    auto m = backends::cuda_memory(compute_device(ctx.info));
+    return caf::make_message(m.allocated, m.reserved, m.peak_allocated, m.free, m.total);
   }
   if (op == "open_store" || op == "init_collective" || op == "all_reduce" || op == "broadcast")
     return run_collective_op(ctx, op, args);
@@ -101,8 +108,12 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
   auto& st = self->state;
   st.kind = std::move(kind);
   st.ctx.info = std::move(info);
-  // Runs on the detached actor's own thread: torch's thread count is per OS thread.
+  // Runs on the detached actor's own thread: torch's thread count is per OS thread, and so is
+  // the current CUDA device. A bundle's GPU that this process sees is a real one.
   backends::set_intra_op_threads(std::max(1, st.ctx.info.threads));
+  const auto device = backends::rank_device(st.ctx.info.device_ids);
+  st.ctx.info.virtual_gpu = device.is_cpu();
+  backends::bind_thread_to(device);
   if (st.kind.make_state)
     st.ctx.state = st.kind.make_state(st.ctx.info);
   // The rank is typed and its consumers (stream results) are not: send() refuses that pairing
@@ -151,8 +162,8 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
         if (!handled) {
           auto i = st.kind.ops.find(op);
           if (i == st.kind.ops.end()) {
-            std::string known = "info, ping, threads, location, open_store, init_collective, "
-                                "all_reduce, broadcast, checkpoint_visible";
+            std::string known = "info, ping, threads, location, device_memory, open_store, "
+                                "init_collective, all_reduce, broadcast, checkpoint_visible";
             for (auto& [name, _] : st.kind.ops)
               known += ", " + name;
             return make_error(errc::not_found, context + ": kind '" + st.kind.name

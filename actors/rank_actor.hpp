@@ -11,14 +11,19 @@ namespace rlforge::actors {
 
 /// Spawns one rank of kind `kind` as a detached actor (its own OS thread: ranks block in
 /// libtorch and collectives). The rank sets its torch intra-op threads to `info.threads` on its
-/// own thread, creates the kind's state, then answers
+/// own thread, binds that thread to its bundle's CUDA device where this process has it (else the
+/// rank computes on the CPU: a virtual GPU; `rank_info::virtual_gpu` says which), creates the
+/// kind's state, then answers
 /// `(call_atom, std::string op, caf::message args) → op_result`: the typed interface
 /// `rlforge::rank_actor` (runtime/cluster_protocol.hpp), returned here as a `caf::actor`.
 ///
 /// Built-in ops of every kind:
 ///  - `info` → rank_info; `ping` → (); `threads` → int32 intra-op threads of the rank's thread
-///  - `location` → (std::string host identity, int64 pid, std::string advertised address), see
-///    `process_location` (weight_sync.hpp)
+///  - `location` → (std::string host identity, int64 pid, std::string advertised address,
+///    std::string device "cpu" or "cuda:N"), see `process_location` (weight_sync.hpp)
+///  - `device_memory` → (int64 allocated, int64 reserved, int64 peak allocated, int64 free,
+///    int64 total): the rank's CUDA device as this process's caching allocator and the driver
+///    see it (backends/devices.hpp); refused (unsupported) on a virtual GPU
 ///  - `open_store` (std::string group, int64 timeout_ms) → (std::string host, int32 port):
 ///    rank 0 of a group whose ranks live in several processes serves its TCP rendezvous store
 ///    on its node's advertised address

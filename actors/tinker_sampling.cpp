@@ -8,7 +8,7 @@
 #include <caf/all.hpp>
 
 #include "runtime/errc.hpp"
-#include "text/tokenizer.hpp"
+#include "backends/model/detokenizer.hpp"
 #include "tinker/error.hpp"
 
 namespace rlforge::actors {
@@ -85,7 +85,7 @@ tinker_sampling::tinker_sampling(tinker_groups& groups, tinker::model_limits lim
     : groups_(groups),
       limits_(limits),
       base_name_(std::move(base_name)),
-      base_has_tokenizer_(text::tokenizer::exists_in(groups.options().base_model_dir)) {}
+      base_has_tokenizer_(backends::has_tokenizer(groups.options().base_model_dir)) {}
 
 tinker_sampling::~tinker_sampling() = default;
 

@@ -1,5 +1,6 @@
 #include "actors/weight_sync.hpp"
 
+#include <c10/core/GradMode.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "backends/collective_group.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/weights/cuda_ipc_transport.hpp"
 #include "backends/weights/gloo_transport.hpp"
 #include "backends/weights/in_process_transport.hpp"
 #include "backends/weights/shm_transport.hpp"
@@ -157,8 +159,12 @@ std::string new_sync_channel() {
 }
 
 std::string choose_transport(const process_location& sender, const process_location& receiver) {
-  if (sender.host == receiver.host)
-    return sender.pid == receiver.pid ? "in_process" : "shm";
+  auto on_cuda = [](const process_location& p) { return p.device.rfind("cuda", 0) == 0; };
+  if (sender.host == receiver.host) {
+    if (sender.pid == receiver.pid)
+      return "in_process";
+    return on_cuda(sender) && on_cuda(receiver) ? "cuda_ipc" : "shm";
+  }
   return "gloo";
 }
 
@@ -189,6 +195,17 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
   auto opts = options_of(spec, who);
   auto weights = weights_for_sync(model);
   auto version = static_cast<std::uint64_t>(spec.version);
+  if (spec.transport == "cuda_ipc") {
+    auto link = be::listen_socket_link(spec.channel, opts.timeout);
+    be::cuda_ipc_sender{link, model.device(), opts}.send(weights, version);
+    return static_cast<int64_t>(bytes_of(weights));
+  }
+  // The host transports read host memory: weights on a CUDA device go through it.
+  if (!model.device().is_cpu()) {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, t] : weights)
+      t = t.to(at::kCPU);
+  }
   if (spec.transport == "in_process") {
     auto channel = be::named_in_process_channel(spec.channel, opts);
     be::in_process_sender{channel}.send(weights, version);
@@ -210,7 +227,7 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
   } else {
     be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
                                                spec.transport +
-                                               "' (transports: in_process, shm, gloo)");
+                                               "' (transports: in_process, shm, cuda_ipc, gloo)");
   }
   return static_cast<int64_t>(bytes_of(weights));
 }
@@ -226,7 +243,16 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   for (auto& [name, t] : model.named_parameters())
     if (name != "value_head.weight")
       targets.emplace_back(name, t.detach());
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
+  // The host transports write host memory: a model on a CUDA device receives into host copies
+  // and takes them once the transfer committed (so a refused one still changes nothing).
+  be::named_tensors device_targets;
+  if (spec.transport != "cuda_ipc" && !model.device().is_cpu()) {
+    device_targets = std::move(targets);
+    targets.clear();
+    for (auto& [name, t] : device_targets)
+      targets.emplace_back(name, at::empty_like(t, t.options().device(at::kCPU)));
+  }
   auto current = static_cast<std::uint64_t>(current_version);
   // Each transport checks `spec.version` against `current` and reports a refusal to the sender.
   auto run = [&](be::weight_receiver& r) {
@@ -239,7 +265,11 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
     }
   };
   std::uint64_t got = 0;
-  if (spec.transport == "in_process") {
+  if (spec.transport == "cuda_ipc") {
+    be::cuda_ipc_receiver r{be::connect_socket_link(spec.channel, opts.timeout), model.device(),
+                            opts};
+    got = run(r);
+  } else if (spec.transport == "in_process") {
     be::in_process_receiver r{be::named_in_process_channel(spec.channel, opts)};
     got = run(r);
   } else if (spec.transport == "shm") {
@@ -258,8 +288,10 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   } else {
     be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
                                                spec.transport +
-                                               "' (transports: in_process, shm, gloo)");
+                                               "' (transports: in_process, shm, cuda_ipc, gloo)");
   }
+  for (size_t i = 0; i < device_targets.size(); ++i)
+    device_targets[i].second.copy_(targets[i].second);
   if (got != static_cast<std::uint64_t>(spec.version))
     be::fail(error_code::internal, std::string{who} + ": committed version " + std::to_string(got) +
                                        ", expected " + std::to_string(spec.version));

@@ -26,6 +26,9 @@ struct process_location {
   std::string host;
   int64_t pid = 0;
   std::string address = "127.0.0.1";
+  /// Where the rank's weights live: "cpu" or "cuda:N" (a rank's `location` op fills it;
+  /// `this_process` leaves "cpu").
+  std::string device = "cpu";
 };
 
 /// This process's location.
@@ -47,8 +50,9 @@ std::string advertised_address();
 std::string new_sync_channel();
 
 /// The fastest weight transport that reaches `receiver` from `sender`: "in_process" when they
-/// share a process, "shm" when they share a host identity (host, boot and network namespace),
-/// "gloo" otherwise.
+/// share a process; when they share a host identity (host, boot and network namespace),
+/// "cuda_ipc" if both hold their weights on CUDA devices, else "shm"; "gloo" otherwise. The
+/// host transports move CUDA weights through host memory (staged on both ends).
 std::string choose_transport(const process_location& sender, const process_location& receiver);
 
 /// The weights a trainer sends to its engines: the policy's base weights under Hugging Face

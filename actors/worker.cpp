@@ -1,5 +1,6 @@
 #include "actors/worker.hpp"
 
+#include <c10/core/GradMode.h>
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -15,10 +16,12 @@
 #include "actors/actor_kind.hpp"
 #include "actors/base_weights.hpp"
 #include "actors/batch_wire.hpp"
+#include "actors/rank_device.hpp"
 #include "actors/weight_sync.hpp"
 #include "backends/algo/kl.hpp"
 #include "backends/algo/losses.hpp"
 #include "backends/collective_group.hpp"
+#include "backends/devices.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/logprobs.hpp"
@@ -29,6 +32,7 @@
 #include "backends/train/optimizer.hpp"
 #include "backends/train/rng_state.hpp"
 #include "backends/train/micro_batches.hpp"
+#include "backends/storage_copier.hpp"
 #include "backends/train/training_batch.hpp"
 #include "runtime/errc.hpp"
 
@@ -82,35 +86,7 @@ std::vector<std::pair<std::string, at::Tensor>> moments_of(const be::adamw_state
   return out;
 }
 
-/// Copies tensors to one device with one new storage per distinct source storage, so tensors
-/// sharing a storage (tied weights, views) share one storage in the copies too, with the same
-/// offsets, sizes and strides. Copies from a CUDA device to the CPU land in pinned host memory
-/// (the fast path back); on the CPU (virtual GPUs) they are plain, separately allocated copies.
-class storage_copier {
-public:
-  explicit storage_copier(at::Device to) : to_(to) {}
-
-  at::Tensor operator()(const at::Tensor& t) {
-    at::NoGradGuard no_grad;
-    const auto& src = t.storage();
-    auto i = copies_.find(src.unsafeGetStorageImpl());
-    if (i == copies_.end()) {
-      auto bytes = static_cast<int64_t>(src.nbytes());
-      auto byte_options = at::TensorOptions().dtype(at::kByte);
-      auto from = at::empty({0}, byte_options.device(t.device())).set_(src, 0, {bytes}, {1});
-      bool pinned = t.is_cuda() && to_.is_cpu();
-      auto to = at::empty({bytes}, byte_options.device(to_).pinned_memory(pinned));
-      to.copy_(from);
-      i = copies_.emplace(src.unsafeGetStorageImpl(), to.storage()).first;
-    }
-    return at::empty({0}, t.options().device(to_))
-        .set_(i->second, t.storage_offset(), t.sizes(), t.strides());
-  }
-
-private:
-  at::Device to_;
-  std::unordered_map<const void*, c10::Storage> copies_;
-};
+using be::storage_copier;
 
 /// The tags an offload/onload call names: all of the kind's when empty. Throws before anything
 /// moves for an unknown tag or `optimizer` on a ref worker.
@@ -277,6 +253,7 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   const auto& spec = args.get_as<model_spec>(0);
   const auto dtype = compute_dtype_of(spec); // refused before anything is built
   auto model = build_model(spec);
+  model->to(compute_device(ctx.info)); // the rank's CUDA device, or the CPU for a virtual GPU
   model->set_compute_dtype(dtype);
   model->set_batch_invariant(spec.batch_invariant);
   if (spec.lora_rank < 0)
@@ -306,7 +283,7 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   }
   if (ctx.collective && ctx.collective->world_size() > 1) {
     // Same seed gives the same weights; the broadcast makes it a guarantee (HF loads too).
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     std::vector<at::Tensor> tensors;
     for (auto& [name, p] : model->named_parameters())
       tensors.push_back(p.detach());
@@ -368,13 +345,13 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
                "use_kl_loss needs base_action_log_probs (the reference policy's) in the batch");
     // Dry run on the whole batch with placeholder log-probs/values: a missing input or a bad
     // shape is refused here, before any micro-batch adds to the gradients.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto in = loss_inputs_of(batch);
     auto zeros = at::zeros_like(in.loss_mask);
     (critic ? in.values : in.logprobs) = zeros;
     (void)algo::compute_loss(req->loss_fn, in, cfg);
   }
-  std::optional<at::NoGradGuard> no_grad;
+  std::optional<c10::NoGradGuard> no_grad;
   if (!backward)
     no_grad.emplace();
   st.model->set_training(backward);
@@ -388,19 +365,23 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
   std::vector<std::pair<std::map<std::string, double>, double>> parts;
   std::map<std::string, double> regularizer_metrics; // sums over micro-batches
   double tokens = 0;
+  // The batch is planned on the host; each micro-batch computes on the model's device and its
+  // outputs come back to the host.
+  const auto device = st.model->device();
+  auto host = [](const at::Tensor& t) { return t.to(at::kCPU); };
   for (const auto& part : plan) {
-    const auto& mb = part.batch;
+    const auto mb = part.batch.to(device);
     auto in = loss_inputs_of(mb);
     auto resp = float_response_mask(mb);
     if (critic) {
       in.values = critic_values(st, mb);
-      values.push_back(in.values.detach() * resp);
+      values.push_back(host(in.values.detach() * resp));
     } else {
       auto r = policy_logprobs(st, mb);
       in.logprobs = r.logprobs;
       in.entropy = backward && reg.use_entropy_loss ? r.entropy : r.entropy.detach();
-      logprobs.push_back(r.logprobs.detach() * resp);
-      entropy.push_back(r.entropy.detach() * resp);
+      logprobs.push_back(host(r.logprobs.detach() * resp));
+      entropy.push_back(host(r.entropy.detach() * resp));
     }
     if (!req) {
       double w = in.loss_mask.sum().item<double>();
@@ -422,7 +403,7 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
     }
     if (backward)
       out.loss.backward();
-    elementwise.push_back(out.elementwise.detach());
+    elementwise.push_back(host(out.elementwise.detach()));
     tokens += out.metric_weight; // the weight of this part's `:mean` metrics
     parts.emplace_back(std::move(out.metrics), out.metric_weight);
   }
@@ -635,7 +616,7 @@ caf::expected<caf::message> export_hf(rank_context& ctx, const caf::message& arg
 
 /// Moves parameters and accumulated gradients into host buffers, then frees the device side.
 void offload_model(worker_state& st) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto params = st.model->named_parameters();
   at::Device device = params.empty() ? at::Device{at::kCPU} : params.front().second.device();
   // Copy everything first: if a copy fails, the model is untouched.
@@ -652,6 +633,8 @@ void offload_model(worker_state& st) {
       p.mutable_grad() = at::Tensor{};
     p.set_();
   }
+  // Nothing of the model stays on the device: its bf16 copies go too.
+  st.model->drop_compute_copies();
   st.host_params = std::move(host_params);
   st.host_grads = std::move(host_grads);
   st.model_device = device;
@@ -659,7 +642,7 @@ void offload_model(worker_state& st) {
 }
 
 void onload_model(worker_state& st) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto params = st.model->named_parameters();
   storage_copier to_device{st.model_device};
   std::vector<std::pair<at::Tensor, at::Tensor>> back; // (parameter, gradient or undefined)
@@ -727,6 +710,10 @@ caf::expected<caf::message> offload(rank_context& ctx, const caf::message& args)
     else if (tag == tag_optimizer && !st.optimizer_offloaded)
       offload_optimizer(st);
   }
+  // A CUDA device's freed blocks return to the driver for the role that runs next: once every
+  // tag's tensors are gone (the allocator frees only whole segments, which tensors of the model
+  // and of the optimizer may share).
+  be::release_cached_memory();
   return caf::message{};
 }
 

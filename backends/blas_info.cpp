@@ -1,5 +1,6 @@
 #include "backends/blas_info.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
@@ -148,7 +149,7 @@ std::vector<std::string> blas_libraries_in_maps(const std::string& maps_text) {
 blas_report inspect_blas() {
   {
     // A product that goes through gemm, so a BLAS loaded on first use is mapped below.
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     auto a = at::ones({64, 64}, at::kFloat);
     auto c = at::mm(a, a);
     if (c[0][0].item<float>() != 64.0f)
@@ -244,7 +245,7 @@ double measure_gemm_gflops(int n, int threads, int reps, compute_dtype dtype) {
   if (threads > 0)
     at::set_num_threads(threads);
 
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto type = gemm_scalar_type(dtype);
   auto a = at::rand({n, n}, at::kFloat).to(type);
   auto b = at::rand({n, n}, at::kFloat).to(type);

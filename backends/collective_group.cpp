@@ -1,6 +1,8 @@
 #include "backends/collective_group.hpp"
 #include "backends/exception_text.hpp"
+#include "backends/torch_compat.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
@@ -19,6 +21,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -104,12 +107,26 @@ void check_world_size(const char* what, int world_size) {
 
 // Keys of the underlying store under a prefix, and every blocking read bounded by the group's
 // timeout: c10d stores default to a 300 s wait, and HashStore::get waits with the store's own
-// timeout, not the caller's.
+// timeout, not the caller's. Clones (libtorch 2.8+ hands them to gloo's threads) share the record
+// of written keys, so `erase_written` removes what any of them wrote.
 class bounded_store final : public c10d::Store {
+  struct written_keys {
+    std::mutex mutex;
+    std::vector<std::string> keys;
+  };
+
 public:
   bounded_store(c10::intrusive_ptr<c10d::Store> base, std::string prefix,
-                std::chrono::milliseconds timeout)
-      : c10d::Store(timeout), base_(std::move(base)), prefix_(std::move(prefix)) {}
+                std::chrono::milliseconds timeout,
+                std::shared_ptr<written_keys> written = std::make_shared<written_keys>())
+      : c10d::Store(timeout), base_(std::move(base)), prefix_(std::move(prefix)),
+        written_(std::move(written)) {}
+
+#if RLFORGE_C10D_STORE_HAS_CLONE
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::make_intrusive<bounded_store>(base_->clone(), prefix_, timeout_, written_);
+  }
+#endif
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     remember(key);
@@ -152,22 +169,23 @@ public:
   /// Deletes every key this rank wrote (best effort), so that a failed rendezvous leaves no
   /// stale address behind for a later attempt under the same prefix.
   void erase_written() {
-    std::lock_guard<std::mutex> guard(mutex_);
-    for (const auto& k : written_) {
+    std::lock_guard<std::mutex> guard(written_->mutex);
+    for (const auto& k : written_->keys) {
       try {
         base_->deleteKey(prefix_ + k);
       } catch (const std::exception&) {
         // The store itself may be what failed; nothing more to clean then.
       }
     }
-    written_.clear();
+    written_->keys.clear();
   }
 
 private:
   void remember(const std::string& key) {
-    std::lock_guard<std::mutex> guard(mutex_);
-    if (std::find(written_.begin(), written_.end(), key) == written_.end())
-      written_.push_back(key);
+    std::lock_guard<std::mutex> guard(written_->mutex);
+    auto& keys = written_->keys;
+    if (std::find(keys.begin(), keys.end(), key) == keys.end())
+      keys.push_back(key);
   }
 
   std::vector<std::string> prefixed(const std::vector<std::string>& keys) const {
@@ -180,8 +198,7 @@ private:
 
   c10::intrusive_ptr<c10d::Store> base_;
   std::string prefix_;
-  std::mutex mutex_;
-  std::vector<std::string> written_;
+  std::shared_ptr<written_keys> written_;
 };
 
 bool supported_dtype(at::ScalarType t) {
@@ -324,7 +341,7 @@ struct collective_group::impl {
   int world_size = 0;
   collective_options opts;
   std::string store_description;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<c10d_backend> pg;
   std::optional<std::string> broken; // the first failure, once there was one
 
   bool is_gloo() const { return opts.backend == "gloo"; }
@@ -361,10 +378,12 @@ struct collective_group::impl {
       fail(error_code::invalid_argument, where(op) + ": " + name + " is on device " +
                                              t.device().str() +
                                              "; the nccl backend takes CUDA tensors");
-    if (!supported_dtype(t.scalar_type()))
+    // NCCL also reduces bf16 (a bf16 model's weights and gradients); Gloo here does not.
+    if (!supported_dtype(t.scalar_type()) && (is_gloo() || t.scalar_type() != at::kBFloat16))
       fail(error_code::unsupported, where(op) + ": " + name + " has dtype " +
                                         c10::toString(t.scalar_type()) +
-                                        ", not one of Half, Float, Double, Char, Byte, Int, Long");
+                                        ", not one of Half, Float, Double, Char, Byte, Int, Long" +
+                                        (is_gloo() ? "" : ", BFloat16"));
     if (at::has_internal_overlap(t) == at::MemOverlap::Yes)
       fail(error_code::invalid_argument,
            where(op) + ": " + name +
@@ -418,7 +437,7 @@ struct collective_group::impl {
   void single(const at::Tensor& t, bool needs_input, bool needs_output, Op&& op) {
     if (t.numel() == 0)
       return;
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     at::Tensor buf = t;
     if (!t.is_contiguous())
       buf = needs_input ? t.contiguous() : at::empty(t.sizes(), t.options());
@@ -464,7 +483,7 @@ struct collective_group::impl {
   // Runs `op` on each bucket flattened into one contiguous buffer (flags as in `single`).
   template <class Op>
   void bucketed(const std::vector<at::Tensor>& ts, bool needs_input, bool needs_output, Op&& op) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (const auto& bucket : buckets(ts)) {
       if (bucket.size() == 1) {
         single(ts[bucket.front()], needs_input, needs_output, op);
@@ -558,8 +577,11 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
       p->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(scoped, rank, world_size, gopts);
     } else {
 #ifdef RLFORGE_WITH_CUDA
-      // Untested here (no GPU on the build machines): NCCL builds its communicator lazily, at
-      // the barrier below, from the same bounded store.
+      // NCCL builds its communicator lazily, at the barrier below, from the same bounded store.
+      // Blocking waits make a collective that fails or times out throw here, within the
+      // group's timeout, instead of being torn down by libtorch's watchdog (unless the user
+      // chose otherwise in the environment).
+      ::setenv("TORCH_NCCL_BLOCKING_WAIT", "1", /*overwrite=*/0);
       auto nopts = c10d::ProcessGroupNCCL::Options::create();
       nopts->timeout = opts.timeout;
       p->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(scoped, rank, world_size, nopts);

@@ -1,5 +1,6 @@
 #include "backends/algo/advantages.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -176,7 +177,7 @@ advantage_output compute_advantages(const std::string& name, const advantage_inp
                                            std::to_string(in.group_ids.size()) + " ids for " +
                                            std::to_string(in.rewards.size(0)) + " rows");
 
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto mask = in.response_mask.to(at::kFloat);
   if (name == "grpo")
     return grpo(in, mask, cfg);

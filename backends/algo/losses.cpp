@@ -193,7 +193,7 @@ at::Tensor clip_cov_body(const context& c) {
   const int64_t k = idx.size(0);
   if (k > 0) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(c.get("seed", 0.0)));
-    auto perm = at::randperm(k, gen, at::TensorOptions().dtype(at::kLong));
+    auto perm = at::randperm(k, gen, at::TensorOptions().dtype(at::kLong)).to(idx.device());
     auto chosen = idx.index_select(0, perm.narrow(0, 0, std::min(clip_num, k)));
     corr.index_put_({chosen.select(1, 0), chosen.select(1, 1)}, at::zeros({}, corr.options()));
   }
@@ -540,7 +540,7 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
   p.roll = to_float(in.rollout_logprobs, false);
   p.adv = to_float(in.advantages, false);
   p.mask = in.loss_mask.defined() ? to_float(in.loss_mask, false)
-                                  : at::ones(ref.sizes(), at::TensorOptions().dtype(at::kFloat));
+                                  : at::ones(ref.sizes(), ref.options().dtype(at::kFloat));
   p.values = to_float(in.values, true);
   p.old_values = to_float(in.old_values, false);
   p.returns = to_float(in.returns, false);

@@ -58,7 +58,7 @@ at::Tensor scale_advantages(const at::Tensor& advantages, const at::Tensor& loss
   std::vector<float> denominator(rows);
   for (int64_t i = 0; i < rows; ++i)
     denominator[i] = static_cast<float>(prompts * std::max(1.0, group_tokens[group_ids[i]]));
-  return a / at::tensor(denominator, at::TensorOptions().dtype(at::kFloat)).unsqueeze(-1);
+  return a / at::tensor(denominator, at::TensorOptions().dtype(at::kFloat)).to(a.device()).unsqueeze(-1);
 }
 
 } // namespace rlforge::backends::algo

@@ -1,5 +1,6 @@
 #include "backends/engine/continuous_engine.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -45,12 +46,27 @@ void validate(const engine_config& c, const model_config& config) {
         " positions of this model)");
 }
 
+namespace {
+
+/// The cache's element type: fp32 on the CPU (its kernels read floats), the compute dtype on a
+/// CUDA device.
+c10::ScalarType cache_dtype(const causal_lm& model) {
+  return model.device().is_cuda() && model.compute_precision() == compute_dtype::bf16
+             ? at::kBFloat16
+             : at::kFloat;
+}
+
+} // namespace
+
 continuous_engine::continuous_engine(causal_lm& model, engine_config config)
-    : model_(model), config_(config), cache_(model.config(), config.block_size) {
+    : model_(model), config_(config),
+      cache_(model.config(), config.block_size, model.device(), cache_dtype(model)) {
   validate(config_, model.config());
   scheduler_limits limits;
-  limits.num_blocks = config_.kv_cache_bytes /
-                      paged_kv_cache::block_bytes(model.config(), config_.block_size);
+  limits.num_blocks =
+      config_.kv_cache_bytes /
+      paged_kv_cache::block_bytes(model.config(), config_.block_size,
+                                  static_cast<int64_t>(c10::elementSize(cache_.dtype())));
   limits.block_size = config_.block_size;
   limits.max_num_seqs = config_.max_num_seqs;
   limits.max_step_tokens = config_.max_step_tokens;
@@ -200,7 +216,8 @@ void continuous_engine::add_prompt_logprobs(const step_plan& plan, const at::Ten
       }
       if (!rows.empty()) {
         auto lp = token_logprobs(
-            model_.logits(hidden.index_select(0, at::tensor(rows, at::kLong))), targets);
+            model_.logits(hidden.index_select(0, at::tensor(rows, at::kLong).to(hidden.device()))),
+            targets);
         r.prompt_logprobs.insert(r.prompt_logprobs.end(), lp.begin(), lp.end());
       }
       if (it.first + it.count == p) {
@@ -233,7 +250,7 @@ std::vector<engine_output> continuous_engine::step(int64_t key, int64_t version)
   std::vector<draw> draws;
   std::vector<sampled_token> sampled;
   try {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& [src, dst] : plan.copies)
       cache_.copy_block(src, dst);
     auto hidden = forward(plan);
@@ -262,8 +279,8 @@ std::vector<engine_output> continuous_engine::step(int64_t key, int64_t version)
         params.push_back(&r.params);
         generators.push_back(&r.generators[d.seq]);
       }
-      sampled = sample_tokens(model_.logits(hidden.index_select(0, at::tensor(rows, at::kLong))),
-                              params, generators);
+      auto index = at::tensor(rows, at::kLong).to(hidden.device());
+      sampled = sample_tokens(model_.logits(hidden.index_select(0, index)), params, generators);
     }
   } catch (...) {
     // The step's blocks may hold positions that were never written: recompute those requests.

@@ -12,6 +12,7 @@
 
 #include "backends/engine/attention_kernels.hpp"
 #include "backends/error.hpp"
+#include "backends/torch_compat.hpp"
 
 namespace rlforge::backends {
 
@@ -114,7 +115,83 @@ paged_attention::paged_attention(paged_kv_cache& cache, int64_t heads,
       slots_[static_cast<size_t>(it.token + j)] =
           (*it.blocks)[static_cast<size_t>(p / bs)] * bs + p % bs;
     }
+  if (!cache_.device().is_cpu()) {
+    plan_device();
+    return;
+  }
   scores_ = at::empty({std::max<int64_t>(offset, 1)}, at::kFloat);
+}
+
+void paged_attention::plan_device() {
+  const int64_t bs = block_size_;
+  const auto n = static_cast<int64_t>(items_.size());
+  for (const auto& it : items_) {
+    longest_ = std::max(longest_, it.first + it.count);
+    queries_ = std::max(queries_, it.count);
+  }
+  std::vector<int64_t> gather(static_cast<size_t>(n * longest_), 0);
+  std::vector<int64_t> query(static_cast<size_t>(n * queries_), 0);
+  std::vector<int64_t> rows(static_cast<size_t>(tokens_), 0);
+  std::vector<uint8_t> mask(static_cast<size_t>(n * queries_ * longest_), 0);
+  for (int64_t m = 0; m < n; ++m) {
+    const auto& it = items_[static_cast<size_t>(m)];
+    const int64_t len = it.first + it.count;
+    for (int64_t p = 0; p < len; ++p)
+      gather[static_cast<size_t>(m * longest_ + p)] =
+          (*it.blocks)[static_cast<size_t>(p / bs)] * bs + p % bs;
+    for (int64_t j = 0; j < queries_; ++j) {
+      uint8_t* row = mask.data() + (m * queries_ + j) * longest_;
+      if (j < it.count) {
+        query[static_cast<size_t>(m * queries_ + j)] = it.token + j;
+        rows[static_cast<size_t>(it.token + j)] = m * queries_ + j;
+        std::fill(row, row + it.first + j + 1, 1); // causal: up to itself
+      } else {
+        row[0] = 1; // a padding query sees one key (no empty softmax); its output is dropped
+      }
+    }
+  }
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  const auto device = cache_.device();
+  slot_index_ = at::tensor(slots_, longs).to(device);
+  gather_index_ = at::tensor(gather, longs).to(device);
+  query_index_ = at::tensor(query, longs).to(device);
+  output_rows_ = at::tensor(rows, longs).to(device);
+  mask_ = at::from_blob(mask.data(), {n, 1, queries_, longest_}, at::TensorOptions().dtype(at::kByte))
+              .to(device)
+              .to(at::kBool);
+}
+
+at::Tensor paged_attention::attend_on_device(int64_t layer, const at::Tensor& q,
+                                             const at::Tensor& k, const at::Tensor& v) {
+  cache_.write(layer, k, v, slot_index_);
+  const auto n = static_cast<int64_t>(items_.size());
+  const int64_t rows = cache_.num_blocks() * block_size_;
+  auto gather = [&](const at::Tensor& blocks) { // [kv, rows, d] -> [n, heads, longest, d]
+    return blocks.view({kv_heads_, rows, head_dim_})
+        .index_select(1, gather_index_)
+        .view({kv_heads_, n, longest_, head_dim_})
+        .permute({1, 0, 2, 3})
+        .repeat_interleave(group_, 1);
+  };
+  const auto dtype = cache_.dtype();
+  auto keys = gather(cache_.key_blocks(layer));
+  auto values = gather(cache_.value_blocks(layer));
+  auto queries = q.index_select(0, query_index_)
+                     .view({n, queries_, heads_, head_dim_})
+                     .permute({0, 2, 1, 3})
+                     .to(dtype); // [n, heads, queries, d], pre-scaled
+#if RLFORGE_TORCH_AT_LEAST(2, 1)
+  auto out = at::scaled_dot_product_attention(queries, keys, values, mask_, 0.0, false, 1.0);
+#else
+  auto scores = at::matmul(queries, keys.transpose(-1, -2))
+                    .to(at::kFloat)
+                    .masked_fill(mask_.logical_not(), -std::numeric_limits<float>::infinity());
+  auto out = at::matmul(at::softmax(scores, -1).to(dtype), values);
+#endif
+  return out.permute({0, 2, 1, 3})
+      .reshape({n * queries_, heads_ * head_dim_})
+      .index_select(0, output_rows_)
+      .to(q.scalar_type());
 }
 
 void paged_attention::scores_pass(int64_t layer, const task& t, int64_t h, const float* q,
@@ -210,6 +287,8 @@ at::Tensor paged_attention::attend(int64_t layer, const at::Tensor& q, const at:
   if (q.dim() != 3 || q.size(0) != tokens_ || q.size(1) != heads_ || q.size(2) != head_dim_ ||
       q.scalar_type() != at::kFloat)
     fail(error_code::internal, "paged_attention: queries do not match the planned tokens");
+  if (!cache_.device().is_cpu())
+    return attend_on_device(layer, q, k, v);
   auto qc = q.contiguous();
   cache_.write(layer, k.contiguous(), v.contiguous(), slots_);
   auto out = at::empty({tokens_, heads_ * head_dim_}, at::kFloat);

@@ -31,6 +31,11 @@ struct attention_item {
 /// Runs of consecutive blocks are one matrix product. Scores are fp32 with one exp pass over
 /// the whole step (ATen's vectorised exp); the attention scale is already in the queries.
 ///
+/// On a CUDA device (the cache's) the same attention runs as one fused scaled-dot-product call
+/// per layer over every item: each item's cached positions are gathered from its blocks into a
+/// padded `[items, kv heads, longest, d]` batch with a causal-and-length mask (the cascade split
+/// is a CPU optimisation; the GPU reads the shared prompt blocks once per item).
+///
 /// The items' block tables must stay unchanged while the object is used. Thread-safety: none;
 /// it parallelises internally (ATen's intra-op threads).
 class paged_attention final : public attention_hook {
@@ -57,6 +62,11 @@ private:
   void scores_pass(int64_t layer, const task& t, int64_t h, const float* q, float* buffer);
   void values_pass(int64_t layer, const task& t, int64_t h, float* buffer, float* out);
 
+  /// The CUDA path's index tensors, built once per pass (see the class comment).
+  void plan_device();
+  at::Tensor attend_on_device(int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                              const at::Tensor& v);
+
   paged_kv_cache& cache_;
   int64_t heads_, kv_heads_, group_, head_dim_, block_size_;
   std::vector<attention_item> items_;
@@ -64,6 +74,11 @@ private:
   std::vector<int64_t> slots_;
   int64_t tokens_ = 0;
   at::Tensor scores_; ///< the step's score buffer, reused by every layer
+  // The CUDA path: slots written, cache rows gathered per item ([items * longest]), query rows
+  // per item ([items * queries]), the mask [items, 1, queries, longest] and, per token, its row
+  // in the padded output.
+  at::Tensor slot_index_, gather_index_, query_index_, mask_, output_rows_;
+  int64_t longest_ = 0, queries_ = 0;
 };
 
 } // namespace rlforge::backends

@@ -10,17 +10,23 @@
 
 namespace rlforge::backends {
 
-paged_kv_cache::paged_kv_cache(const model_config& config, int64_t block_size)
+paged_kv_cache::paged_kv_cache(const model_config& config, int64_t block_size,
+                               c10::Device device, c10::ScalarType dtype)
     : layers_(config.num_hidden_layers), kv_heads_(config.num_key_value_heads),
-      head_dim_(config.head_dim), block_size_(block_size) {
+      head_dim_(config.head_dim), block_size_(block_size), device_(device), dtype_(dtype) {
   if (block_size < 1)
     fail(error_code::invalid_argument,
          "paged_kv_cache: block_size must be >= 1, got " + std::to_string(block_size));
+  if (dtype != at::kFloat && (device.is_cpu() || dtype != at::kBFloat16))
+    fail(error_code::invalid_argument, std::string("paged_kv_cache: ") + c10::toString(dtype) +
+                                           " blocks on " + device.str() +
+                                           " (fp32 anywhere, bf16 on a CUDA device)");
 }
 
-int64_t paged_kv_cache::block_bytes(const model_config& config, int64_t block_size) {
+int64_t paged_kv_cache::block_bytes(const model_config& config, int64_t block_size,
+                                    int64_t element_size) {
   return 2 * config.num_hidden_layers * config.num_key_value_heads * block_size *
-         config.head_dim * static_cast<int64_t>(sizeof(float));
+         config.head_dim * element_size;
 }
 
 void paged_kv_cache::allocate(int64_t num_blocks) {
@@ -30,8 +36,9 @@ void paged_kv_cache::allocate(int64_t num_blocks) {
   release();
   num_blocks_ = num_blocks;
   for (int64_t l = 0; l < layers_; ++l) {
-    keys_.push_back(at::empty({kv_heads_, num_blocks, block_size_, head_dim_}, at::kFloat));
-    values_.push_back(at::empty({kv_heads_, num_blocks, block_size_, head_dim_}, at::kFloat));
+    const auto on = at::TensorOptions().dtype(dtype_).device(device_);
+    keys_.push_back(at::empty({kv_heads_, num_blocks, block_size_, head_dim_}, on));
+    values_.push_back(at::empty({kv_heads_, num_blocks, block_size_, head_dim_}, on));
   }
 }
 
@@ -52,6 +59,12 @@ int64_t paged_kv_cache::bytes() const {
 void paged_kv_cache::copy_block(int32_t src, int32_t dst) {
   if (!allocated())
     fail(error_code::internal, "paged_kv_cache::copy_block: the cache is released");
+  if (!device_.is_cpu()) {
+    for (auto* blocks : {&keys_, &values_})
+      for (auto& t : *blocks)
+        t.select(1, dst).copy_(t.select(1, src));
+    return;
+  }
   const int64_t block = block_size_ * head_dim_;
   for (int64_t l = 0; l < layers_; ++l)
     for (float* base : {keys(l), values(l)})
@@ -59,6 +72,20 @@ void paged_kv_cache::copy_block(int32_t src, int32_t dst) {
         float* head = base + h * num_blocks_ * block;
         std::memcpy(head + dst * block, head + src * block, sizeof(float) * block);
       }
+}
+
+void paged_kv_cache::write(int64_t layer, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& slots) {
+  const int64_t n = slots.numel();
+  if (!allocated() || k.dim() != 3 || k.size(0) != n || k.size(1) != kv_heads_ ||
+      k.size(2) != head_dim_ || v.sizes() != k.sizes() || slots.device() != device_)
+    fail(error_code::internal, "paged_kv_cache::write: keys/values do not match the cache");
+  // [kv, num_blocks * block_size, d] views of the blocks; slot s is row s of each head.
+  const int64_t rows = num_blocks_ * block_size_;
+  auto& kd = keys_[static_cast<size_t>(layer)];
+  auto& vd = values_[static_cast<size_t>(layer)];
+  kd.view({kv_heads_, rows, head_dim_}).index_copy_(1, slots, k.to(dtype_).transpose(0, 1));
+  vd.view({kv_heads_, rows, head_dim_}).index_copy_(1, slots, v.to(dtype_).transpose(0, 1));
 }
 
 void paged_kv_cache::write(int64_t layer, const at::Tensor& k, const at::Tensor& v,

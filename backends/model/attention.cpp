@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/torch_compat.hpp"
+
 namespace rlforge::backends {
 
 namespace {
@@ -163,10 +165,40 @@ struct attention_fn : torch::autograd::Function<attention_fn> {
   }
 };
 
+// The CUDA path: one fused (or batched) call for every head at once, differentiated by
+// autograd. Query head kv * G + g reads kv head kv, as the grouped layout stacks them.
+at::Tensor device_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& bias, int64_t group, bool causal_only,
+                            c10::ScalarType compute) {
+  const int64_t batch = q.size(0), kv_heads = q.size(1), rows = q.size(2), d = q.size(3);
+  const int64_t len = rows / group, total = k.size(2);
+  auto qh = q.reshape({batch, kv_heads * group, len, d}).to(compute);
+  auto kh = k.repeat_interleave(group, 1).to(compute);
+  auto vh = v.repeat_interleave(group, 1).to(compute);
+  at::Tensor out;
+#if RLFORGE_TORCH_AT_LEAST(2, 1)
+  // The queries carry the 1/sqrt(d) scale already.
+  if (causal_only && len == total)
+    out = at::scaled_dot_product_attention(qh, kh, vh, {}, 0.0, /*is_causal=*/true, 1.0);
+  else
+    out = at::scaled_dot_product_attention(qh, kh, vh, bias.unsqueeze(1).to(compute), 0.0,
+                                           /*is_causal=*/false, 1.0);
+#else
+  auto scores = at::matmul(qh, kh.transpose(-1, -2)).to(at::kFloat) + bias.unsqueeze(1);
+  out = at::matmul(at::softmax(scores, -1).to(compute), vh);
+  (void)causal_only;
+  (void)total;
+#endif
+  return out.to(q.scalar_type()).reshape({batch, kv_heads, rows, d});
+}
+
 } // namespace
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& bias, int64_t group, attention_kernel kernel) {
+                     const at::Tensor& bias, int64_t group, attention_kernel kernel,
+                     bool causal_only, c10::ScalarType compute) {
+  if (q.is_cuda())
+    return device_attention(q, k, v, bias, group, causal_only, compute);
   return attention_fn::apply(q, k, v, bias, group, kernel == attention_kernel::invariant)[0];
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 
@@ -30,7 +31,14 @@ enum class attention_kernel {
 /// Returns `[B, KV, G*T, d]`. Backward (for q, k and v) is the same for both kernels (it need
 /// not be batch-invariant: only forward values are compared across engines and trainers). The
 /// probabilities are kept for backward, as autograd of the unfused ops would keep them.
+///
+/// On a CUDA device the products run in `compute` (kBFloat16 for a bf16 model) through libtorch's
+/// fused scaled-dot-product attention (2.1 and later; batched products before), and the result
+/// comes back in q's dtype; with `causal_only` (the bias masks nothing but the future and
+/// T == T_total) the bias is not read and the causal kernel runs. `kernel` applies to the CPU,
+/// which always computes in fp32 and reads the bias.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& bias, int64_t group, attention_kernel kernel);
+                     const at::Tensor& bias, int64_t group, attention_kernel kernel,
+                     bool causal_only = false, c10::ScalarType compute = c10::ScalarType::Float);
 
 } // namespace rlforge::backends

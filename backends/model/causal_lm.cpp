@@ -1,5 +1,7 @@
 #include "backends/model/causal_lm.hpp"
 
+#include <c10/core/GradMode.h>
+#include <unordered_set>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <unordered_set>
 
 #include "backends/error.hpp"
 #include "backends/model/attention.hpp"
@@ -37,7 +40,7 @@ void kv_cache::reorder_or_select(const at::Tensor& batch_index) {
   if (!batch_index.defined() || batch_index.dim() != 1)
     fail(error_code::invalid_argument, "kv_cache::reorder_or_select: batch_index must be a 1-D "
                                        "int64 tensor");
-  auto index = batch_index.to(at::kLong);
+  auto index = batch_index.to(keys.front().device(), at::kLong);
   auto rows = batch_size();
   if (index.numel() > 0) {
     auto lo = index.min().item<int64_t>();
@@ -243,6 +246,9 @@ struct layer_inputs {
   int64_t batch = 0, len = 0;
   kv_cache* cache = nullptr;
   attention_hook* attention = nullptr;
+  /// `bias` masks nothing but the future (no padding, no cache): a CUDA device may then take
+  /// the fused causal attention kernel.
+  bool causal_only = false;
 };
 
 // The decoder layers of a model, as the activation checkpoint sees them.
@@ -261,19 +267,21 @@ struct layer_checkpoint_fn : torch::autograd::Function<layer_checkpoint_fn> {
   forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, at::TensorList params,
           const at::Tensor& cos, const at::Tensor& signed_sin, const at::Tensor& cos_q,
           const at::Tensor& sin_q, const at::Tensor& bias, int64_t stack, int64_t li,
-          int64_t batch, int64_t len) {
+          int64_t batch, int64_t len, bool causal_only) {
     auto rng = at::detail::getDefaultCPUGenerator();
     ctx->saved_data["rng"] = rng.get_state();
     ctx->saved_data["stack"] = stack;
     ctx->saved_data["li"] = li;
     ctx->saved_data["batch"] = batch;
     ctx->saved_data["len"] = len;
+    ctx->saved_data["causal_only"] = causal_only;
     ctx->saved_data["params"] = static_cast<int64_t>(params.size());
     ctx->save_for_backward({x, cos, signed_sin, cos_q, sin_q, bias});
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     const auto* s = reinterpret_cast<const layer_stack*>(stack);
-    return {s->layer_forward(static_cast<size_t>(li), x,
-                             {cos, signed_sin, cos_q, sin_q, bias, batch, len, nullptr})};
+    layer_inputs in{cos, signed_sin, cos_q, sin_q, bias, batch, len, nullptr};
+    in.causal_only = causal_only;
+    return {s->layer_forward(static_cast<size_t>(li), x, in)};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -283,6 +291,7 @@ struct layer_checkpoint_fn : torch::autograd::Function<layer_checkpoint_fn> {
     const auto li = static_cast<size_t>(ctx->saved_data["li"].toInt());
     layer_inputs in{saved[1], saved[2], saved[3], saved[4], saved[5],
                     ctx->saved_data["batch"].toInt(), ctx->saved_data["len"].toInt(), nullptr};
+    in.causal_only = ctx->saved_data["causal_only"].toBool();
     auto rng = at::detail::getDefaultCPUGenerator();
     auto resume = rng.get_state();
     rng.set_state(ctx->saved_data["rng"].toTensor());
@@ -306,7 +315,7 @@ struct layer_checkpoint_fn : torch::autograd::Function<layer_checkpoint_fn> {
         wrt.push_back(params[i]);
         where.push_back(1 + i);
       }
-    torch::autograd::variable_list out(1 + n + 5 + 4); // x, params, 5 tensors, 4 ints
+    torch::autograd::variable_list out(1 + n + 5 + 5); // x, params, 5 tensors, 4 ints, a bool
     if (wrt.empty() || !y.requires_grad())
       return out;
     auto g = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false,
@@ -323,7 +332,7 @@ at::Tensor checkpointed_layer(const layer_stack& stack, size_t li, const at::Ten
   // As a TensorList: a std::vector would not be recognised as autograd inputs.
   return layer_checkpoint_fn::apply(x, at::TensorList(params), in.cos, in.signed_sin, in.cos_q, in.sin_q, in.bias,
                                     reinterpret_cast<int64_t>(&stack), static_cast<int64_t>(li),
-                                    in.batch, in.len)[0];
+                                    in.batch, in.len, in.causal_only)[0];
 }
 
 } // namespace
@@ -439,8 +448,8 @@ struct causal_lm::impl : layer_stack {
                   .permute({0, 2, 3, 1, 4})
                   .reshape({batch, kv_heads, group * len, head_dim});
     auto out = attention(qg, k, v, in.bias, group,
-                         batch_invariant ? attention_kernel::invariant
-                                         : attention_kernel::gemm) // [B, KV, G*T, d]
+                         batch_invariant ? attention_kernel::invariant : attention_kernel::gemm,
+                         in.causal_only, gemm_scalar_type(compute)) // [B, KV, G*T, d]
                    .view({batch, kv_heads, group, len, head_dim})
                    .permute({0, 3, 1, 2, 4})
                    .reshape({batch, len, heads * head_dim});
@@ -485,7 +494,7 @@ struct causal_lm::impl : layer_stack {
   void untie() {
     if (!tied)
       return;
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     head.weight = embed.detach().clone();
     head.weight.requires_grad_(embed.requires_grad());
     base.emplace_back("lm_head.weight", head.weight);
@@ -593,8 +602,9 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids) {
              (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
   auto b = input_ids.size(0);
   auto t = input_ids.size(1);
-  auto mask = at::ones({b, t}, at::kLong);
-  auto positions = at::arange(t, at::kLong).unsqueeze(0).expand({b, t}).contiguous();
+  const auto on = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
+  auto mask = at::ones({b, t}, on);
+  auto positions = at::arange(t, on).unsqueeze(0).expand({b, t}).contiguous();
   return forward_hidden(input_ids, mask, positions, nullptr);
 }
 
@@ -627,7 +637,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
     fail(error_code::invalid_argument, "forward_hidden: sequence length " + std::to_string(total) +
                                            " exceeds max_position_embeddings " +
                                            std::to_string(c.max_position_embeddings));
-  auto ids = input_ids.to(at::kLong);
+  auto ids = input_ids.to(impl_->embed.device(), at::kLong);
   {
     auto lo = ids.min().item<int64_t>();
     auto hi = ids.max().item<int64_t>();
@@ -650,7 +660,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
              std::to_string(len) + "], got " +
              (position_ids.defined() ? shape_string(position_ids.sizes())
                                      : std::string("undefined")));
-  auto positions = position_ids.to(at::kLong);
+  auto positions = position_ids.to(impl_->embed.device(), at::kLong);
   {
     auto lo = positions.min().item<int64_t>();
     auto hi = positions.max().item<int64_t>();
@@ -665,15 +675,20 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
 
   // Additive mask [B, T, T_total]: causal, padding keys hidden, and every query may see
   // itself so a padding query's row is never fully masked (no NaN from softmax).
-  auto key_real = attention_mask.to(at::kBool);
-  auto query_pos = at::arange(past, total, at::kLong).unsqueeze(1); // [T, 1]
-  auto key_pos = at::arange(total, at::kLong).unsqueeze(0);         // [1, T_total]
+  const auto device = impl_->embed.device();
+  auto key_real = attention_mask.to(device, at::kBool);
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(device);
+  auto query_pos = at::arange(past, total, longs).unsqueeze(1); // [T, 1]
+  auto key_pos = at::arange(total, longs).unsqueeze(0);         // [1, T_total]
   auto causal = key_pos.le(query_pos);
   auto self = key_pos.eq(query_pos);
   auto allowed =
       causal.unsqueeze(0).logical_and(key_real.unsqueeze(1).logical_or(self.unsqueeze(0)));
-  auto bias = at::zeros({batch, len, total}, at::kFloat)
+  auto bias = at::zeros({batch, len, total}, at::TensorOptions().dtype(at::kFloat).device(device))
                   .masked_fill_(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  // On a CUDA device attention may take the fused causal kernel when nothing but causality
+  // masks a key (one sync per forward pass; the CPU kernels always read the bias).
+  const bool causal_only = device.is_cuda() && past == 0 && key_real.all().item<bool>();
 
   if (cache && past == 0) {
     cache->keys.assign(static_cast<size_t>(c.num_hidden_layers), at::Tensor());
@@ -682,6 +697,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
 
   auto x = impl_->embed_input(ids); // [B, T, hidden]
   layer_inputs in{rot.cos, rot.sin, rot.cos_q, rot.sin_q, bias, batch, len, cache};
+  in.causal_only = causal_only;
   // Activation checkpointing applies where activations would be kept for a backward pass.
   const bool checkpoint = impl_->gradient_checkpointing && !cache && at::GradMode::is_enabled();
   for (size_t li = 0; li < impl_->layers.size(); ++li)
@@ -691,7 +707,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
 
 at::Tensor causal_lm::forward_tokens(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                      attention_hook& attention) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto& c = impl_->config;
   if (!input_ids.defined() || input_ids.dim() != 1 || input_ids.size(0) < 1 ||
       !at::isIntegralType(input_ids.scalar_type(), /*includeBool=*/false))
@@ -704,8 +720,8 @@ at::Tensor causal_lm::forward_tokens(const at::Tensor& input_ids, const at::Tens
          "forward_tokens: position_ids must be [" + std::to_string(n) + "], got " +
              (position_ids.defined() ? shape_string(position_ids.sizes())
                                      : std::string("undefined")));
-  auto ids = input_ids.to(at::kLong);
-  auto positions = position_ids.to(at::kLong);
+  auto ids = input_ids.to(impl_->embed.device(), at::kLong);
+  auto positions = position_ids.to(impl_->embed.device(), at::kLong);
   auto check_range = [](const at::Tensor& t, int64_t limit, const char* what) {
     auto lo = t.min().item<int64_t>();
     auto hi = t.max().item<int64_t>();
@@ -752,7 +768,9 @@ void causal_lm::untie_word_embeddings() {
 void causal_lm::add_value_head(uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto std = 1.0 / static_cast<double>(impl_->config.hidden_size + 1);
-  impl_->value_head = at::empty({1, impl_->config.hidden_size}, at::kFloat).normal_(0.0, std, gen);
+  impl_->value_head = at::empty({1, impl_->config.hidden_size}, at::kFloat)
+                          .normal_(0.0, std, gen)
+                          .to(impl_->embed.device());
   impl_->value_head.requires_grad_(true);
 }
 
@@ -793,7 +811,7 @@ std::vector<at::Tensor> causal_lm::trainable_parameters() const {
 }
 
 std::map<std::string, at::Tensor> causal_lm::state_dict() const {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> out;
   for (auto& [name, t] : impl_->base)
     out[name] = t.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
@@ -868,8 +886,9 @@ void causal_lm::enable_lora(lora_config config, uint64_t seed) {
     auto out = p.weight.size(0);
     // kaiming_uniform_(a=sqrt(5)) as PEFT/nn.Linear: bound = 1/sqrt(fan_in).
     auto bound = 1.0 / std::sqrt(static_cast<double>(in));
-    p.lora_a = at::empty({config.rank, in}, at::kFloat).uniform_(-bound, bound, gen);
-    p.lora_b = at::zeros({out, config.rank}, at::kFloat);
+    p.lora_a =
+        at::empty({config.rank, in}, at::kFloat).uniform_(-bound, bound, gen).to(p.weight.device());
+    p.lora_b = at::zeros({out, config.rank}, p.weight.options().dtype(at::kFloat));
     p.lora_a.requires_grad_(true);
     p.lora_b.requires_grad_(true);
   });
@@ -888,7 +907,7 @@ const lora_config& causal_lm::lora() const {
 void causal_lm::merge_lora() {
   if (!has_lora())
     return;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto scaling = impl_->lora.scaling();
   if (impl_->head.lora_a.defined())
     impl_->untie(); // the merged lm_head differs from the embedding
@@ -999,6 +1018,9 @@ compute_dtype causal_lm::compute_precision() const {
 }
 
 void causal_lm::set_batch_invariant(bool on) {
+  if (on && impl_->embed.is_cuda())
+    fail(error_code::unsupported, "batch-invariant attention is a CPU kernel; a model on " +
+                                      impl_->embed.device().str() + " cannot run it");
   impl_->batch_invariant = on;
 }
 
@@ -1014,11 +1036,50 @@ bool causal_lm::gradient_checkpointing() const {
   return impl_->gradient_checkpointing;
 }
 
+void causal_lm::to(const c10::Device& device) {
+  if (device.is_cuda() && impl_->batch_invariant)
+    fail(error_code::unsupported, "batch-invariant attention is a CPU kernel; turn it off before "
+                                  "moving the model to " + device.str());
+  c10::NoGradGuard no_grad;
+  std::unordered_set<const void*> moved; // TensorImpls already moved (tied and shared weights)
+  auto move = [&](at::Tensor& t) {
+    if (!t.defined() || !moved.insert(t.unsafeGetTensorImpl()).second)
+      return;
+    if (t.grad().defined())
+      t.mutable_grad() = t.grad().to(device);
+    if (t.device() != device)
+      t.set_data(t.detach().to(device));
+  };
+  auto& p = *impl_;
+  move(p.embed);
+  move(p.final_norm);
+  move(p.value_head);
+  move(p.inv_freq);
+  for (auto& l : p.layers)
+    for (auto* t : {&l.input_norm, &l.post_attention_norm, &l.q_norm, &l.k_norm})
+      move(*t);
+  p.for_each_projection([&](projection& proj, const std::string&) {
+    for (auto* t : {&proj.weight, &proj.bias, &proj.lora_a, &proj.lora_b})
+      move(*t);
+    proj.compute.reset();
+  });
+  for (auto& [name, t] : p.base)
+    move(t);
+}
+
+void causal_lm::drop_compute_copies() {
+  impl_->reset_compute_copies();
+}
+
+c10::Device causal_lm::device() const {
+  return impl_->embed.device();
+}
+
 void causal_lm::store_weights_in_bf16() {
   if (has_lora())
     fail(error_code::invalid_argument,
          "store_weights_in_bf16: merge the LoRA adapters first (bf16 storage is for inference)");
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   impl_->compute = compute_dtype::bf16;
   impl_->reset_compute_copies();
   // Only the matrices the GEMMs (and the embedding lookup) read go to bf16; norms, biases and

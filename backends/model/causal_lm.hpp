@@ -1,5 +1,6 @@
 #pragma once
 
+#include <c10/core/GradMode.h>
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -62,7 +63,7 @@ public:
 /// 3.1); other types are refused with `backends::error(unsupported)` at construction.
 ///
 /// Thread-safety: none; one owner drives a model. Inference callers should hold an
-/// `at::NoGradGuard` (base weights require grad unless LoRA is enabled).
+/// `c10::NoGradGuard` (base weights require grad unless LoRA is enabled).
 class causal_lm {
 public:
   /// Loads `dir/config.json` and its safetensors weights (sharded or not); bf16/f16 weights are
@@ -199,7 +200,8 @@ public:
   /// its log-prob, is the same bit for bit whatever else is in the batch and whether it is
   /// computed in a KV-cached decode step or a full forward pass. With bf16 compute (whose GEMMs
   /// are row-invariant here) an engine and a trainer in this mode agree exactly. Costs the
-  /// attention's speed (docs/PERFORMANCE.md).
+  /// attention's speed (docs/PERFORMANCE.md). A CPU kernel: refused (`error{unsupported}`) for
+  /// a model on a CUDA device.
   void set_batch_invariant(bool on);
   bool batch_invariant() const;
 
@@ -226,6 +228,22 @@ public:
 
   /// Bytes held by the bf16 copies of fp32 weights (0 in fp32 mode or with bf16 storage).
   int64_t compute_copy_bytes() const;
+
+  /// Frees the bf16 copies now (they are remade on the next use): before an offload, so that
+  /// the device keeps none of the model.
+  void drop_compute_copies();
+
+  /// Moves every weight, adapter, value head, accumulated gradient and rotary table to
+  /// `device`, in place: each parameter keeps its identity (an optimizer or a caller holding it
+  /// sees it move), tied weights stay one tensor, the bf16 copies are remade on the next use.
+  /// Inputs of later calls may live anywhere: they are moved to the model's device. Tensors
+  /// shared with another model (a frozen LoRA base, actors/base_weights.hpp) move for it too.
+  /// Not thread-safe; no forward or backward pass may be running. Throws `error{unsupported}`
+  /// for a CUDA device while batch-invariant mode is on (a CPU kernel).
+  void to(const c10::Device& device);
+
+  /// Where the weights are (the CPU until `to`).
+  c10::Device device() const;
 
 private:
   struct impl;

@@ -1,5 +1,6 @@
 #include "backends/model/logprobs.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -197,7 +198,7 @@ token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at:
                                            " exceeds max_position_embeddings " +
                                            std::to_string(max_positions));
   const int64_t vocab = weight.size(0);
-  auto flat_targets = targets.to(at::kLong).reshape({-1}).contiguous();
+  auto flat_targets = targets.to(hidden.device(), at::kLong).reshape({-1}).contiguous();
   if (flat_targets.numel() > 0) {
     auto lo = flat_targets.min().item<int64_t>();
     auto hi = flat_targets.max().item<int64_t>();
@@ -267,10 +268,10 @@ std::vector<double> score_tokens(causal_lm& model, const std::vector<int64_t>& t
   if (tokens.size() < 2)
     fail(error_code::invalid_argument,
          "score_tokens: need at least 2 tokens, got " + std::to_string(tokens.size()));
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto ids = at::tensor(at::ArrayRef<int64_t>(tokens), at::kLong).unsqueeze(0);
   auto r = sequence_logprobs(model, ids, at::ones_like(ids), temperature);
-  auto lp = r.logprobs.squeeze(0).to(at::kDouble).contiguous();
+  auto lp = r.logprobs.squeeze(0).to(at::kCPU, at::kDouble).contiguous();
   return std::vector<double>(lp.data_ptr<double>(), lp.data_ptr<double>() + lp.numel());
 }
 

@@ -1,5 +1,6 @@
 #include "backends/model/mixed_linear.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -63,7 +64,7 @@ const at::Tensor& bf16_copy::of(const at::Tensor& master) {
   const void* data = master.data_ptr();
   const int64_t version = master._version();
   if (!copy_.defined() || data != data_ || version != version_) {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     copy_ = master.detach().to(at::kBFloat16);
     data_ = data;
     version_ = version;

@@ -339,7 +339,7 @@ void validate(const model_config& c) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "tiny-qwen2", "tiny-qwen3", "small"};
+  return {"tiny", "tiny-qwen2", "tiny-qwen3", "small", "qwen2.5-0.5b"};
 }
 
 model_config preset(const std::string& name) {
@@ -366,6 +366,21 @@ model_config preset(const std::string& name) {
     } else if (name == "tiny-qwen3") {
       c.arch = architecture::qwen3;
     }
+  } else if (name == "qwen2.5-0.5b") {
+    // The shape of Qwen2.5-0.5B (its config.json; random weights from `causal_lm::random`):
+    // the GPU benches' model and what users train first.
+    c.arch = architecture::qwen2;
+    c.attention_bias = true;
+    c.vocab_size = 151936;
+    c.hidden_size = 896;
+    c.intermediate_size = 4864;
+    c.num_hidden_layers = 24;
+    c.num_attention_heads = 14;
+    c.num_key_value_heads = 2;
+    c.head_dim = 64;
+    c.max_position_embeddings = 32768;
+    c.rope_theta = 1000000.0;
+    c.tie_word_embeddings = true;
   } else if (name == "small") {
     c.vocab_size = 4096;
     c.hidden_size = 256;

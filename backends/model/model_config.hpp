@@ -87,6 +87,9 @@ void validate(const model_config& c);
 /// - "tiny-qwen3": "tiny" as qwen3 (head_dim 16, q/k norms): 139,648 parameters.
 /// - "small": llama, vocab 4096, hidden 256, 4 layers, 8 heads, 4 kv heads, intermediate 688,
 ///            max_pos 2048: 4,999,424 parameters.
+/// - "qwen2.5-0.5b": the shape of Qwen2.5-0.5B (qwen2, vocab 151,936, hidden 896, 24 layers,
+///            14 heads, 2 kv heads, intermediate 4,864, tied embeddings, rope theta 1e6,
+///            max_pos 32,768): 494,032,768 parameters, as the real model.
 /// Throws `error{not_found}` listing the valid names for anything else.
 model_config preset(const std::string& name);
 

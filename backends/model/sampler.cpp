@@ -1,5 +1,6 @@
 #include "backends/model/sampler.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -163,7 +164,7 @@ std::vector<sample_result> generate(causal_lm& model,
   check_requests(config, prompts, params);
   if (prompts.empty())
     return {};
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
 
   std::vector<row_state> rows(prompts.size());
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -1,11 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "text/tokenizer.hpp"
+#include "backends/model/detokenizer.hpp"
 
 namespace rlforge::backends {
 
@@ -28,7 +29,7 @@ struct sampling_params {
   std::vector<std::string> stop_strings;
   /// The model's tokenizer, which decodes the generated tokens for `stop_strings`; required when
   /// there are any, unused otherwise. Copies share the loaded tokenizer.
-  std::optional<text::tokenizer> tokenizer;
+  std::shared_ptr<const detokenizer> tokenizer;
   bool prompt_logprobs = false; ///< also report log p(prompt[i] | prompt[<i])
 };
 

@@ -4,12 +4,11 @@
 #include <utility>
 
 #include "backends/error.hpp"
-#include "text/error.hpp"
 
 namespace rlforge::backends {
 
-stop_string_matcher::stop_string_matcher(text::tokenizer tok, std::vector<std::string> stops)
-    : decoder_(std::move(tok), /*skip_special_tokens=*/false), stops_(std::move(stops)) {
+stop_string_matcher::stop_string_matcher(const detokenizer& tok, std::vector<std::string> stops)
+    : stream_(tok.stream()), stops_(std::move(stops)) {
   if (stops_.empty())
     fail(error_code::invalid_argument, "stop_string_matcher: no stop strings");
   for (size_t i = 0; i < stops_.size(); ++i) {
@@ -21,13 +20,7 @@ stop_string_matcher::stop_string_matcher(text::tokenizer tok, std::vector<std::s
 }
 
 std::optional<size_t> stop_string_matcher::push(int64_t id) {
-  std::string fresh;
-  try {
-    fresh = decoder_.push(id);
-  } catch (const text::tokenizer_error&) {
-    // An id past the tokenizer's vocabulary has no text; the stream is unchanged.
-    return std::nullopt;
-  }
+  std::string fresh = stream_->push(id);
   if (fresh.empty())
     return std::nullopt;
   const size_t old = tail_.size();

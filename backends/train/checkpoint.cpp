@@ -1,5 +1,6 @@
 #include "backends/train/checkpoint.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include <cerrno>
@@ -330,7 +331,7 @@ void load_parameters(const named_parameters& params,
     if (names.count(name) == 0)
       fail(error_code::invalid_argument,
            "load_parameters: saved tensor " + in_quotes(name) + " matches no parameter");
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& [name, p] : params)
     at::Tensor(p).copy_(tensors.at(name));
 }

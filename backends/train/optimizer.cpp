@@ -1,9 +1,11 @@
 #include "backends/train/optimizer.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include <cmath>
 #include <set>
+#include <vector>
 #include <sstream>
 
 #include "backends/error.hpp"
@@ -52,13 +54,21 @@ bool operator==(const adam_params& a, const adam_params& b) {
 
 double global_grad_norm(const named_parameters& params) {
   double sum_sq = 0.0;
+  std::vector<at::Tensor> on_device; // norms of gradients on a CUDA device, read back at once
   for (const auto& [name, p] : params) {
     if (!p.defined() || !p.grad().defined())
       continue;
     // Per-tensor norms in the gradient's own precision (no widened copy), summed in double.
-    double n = at::linalg_vector_norm(p.grad(), 2).item<double>();
-    sum_sq += n * n;
+    auto n = at::linalg_vector_norm(p.grad(), 2);
+    if (n.is_cuda()) {
+      on_device.push_back(n);
+      continue;
+    }
+    double x = n.item<double>();
+    sum_sq += x * x;
   }
+  if (!on_device.empty())
+    sum_sq += at::stack(on_device).to(at::kDouble).square().sum().item<double>();
   return std::sqrt(sum_sq);
 }
 
@@ -69,7 +79,7 @@ void zero_grad(const named_parameters& params, bool set_to_none) {
     if (set_to_none) {
       p.mutable_grad() = at::Tensor();
     } else {
-      at::NoGradGuard no_grad;
+      c10::NoGradGuard no_grad;
       p.mutable_grad().detach_();
       p.mutable_grad().zero_();
     }
@@ -112,7 +122,7 @@ step_result adamw::step(const named_parameters& params, const adam_params& hp) {
     return result;
   }
 
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (hp.grad_clip_norm > 0) {
     double coef = hp.grad_clip_norm / (result.grad_norm + 1e-6);
     if (coef < 1.0) {

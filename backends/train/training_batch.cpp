@@ -500,4 +500,12 @@ training_batch trim_padding(const training_batch& batch) {
   return out;
 }
 
+training_batch training_batch::to(const c10::Device& device) const {
+  training_batch out = *this;
+  for (auto& [name, t] : out.tensors)
+    if (t.defined() && t.device() != device)
+      t = t.to(device);
+  return out;
+}
+
 } // namespace rlforge::backends

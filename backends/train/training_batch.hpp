@@ -88,6 +88,10 @@ struct training_batch {
   /// (`out_of_range` for a token id) naming the tensor, the expected and actual shape or the bad
   /// value and its position.
   void validate(const batch_checks& checks = {}) const;
+
+  /// The same batch with every tensor on `device` (ids and counts copied; tensors already
+  /// there are shared, not copied).
+  training_batch to(const c10::Device& device) const;
 };
 
 /// The response-aligned `[B, R]` columns of a per-position tensor `[B, S-1, ...]` whose column p

@@ -1,5 +1,6 @@
 #include "backends/weights/gloo_transport.hpp"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
 #include <cstring>
@@ -97,7 +98,7 @@ void check_collective_endpoint(const collective_group& group, int root, bool sen
 void collective_send(collective_group& group, int root, c10::Device device,
                      std::uint64_t bucket_bytes, at::Tensor& bucket_buffer,
                      const named_tensors& weights, std::uint64_t version, const char* who) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   named_tensors sources;
   weight_manifest manifest;
   bucket_plan plan;
@@ -141,7 +142,7 @@ void collective_send(collective_group& group, int root, c10::Device device,
 std::uint64_t collective_receive(collective_group& group, int root, c10::Device device,
                                  at::Tensor& staging, const named_tensors& targets,
                                  std::uint64_t& version, const char* who) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto [kind, text] = broadcast_text(group, root, device, 0, {});
   if (kind == header_abort)
     fail(error_code::invalid_argument, std::string(who) + ": the sender aborted the transfer: " +

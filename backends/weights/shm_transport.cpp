@@ -134,10 +134,15 @@ struct mapping {
 enum class message_kind : char { descriptor = 'D', outcome = 'O' };
 
 nlohmann::json to_json(const shm_descriptor& d) {
-  return {{"name", d.name},          {"segment_bytes", d.segment_bytes},
-          {"header_bytes", d.header_bytes}, {"data_offset", d.data_offset},
-          {"data_bytes", d.data_bytes}, {"version", d.version},
-          {"ring_slot_bytes", d.ring_slot_bytes}, {"ring_slots", d.ring_slots}};
+  nlohmann::json j{{"name", d.name},          {"segment_bytes", d.segment_bytes},
+                   {"header_bytes", d.header_bytes}, {"data_offset", d.data_offset},
+                   {"data_bytes", d.data_bytes}, {"version", d.version},
+                   {"ring_slot_bytes", d.ring_slot_bytes}, {"ring_slots", d.ring_slots}};
+  if (!d.cuda_ipc.empty()) {
+    j["cuda_ipc"] = d.cuda_ipc;
+    j["header"] = d.header;
+  }
+  return j;
 }
 
 nlohmann::json to_json(const shm_outcome& o) {
@@ -168,6 +173,8 @@ public:
       d.version = j.at("version").get<std::uint64_t>();
       d.ring_slot_bytes = j.at("ring_slot_bytes").get<std::uint64_t>();
       d.ring_slots = j.at("ring_slots").get<std::uint64_t>();
+      d.cuda_ipc = j.value("cuda_ipc", std::string());
+      d.header = j.value("header", std::string());
       return d;
     } catch (const nlohmann::json::exception& e) {
       fail(error_code::decode_error, std::string("shm link: malformed descriptor: ") + e.what());

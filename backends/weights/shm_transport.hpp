@@ -25,6 +25,11 @@ struct shm_descriptor {
   /// through a ring of `ring_slots` slots of this many bytes at `data_offset`.
   std::uint64_t ring_slot_bytes = 0;
   std::uint64_t ring_slots = 0;
+  /// CUDA IPC transfers only (cuda_ipc_transport.hpp), where `name` is empty: where each
+  /// tensor lies in the sender's device memory (JSON: the device, the memory handles, per
+  /// tensor its handle and byte offset) and the transfer header (`encode_transfer_header`).
+  std::string cuda_ipc;
+  std::string header;
 };
 
 /// How `shm_sender::send` moves the packed layout.

@@ -5,6 +5,8 @@
 // and without optimizer state, delete_model freeing the model, the dispatcher's unregister, and
 // bad input. Sampling: tinker_sampling_test.cpp.
 #include "actors/tinker_training.hpp"
+
+#include <c10/core/GradMode.h>
 #include "tests/actors/tinker_backend_fixture.hpp"
 
 namespace rlforge::actors::test {
@@ -564,7 +566,7 @@ TEST(SharedBaseWeights, LoraModelsFromOneDirectoryShareFrozenStorage) {
   // b still computes what a fresh load computes.
   auto fresh = be::causal_lm::load(hf);
   fresh->enable_lora(l, 2);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto ids = at::tensor(std::vector<int64_t>{1, 2, 3, 4}).view({1, 4});
   EXPECT_TRUE(
       at::equal(b->logits(b->forward_hidden(ids)), fresh->logits(fresh->forward_hidden(ids))));

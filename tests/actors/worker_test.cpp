@@ -2,6 +2,7 @@
 // and the blocking trainer_client: outputs against direct computations with the backends,
 // gradient accumulation, the optimizer step, learning rates, and refusal of bad input with the
 // worker staying alive and its state intact.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -117,7 +118,7 @@ std::unique_ptr<be::causal_lm> local_model(uint64_t seed, bool value_head) {
 }
 
 at::Tensor local_logprobs(be::causal_lm& m, const be::training_batch& b) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto r = be::sequence_logprobs(m, b.get("sequences"), b.get("attention_mask"));
   return be::response_columns(r.logprobs, b.response_length)
          * b.get("response_mask").to(at::kFloat);
@@ -156,7 +157,7 @@ TEST_F(Workers, ForwardMatchesTheBackendsForPolicyRefAndCritic) {
   EXPECT_GT(pol.outputs.at("entropy").sum().item<double>(), 0.0);
 
   auto crit = ok(client_->forward("critic", batch));
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto& mask = batch.get("attention_mask");
   auto hidden = model->forward_hidden(batch.get("sequences"), mask,
                                       (mask.cumsum(1) - 1).clamp_min(0));

@@ -1,5 +1,6 @@
 #include "backends/model/causal_lm.hpp"
 
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -244,7 +245,7 @@ std::vector<double> expect_matches_reference(const model_config& c,
 }
 
 at::Tensor full_logits(causal_lm& m, const at::Tensor& ids) {
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   return m.logits(m.forward_hidden(ids));
 }
 
@@ -271,7 +272,7 @@ TEST(CausalLm, IncrementalDecodingWithKvCacheMatchesFullForward) {
     auto model = causal_lm::from_weights(c, spread_weights(c, 11));
     auto ids = at::tensor({5, 9, 33, 70, 2, 2, 81, 14, 60}, at::kLong).view({1, -1});
     auto full = full_logits(*model, ids);
-    at::NoGradGuard ng;
+    c10::NoGradGuard ng;
     kv_cache cache;
     const int64_t prefill = 4;
     auto mask = at::ones({1, prefill}, at::kLong);
@@ -305,7 +306,7 @@ TEST(CausalLm, LeftPaddedRowsMatchUnpaddedSingleRows) {
     }
   }
   auto pos = (mask.cumsum(1) - 1).clamp_min(0);
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   // Prefill all but the last token of each row, then decode the last one through the cache.
   kv_cache cache;
   auto h_pre = model->forward_hidden(ids.narrow(1, 0, s - 1), mask.narrow(1, 0, s - 1),
@@ -326,7 +327,7 @@ TEST(CausalLm, PaddingTokensNeverInfluenceRealPositions) {
   auto model = causal_lm::from_weights(c, spread_weights(c, 5));
   auto mask = at::tensor({0, 0, 0, 1, 1, 1}, at::kLong).view({1, -1});
   auto pos = (mask.cumsum(1) - 1).clamp_min(0);
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   auto a = model->logits(model->forward_hidden(at::tensor({1, 2, 3, 40, 41, 42}, at::kLong).view({1, -1}), mask, pos));
   auto b = model->logits(model->forward_hidden(at::tensor({90, 60, 30, 40, 41, 42}, at::kLong).view({1, -1}), mask, pos));
   EXPECT_TRUE(at::equal(a.narrow(1, 3, 3), b.narrow(1, 3, 3)));
@@ -419,7 +420,7 @@ TEST(CausalLm, ValueHeadGivesOneValuePerToken) {
   auto model = causal_lm::from_weights(c, spread_weights(c, 2));
   EXPECT_FALSE(model->has_value_head());
   auto ids = at::tensor({3, 1, 4, 1, 5, 9}, at::kLong).view({2, 3});
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   auto h = model->forward_hidden(ids);
   expect_error([&] { model->values(h); }, error_code::invalid_argument, {"value head"});
   model->add_value_head(5);
@@ -443,7 +444,7 @@ TEST(CausalLm, KvCacheReorderKeepsSelectedRows) {
   auto c = llama_tied();
   auto model = causal_lm::from_weights(c, spread_weights(c, 4));
   auto ids = at::tensor({1, 2, 3, 4, 5, 6, 7, 8, 9}, at::kLong).view({3, 3});
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   kv_cache cache;
   model->forward_hidden(ids, at::ones({3, 3}, at::kLong),
                         at::arange(3, at::kLong).repeat({3, 1}), &cache);
@@ -502,7 +503,7 @@ TEST(CausalLm, RejectsPromptLongerThanMaxPositionEmbeddings) {
   auto ids = at::ones({1, 65}, at::kLong);
   expect_error([&] { model->forward_hidden(ids); }, error_code::invalid_argument, {"65", "64"});
   // Also through the cache: 60 past + 5 new > 64.
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   kv_cache cache;
   model->forward_hidden(at::ones({1, 60}, at::kLong), at::ones({1, 60}, at::kLong),
                         at::arange(60, at::kLong).view({1, -1}), &cache);
@@ -527,7 +528,7 @@ TEST(CausalLm, RejectsMalformedInputs) {
                error_code::invalid_argument, {"position_ids", "[2, 2]"});
   expect_error([&] { model->forward_hidden(ids, mask, pos - 5); }, error_code::out_of_range,
                {"position id", "-5"});
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   kv_cache cache;
   model->forward_hidden(ids, mask, pos, &cache);
   expect_error([&] {
@@ -713,7 +714,7 @@ TEST(CausalLm, LlamaWithAttentionAndMlpBiasesMatchesIndependentReference) {
 TEST(CausalLm, KvCacheAppendsInPlaceAndCopiedCachesStayIndependent) {
   auto c = llama_tied();
   auto model = causal_lm::from_weights(c, spread_weights(c, 14));
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   kv_cache cache;
   auto prompt = at::tensor({3, 4, 5}, at::kLong).view({1, 3});
   model->forward_hidden(prompt, at::ones({1, 3}, at::kLong), at::arange(3, at::kLong).view({1, 3}),

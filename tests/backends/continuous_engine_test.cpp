@@ -4,6 +4,7 @@
 // prefill for n samples, counted), the prefix cache, preemption under a small budget, releasing
 // and restoring the cache, version tags, abort and continuation, and bad input. Also the paged
 // attention alone against the model's own forward pass.
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -29,6 +30,7 @@
 using namespace rlforge::backends;
 using rlforge::backends::testing::spanning_stop;
 using rlforge::backends::testing::stop_cut;
+using rlforge::backends::testing::tiny_detokenizer;
 using rlforge::backends::testing::tiny_tokenizer;
 
 namespace {
@@ -121,7 +123,7 @@ protected:
   void SetUp() override {
     model_ = causal_lm::random(preset("tiny"), 3);
     model_->set_training(false);
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (auto& [name, p] : model_->named_parameters())
       p.requires_grad_(false);
   }
@@ -246,7 +248,7 @@ TEST_F(ContinuousEngine, StopStringsEndEachSampleWhereItsTextFirstContainsOne) {
   auto stop = spanning_stop(tok, free_runs[0].tokens, 3);
   ASSERT_FALSE(stop.empty()) << "no stop string spanning two tokens";
   with.params.stop_strings = {stop, "<never in this text>"};
-  with.params.tokenizer = tok;
+  with.params.tokenizer = tiny_detokenizer();
   continuous_engine e(*model_, small_blocks());
   e.add(1, to_request(with));
   e.add(2, to_request(without));
@@ -291,7 +293,7 @@ TEST_F(ContinuousEngine, AContinuationSeesTheStopStringThatSpansTheSeam) {
   ASSERT_TRUE(cut);
   ASSERT_GE(*cut, 2u);
   s.params.stop_strings = {stop};
-  s.params.tokenizer = tok;
+  s.params.tokenizer = tiny_detokenizer();
   // Stopped one token before the string completes: the rest is one token that completes it.
   continuous_engine e(*model_, small_blocks());
   auto r = to_request(s);
@@ -477,7 +479,7 @@ TEST_F(ContinuousEngine, BadRequestsAreRefusedNamingTheValueAndTheEngineGoesOn) 
   r = ok;
   r.params.stop_strings = {"x"};
   refuse(r, error_code::invalid_argument, "stop strings need the model's tokenizer");
-  r.params.tokenizer = tiny_tokenizer();
+  r.params.tokenizer = tiny_detokenizer();
   r.params.stop_strings = {"x", ""};
   refuse(r, error_code::invalid_argument, "stop string 1 is empty");
   auto c = small_blocks(16 * paged_kv_cache::block_bytes(model_->config(), 4));
@@ -500,7 +502,7 @@ TEST_F(ContinuousEngine, BadRequestsAreRefusedNamingTheValueAndTheEngineGoesOn) 
 }
 
 TEST_F(ContinuousEngine, PagedAttentionEqualsTheModelsOwnForward) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const auto& cfg = model_->config();
   paged_kv_cache cache(cfg, 4);
   cache.allocate(64);

@@ -1,5 +1,6 @@
 #include "backends/model/logprobs.hpp"
 
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -138,7 +139,7 @@ TEST(Logprobs, SequenceLogprobsOfLeftPaddedRowsMatchScoreTokens) {
     ids[1][2 + i] = b[i];
     mask[1][2 + i] = 1;
   }
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   auto r = sequence_logprobs(*model, ids, mask, 1.0, 3, true);
   ASSERT_EQ(r.logprobs.sizes(), (at::IntArrayRef{2, 4}));
   auto sa = score_tokens(*model, a);

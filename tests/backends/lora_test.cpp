@@ -1,5 +1,6 @@
 #include "backends/model/lora.hpp"
 
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -31,13 +32,13 @@ lora_config config(int64_t rank, double alpha, std::vector<std::string> targets 
 }
 
 at::Tensor logits_of(causal_lm& m, const at::Tensor& ids) {
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   return m.logits(m.forward_hidden(ids));
 }
 
 // Gives every adapter's B non-zero values so the adapter changes the outputs.
 void perturb_adapters(causal_lm& m) {
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   at::manual_seed(17);
   for (auto& [name, t] : m.named_parameters())
     if (name.find("lora_B") != std::string::npos)

@@ -284,6 +284,9 @@ TEST(ModelConfig, PresetsHaveTheDocumentedShapesAndSizes) {
   EXPECT_EQ(s.num_key_value_heads, 4);
   EXPECT_EQ(s.intermediate_size, 688);
   EXPECT_EQ(s.vocab_size, 4096);
+  // The shape of Qwen2.5-0.5B: its published parameter count.
+  EXPECT_EQ(num_parameters(preset("qwen2.5-0.5b")), 494032768);
+  EXPECT_EQ(preset("qwen2.5-0.5b").arch, architecture::qwen2);
   for (const auto& name : preset_names())
     EXPECT_NO_THROW(validate(preset(name))) << name;
 

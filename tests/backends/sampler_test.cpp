@@ -1,5 +1,6 @@
 #include "backends/model/sampler.hpp"
 
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -260,14 +261,14 @@ TEST(SamplingParams, RejectsEveryNonsenseValueNamingIt) {
   expect_invalid(with([](auto& p) { p.stop_token_ids = {-1}; }), 10, "stop token id -1");
   expect_invalid(with([](auto& p) {
                    p.stop_strings = {"ok", ""};
-                   p.tokenizer = tiny_tokenizer();
+                   p.tokenizer = tiny_detokenizer();
                  }),
                  10, "stop string 1 is empty");
   expect_invalid(with([](auto& p) { p.stop_strings = {"x"}; }), 10,
                  "stop strings need the model's tokenizer");
   sampling_params good = ok;
   good.stop_strings = {"x"};
-  good.tokenizer = tiny_tokenizer();
+  good.tokenizer = tiny_detokenizer();
   EXPECT_NO_THROW(validate(good, 10));
 }
 
@@ -297,7 +298,7 @@ sampling_params make_params(int64_t max_tokens, double temperature, std::optiona
 
 // Raw logits [n, V] (double) of one unpadded sequence, by a single full forward pass.
 at::Tensor full_logits(causal_lm& model, const std::vector<int64_t>& seq) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto ids = at::tensor(seq, at::kLong).unsqueeze(0);
   return model.logits(model.forward_hidden(ids)).squeeze(0).to(at::kDouble);
 }
@@ -446,7 +447,7 @@ TEST(Generate, StopStringsEndEachRowWhereItsTextFirstContainsOne) {
     ASSERT_FALSE(stop.empty()) << "row " << i << ": no stop string spanning two tokens";
     ASSERT_FALSE(stop_cut(tok, free_runs[i].tokens, {absent}));
     params[i].stop_strings = {absent, stop};
-    params[i].tokenizer = tok;
+    params[i].tokenizer = tiny_detokenizer();
     cuts[i] = stop_cut(tok, free_runs[i].tokens, {stop});
     ASSERT_TRUE(cuts[i]);
     early = early || *cuts[i] < static_cast<size_t>(n);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/model/text_detokenizer.hpp"
 #include "text/model_tokenizer.hpp"
 #include "text/tokenizer.hpp"
 
@@ -26,6 +27,12 @@ inline const text::tokenizer& tiny_tokenizer() {
     auto files = text::train_model_tokenizer(512);
     return text::tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json);
   }();
+  return tok;
+}
+
+/// `tiny_tokenizer` as the engines take it (sampling_params::tokenizer).
+inline const std::shared_ptr<const detokenizer>& tiny_detokenizer() {
+  static const std::shared_ptr<const detokenizer> tok = make_detokenizer(tiny_tokenizer());
   return tok;
 }
 

@@ -69,11 +69,11 @@ const std::optional<size_t> none;
 
 TEST(StopStringMatcher, FindsAStringThatSpansTokensOnceAtTheTokenThatCompletesIt) {
   const auto& tok = tiny_tokenizer();
-  stop_string_matcher m(tok, {"bc"});
+  stop_string_matcher m(*make_detokenizer(tok), {"bc"});
   EXPECT_EQ(pushes(m, bytes(tok, "abcd")),
             (std::vector<std::optional<size_t>>{none, none, size_t{0}, none}));
   // A string inside one token is found too.
-  stop_string_matcher whole(tok, {"the"});
+  stop_string_matcher whole(*make_detokenizer(tok), {"the"});
   auto ids = tok.encode(" the", false);
   std::optional<size_t> last;
   for (auto id : ids)
@@ -84,14 +84,14 @@ TEST(StopStringMatcher, FindsAStringThatSpansTokensOnceAtTheTokenThatCompletesIt
 TEST(StopStringMatcher, AMultiByteCharacterSplitOverTokensMatchesWhenItIsComplete) {
   const auto& tok = tiny_tokenizer();
   // "é" is C3 A9; "€" is E2 82 AC: one byte token each.
-  stop_string_matcher e(tok, {"xé"});
+  stop_string_matcher e(*make_detokenizer(tok), {"xé"});
   EXPECT_EQ(pushes(e, bytes(tok, "xé!")),
             (std::vector<std::optional<size_t>>{none, none, size_t{0}, none}));
-  stop_string_matcher euro(tok, {"€"});
+  stop_string_matcher euro(*make_detokenizer(tok), {"€"});
   EXPECT_EQ(pushes(euro, bytes(tok, "a€")),
             (std::vector<std::optional<size_t>>{none, none, none, size_t{0}}));
   // "è" (C3 A8) shares its first byte with "é": only the whole character decides.
-  stop_string_matcher a(tok, {"é"});
+  stop_string_matcher a(*make_detokenizer(tok), {"é"});
   EXPECT_EQ(pushes(a, bytes(tok, "èé")),
             (std::vector<std::optional<size_t>>{none, none, none, size_t{0}}));
 }
@@ -113,23 +113,23 @@ TEST(StopStringMatcher, OfSeveralStringsTheOneThatEndsFirstWins) {
   }
   ASSERT_GE(id, 0) << "the tokenizer has no merged ASCII token";
   // Both complete with the one token; the second listed ends first.
-  stop_string_matcher m(tok, {word.substr(1, 2), word.substr(0, 2), "never"});
+  stop_string_matcher m(*make_detokenizer(tok), {word.substr(1, 2), word.substr(0, 2), "never"});
   EXPECT_EQ(m.push(id), size_t{1}) << word;
   // Equal ends: the one that starts first; then the order given.
-  stop_string_matcher starts(tok, {"é", "xé"});
+  stop_string_matcher starts(*make_detokenizer(tok), {"é", "xé"});
   EXPECT_EQ(pushes(starts, bytes(tok, "xé")),
             (std::vector<std::optional<size_t>>{none, none, size_t{1}}));
-  stop_string_matcher same(tok, {"b", "zz", "b"});
+  stop_string_matcher same(*make_detokenizer(tok), {"b", "zz", "b"});
   EXPECT_EQ(pushes(same, bytes(tok, "ab")), (std::vector<std::optional<size_t>>{none, size_t{0}}));
   // Across tokens the first token that completes any string stops the row.
-  stop_string_matcher later(tok, {"cd", "b"});
+  stop_string_matcher later(*make_detokenizer(tok), {"cd", "b"});
   EXPECT_EQ(pushes(later, bytes(tok, "abcd")),
             (std::vector<std::optional<size_t>>{none, size_t{1}, none, size_t{0}}));
 }
 
 TEST(StopStringMatcher, KeepsFindingStringsAfterALongText) {
   const auto& tok = tiny_tokenizer();
-  stop_string_matcher m(tok, {"q!q", "ab ab ab"});
+  stop_string_matcher m(*make_detokenizer(tok), {"q!q", "ab ab ab"});
   std::string text;
   for (int i = 0; i < 800; ++i)
     text += i % 2 ? "a" : "b";
@@ -145,14 +145,14 @@ TEST(StopStringMatcher, SpecialTokensAreTextAndIdsThatNameNoTokenAreNot) {
   const auto& tok = tiny_tokenizer();
   auto end = tok.token_to_id(std::string{text::im_end_token});
   ASSERT_TRUE(end);
-  stop_string_matcher m(tok, {std::string{text::im_end_token}});
+  stop_string_matcher m(*make_detokenizer(tok), {std::string{text::im_end_token}});
   EXPECT_EQ(m.push(byte_id(tok, 'a')), none);
   EXPECT_EQ(m.push(*end), size_t{0});
   // A model vocabulary padded past its tokenizer: the ids beyond add no text.
   auto files = text::train_model_tokenizer(300);
   auto small = text::tokenizer::from_json(files.tokenizer_json, files.tokenizer_config_json);
   ASSERT_LT(small.vocab_size(), 400);
-  stop_string_matcher padded(small, {"ab"});
+  stop_string_matcher padded(*make_detokenizer(small), {"ab"});
   EXPECT_EQ(padded.push(byte_id(small, 'a')), none);
   EXPECT_EQ(padded.push(400), none);
   EXPECT_EQ(padded.push(byte_id(small, 'b')), size_t{0});
@@ -161,13 +161,13 @@ TEST(StopStringMatcher, SpecialTokensAreTextAndIdsThatNameNoTokenAreNot) {
 TEST(StopStringMatcher, RefusesNoStringsAndEmptyStrings) {
   const auto& tok = tiny_tokenizer();
   try {
-    stop_string_matcher m(tok, {});
+    stop_string_matcher m(*make_detokenizer(tok), {});
     ADD_FAILURE() << "no stop strings accepted";
   } catch (const error& e) {
     EXPECT_EQ(e.code(), error_code::invalid_argument);
   }
   try {
-    stop_string_matcher m(tok, {"a", ""});
+    stop_string_matcher m(*make_detokenizer(tok), {"a", ""});
     ADD_FAILURE() << "an empty stop string accepted";
   } catch (const error& e) {
     EXPECT_EQ(e.code(), error_code::invalid_argument);

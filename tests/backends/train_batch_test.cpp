@@ -1,5 +1,6 @@
 #include "backends/train/training_batch.hpp"
 
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -117,7 +118,7 @@ TEST(TrainingBatch, ModelLogprobsInTheResponseWindowMatchUnpaddedScoring) {
   std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}, {8}, {9, 10}};
   std::vector<std::vector<int64_t>> responses = {{11, 12}, {13, 14, 15, 16}, {17}};
   auto b = from_sequences(prompts, responses);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   auto lp =
       sequence_logprobs(*model, b.get(batch_keys::sequences), b.get(batch_keys::attention_mask))
           .logprobs;

@@ -8,8 +8,11 @@
 #   prompt/     standard C++ on text/ and chat/ only: no CAF, no torch, no other rlforge folder
 #   placement/  pure C++: no CAF, no torch, no other rlforge folder
 #   runtime/    CAF: no torch, no placement/backends/actors
-#   backends/   torch: no CAF, no placement/runtime/actors
-#   actors/     all three below, nothing above (rl, cli, examples, bench, service)
+#   backends/   torch: no CAF, no placement/runtime/actors; text/ only in the seam that adapts
+#               its tokenizers (backends/model/text_detokenizer.*), so that the GPU subset
+#               (RLFORGE_MINIMAL_DEPS) builds without text/
+#   actors/     all three below, nothing above (rl, cli, examples, bench, service), no text/,
+#               chat/, env/ or prompt/
 #   rl/         the RL loop: actors/ and below, nothing above (cli, examples, bench, service)
 #   service/    runtime/, placement/ and the torch-free actors/ headers listed in
 #               service_actor_headers; no torch, no backends/, nothing above (cli, examples, bench)
@@ -28,8 +31,8 @@ check_tree() {
     [placement]='#include ["<](rl|prompt|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
     [runtime]='#include ["<](rl|placement|backends|actors|cli|examples|bench|service)/|#include <(torch|ATen|c10)/'
     [backends]='#include ["<](rl|placement|runtime|actors|cli|examples|bench|service)/|#include <caf/'
-    [actors]='#include ["<](rl|cli|examples|bench|service)/'
-    [rl]='#include ["<](cli|examples|bench|service)/'
+    [actors]='#include ["<](rl|text|chat|env|prompt|cli|examples|bench|service)/'
+    [rl]='#include ["<](text|chat|env|prompt|cli|examples|bench|service)/'
     [service]='#include ["<](rl|backends|cli|examples|bench)/|#include <(torch|ATen|c10)/'
   )
   # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
@@ -45,6 +48,16 @@ check_tree() {
       status=1
     fi
   done
+  if [ -d "$root/backends" ]; then
+    local hits
+    hits=$(grep -rnE '#include ["<](text|chat|env|prompt)/' "$root/backends" --include='*.hpp' \
+             --include='*.cpp' --include='*.h' | grep -v '/model/text_detokenizer\.[ch]pp:' || true)
+    if [ -n "$hits" ]; then
+      echo "layering violation in backends/ (text/ only in model/text_detokenizer.*):"
+      echo "$hits" | sed "s|^$root/|  |"
+      status=1
+    fi
+  fi
   if [ -d "$root/service" ]; then
     local hits
     hits=$(grep -rnE '#include ["<]actors/' "$root/service" --include='*.hpp' --include='*.cpp' \
@@ -70,6 +83,15 @@ if [ "${1:-}" = "--self-test" ]; then
     exit 1
   fi
   rm "$tmp/backends/bad.cpp"
+  mkdir -p "$tmp/backends/model"
+  echo '#include "text/tokenizer.hpp"' > "$tmp/backends/model/text_detokenizer.cpp"
+  check_tree "$tmp" > /dev/null || { echo "self-test: backends' text seam was rejected"; exit 1; }
+  echo '#include "text/tokenizer.hpp"' > "$tmp/backends/model/sampler.cpp"
+  if check_tree "$tmp" > /dev/null; then
+    echo "self-test: backends/ including text/ outside its seam was not caught"
+    exit 1
+  fi
+  rm -r "$tmp/backends/model"
   mkdir -p "$tmp/tinker"
   echo '#include <caf/all.hpp>' > "$tmp/tinker/bad.cpp"
   if check_tree "$tmp" > /dev/null; then
