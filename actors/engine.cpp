@@ -464,11 +464,14 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
                  std::to_string(spec.lora_rank));
   const auto dtype = compute_dtype_of(spec);
   auto tokenizer = load_tokenizer(spec, st.rank);
-  auto model = build_model(spec);
+  // An engine only infers: in bf16 it holds its weights in bf16 (half the memory, and weight
+  // syncs send half the bytes: weights_for_sync), read from an HF directory straight into bf16.
+  const bool hf_only = !spec.hf_dir.empty() && spec.preset.empty() && spec.config_json.empty();
+  auto model = dtype == be::compute_dtype::bf16 && hf_only
+                   ? be::causal_lm::load_for_inference(spec.hf_dir, dtype)
+                   : build_model(spec);
   if (spec.untie_word_embeddings)
     model->untie_word_embeddings();
-  // An engine only infers: in bf16 it holds its weights in bf16 (half the memory, and weight
-  // syncs send half the bytes: weights_for_sync).
   if (dtype == be::compute_dtype::bf16)
     model->store_weights_in_bf16();
   model->to(compute_device(ctx.info)); // the rank's CUDA device, or the CPU for a virtual GPU

@@ -129,8 +129,7 @@ int run_generate(const args& a) {
     std::unique_ptr<backends::causal_lm> model;
     try {
       backends::set_intra_op_threads(threads);
-      model = backends::causal_lm::load(*flags.get("--model"));
-      model->set_compute_dtype(dtype);
+      model = backends::causal_lm::load_for_inference(*flags.get("--model"), dtype);
     } catch (const std::exception& e) {
       throw runtime_failure("cannot load model from '" + *flags.get("--model") + "': " + e.what());
     }

@@ -76,8 +76,7 @@ int run_score(const args& a) {
                         std::to_string(tokens.size()) + " ids; scoring needs at least 2");
     std::vector<double> lp;
     try {
-      auto model = be::causal_lm::load(*flags.get("--model"));
-      model->set_compute_dtype(dtype);
+      auto model = be::causal_lm::load_for_inference(*flags.get("--model"), dtype);
       lp = be::score_tokens(*model, tokens, temperature);
     } catch (const be::error& e) {
       throw scoring_error(e);

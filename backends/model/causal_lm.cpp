@@ -522,6 +522,22 @@ std::unique_ptr<causal_lm> causal_lm::load(const std::string& dir) {
   return build(config, std::move(weights), /*own_storage=*/false);
 }
 
+std::unique_ptr<causal_lm> causal_lm::load_for_inference(const std::string& dir,
+                                                         compute_dtype dtype) {
+  if (dtype == compute_dtype::fp32) {
+    auto model = load(dir);
+    model->set_compute_dtype(dtype);
+    return model;
+  }
+  auto config = load_model_config(dir);
+  auto weights = load_hf_weights(dir, [](const std::string& name, at::ScalarType) {
+    return is_gemm_weight(name) ? at::kBFloat16 : at::kFloat;
+  });
+  auto model = build(config, std::move(weights), /*own_storage=*/false, /*bf16_weights=*/true);
+  model->store_weights_in_bf16(); // already bf16: sets the mode and freezes the weights
+  return model;
+}
+
 std::unique_ptr<causal_lm> causal_lm::random(const model_config& config, uint64_t seed) {
   return build(config, random_hf_weights(config, seed), /*own_storage=*/false);
 }
@@ -533,7 +549,7 @@ std::unique_ptr<causal_lm> causal_lm::from_weights(const model_config& config,
 
 std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
                                             std::map<std::string, at::Tensor> weights,
-                                            bool own_storage) {
+                                            bool own_storage, bool bf16_weights) {
   validate(config);
   auto p = std::make_unique<impl>();
   p->config = config;
@@ -561,10 +577,12 @@ std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
         fail(error_code::not_found, "weight " + name + " is missing");
       return {};
     }
-    auto t = i->second.detach().to(at::kFloat).contiguous();
+    const bool keep_bf16 = bf16_weights && is_gemm_weight(name);
+    auto t = i->second.detach().to(keep_bf16 ? at::kBFloat16 : at::kFloat).contiguous();
     if (own_storage && t.data_ptr() == i->second.data_ptr())
       t = t.clone(); // never share storage with tensors the caller still holds
-    t.requires_grad_(true);
+    weights.erase(i); // the file's copy goes as soon as the model holds the weight
+    t.requires_grad_(!keep_bf16);
     p->base.emplace_back(name, t);
     return t;
   };

@@ -71,6 +71,13 @@ public:
   /// `value_head.weight`) is loaded too.
   static std::unique_ptr<causal_lm> load(const std::string& dir);
 
+  /// `load` for a model that only infers (engines, `rlforge score` / `generate`), computing in
+  /// `dtype`. In bf16 the GEMM weights (`is_gemm_weight`) are read straight into bf16, a few MiB
+  /// at a time, norms and biases into fp32, so no fp32 copy of a GEMM weight ever exists: the
+  /// result is what `store_weights_in_bf16` makes (frozen), at about half the memory of fp32.
+  static std::unique_ptr<causal_lm> load_for_inference(const std::string& dir,
+                                                       compute_dtype dtype);
+
   /// HF-like random init: normal(0, 0.02) for projections and embeddings, ones for norms,
   /// zeros for biases; deterministic for a given `seed`.
   static std::unique_ptr<causal_lm> random(const model_config& config, uint64_t seed);
@@ -250,7 +257,8 @@ private:
   explicit causal_lm(std::unique_ptr<impl> p);
   /// `from_weights`; with `own_storage` false, fp32 contiguous tensors are adopted uncopied.
   static std::unique_ptr<causal_lm>
-  build(const model_config& config, std::map<std::string, at::Tensor> weights, bool own_storage);
+  build(const model_config& config, std::map<std::string, at::Tensor> weights, bool own_storage,
+        bool bf16_weights = false);
   std::unique_ptr<impl> impl_;
 };
 

@@ -70,7 +70,8 @@ json read_json_file(const std::string& path) {
 }
 
 std::map<std::string, at::Tensor> load_sharded(const std::string& dir,
-                                               const std::string& index_path) {
+                                               const std::string& index_path,
+                                               const dtype_choice& keep_as) {
   json index = read_json_file(index_path);
   if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object())
     fail(error_code::decode_error, in_quotes(index_path) + " has no 'weight_map' object");
@@ -98,7 +99,7 @@ std::map<std::string, at::Tensor> load_sharded(const std::string& dir,
       fail(error_code::not_found, in_quotes(index_path) + " maps tensor " +
                                       in_quotes(*names.begin()) + " to shard " + in_quotes(path) +
                                       ", which does not exist");
-    for (auto& [name, tensor] : read_safetensors(path)) {
+    for (auto& [name, tensor] : read_safetensors(path, keep_as)) {
       auto [it, inserted] = origin.emplace(name, shard);
       if (!inserted)
         fail(error_code::decode_error, "tensor " + in_quotes(name) + " is stored in two shards: " +
@@ -138,16 +139,17 @@ void remove_stale_shards(const std::string& dir, const std::set<std::string>& ke
 
 } // namespace
 
-std::map<std::string, at::Tensor> load_hf_weights(const std::string& dir) {
+std::map<std::string, at::Tensor> load_hf_weights(const std::string& dir,
+                                                  const dtype_choice& keep_as) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     fail(error_code::not_found, "no checkpoint directory at " + in_quotes(dir));
   std::string single = dir + "/" + single_file_name;
   if (is_file(single))
-    return read_safetensors(single);
+    return read_safetensors(single, keep_as);
   std::string index = dir + "/" + index_file_name;
   if (is_file(index))
-    return load_sharded(dir, index);
+    return load_sharded(dir, index, keep_as);
   fail(error_code::not_found, "no weights in " + in_quotes(dir) + ": neither " + in_quotes(single) +
                                   " nor " + in_quotes(index) + " exists");
 }

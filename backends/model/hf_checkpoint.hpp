@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/model/model_config.hpp"
+#include "backends/model/safetensors.hpp"
 
 namespace rlforge::backends {
 
@@ -17,8 +18,10 @@ namespace rlforge::backends {
 /// if present (as HF prefers), else the shards listed by `model.safetensors.index.json`
 /// ("weight_map"). Throws `error{not_found}` naming the missing file or shard,
 /// `error{decode_error}` for an index that is malformed, names a shard outside `dir`, lists a
-/// tensor its shard lacks, or for a tensor present in two shards (naming both).
-std::map<std::string, at::Tensor> load_hf_weights(const std::string& dir);
+/// tensor its shard lacks, or for a tensor present in two shards (naming both). With `keep_as`,
+/// each tensor is kept in the dtype it chooses, converted as it is read (`read_safetensors`).
+std::map<std::string, at::Tensor> load_hf_weights(const std::string& dir,
+                                                  const dtype_choice& keep_as = {});
 
 /// A config plus the weights that were checked against it.
 struct hf_checkpoint {

@@ -210,19 +210,37 @@ safetensors_header read_safetensors_header(const std::string& path) {
   return read_header(fd.get(), path, size);
 }
 
-safetensors_file read_safetensors_file(const std::string& path) {
+safetensors_file read_safetensors_file(const std::string& path, const dtype_choice& keep_as) {
   uint64_t size = 0;
   auto fd = open_for_reading(path, size);
   auto header = read_header(fd.get(), path, size);
   safetensors_file out;
   out.metadata = std::move(header.metadata);
-  // Each tensor is read straight into its own storage: one copy, nothing tied to the file.
+  constexpr size_t piece_bytes = size_t{8} << 20; // of the file's data, when converting
+  std::vector<char> piece;
   for (const auto& t : header.tensors) {
-    auto tensor =
-        at::empty(t.shape, at::TensorOptions().dtype(scalar_type_of_safetensors_dtype(t.dtype)));
-    size_t bytes = static_cast<size_t>(t.end - t.begin);
-    if (bytes > 0)
+    const auto stored = scalar_type_of_safetensors_dtype(t.dtype);
+    const auto kept = keep_as ? keep_as(t.name, stored) : stored;
+    const size_t bytes = static_cast<size_t>(t.end - t.begin);
+    auto tensor = at::empty(t.shape, at::TensorOptions().dtype(kept));
+    if (bytes > 0 && kept == stored) {
+      // Straight into the tensor's own storage: one copy, nothing tied to the file.
       read_exactly(fd.get(), path, tensor.data_ptr(), bytes, header.data_offset + t.begin);
+    } else if (bytes > 0) {
+      const size_t element = c10::elementSize(stored);
+      const size_t per_piece = std::max<size_t>(1, piece_bytes / element);
+      piece.resize(per_piece * element);
+      auto flat = tensor.view({-1});
+      const auto numel = static_cast<size_t>(flat.numel());
+      for (size_t first = 0; first < numel; first += per_piece) {
+        const size_t n = std::min(per_piece, numel - first);
+        read_exactly(fd.get(), path, piece.data(), n * element,
+                     header.data_offset + t.begin + first * element);
+        flat.narrow(0, static_cast<int64_t>(first), static_cast<int64_t>(n))
+            .copy_(at::from_blob(piece.data(), {static_cast<int64_t>(n)},
+                                 at::TensorOptions().dtype(stored)));
+      }
+    }
     out.tensors.emplace(t.name, std::move(tensor));
   }
   return out;
@@ -230,6 +248,11 @@ safetensors_file read_safetensors_file(const std::string& path) {
 
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
   return read_safetensors_file(path).tensors;
+}
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path,
+                                                   const dtype_choice& keep_as) {
+  return read_safetensors_file(path, keep_as).tensors;
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,

@@ -2,6 +2,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -20,8 +21,18 @@ struct safetensors_file {
 /// file, `error{io_error}` when reading fails, `error{decode_error}` for a malformed file.
 std::map<std::string, at::Tensor> read_safetensors(const std::string& path);
 
+/// The dtype a reader keeps a tensor in, from its name and the dtype the file stores it in.
+using dtype_choice = std::function<at::ScalarType(const std::string& name, at::ScalarType stored)>;
+
+/// As `read_safetensors`, tensor `name` kept as `keep_as(name, stored dtype)` (e.g. bf16 for the
+/// GEMM weights of a model that only infers): a tensor kept in another dtype is converted as it
+/// is read, a few MiB of the file's data at a time, so no tensor is ever held in both dtypes.
+/// Throws as `read_safetensors`.
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path,
+                                                   const dtype_choice& keep_as);
+
 /// As `read_safetensors`, also returning the file's metadata.
-safetensors_file read_safetensors_file(const std::string& path);
+safetensors_file read_safetensors_file(const std::string& path, const dtype_choice& keep_as = {});
 
 /// Reads only the header of the safetensors file at `path` (tensor names, dtypes, shapes).
 safetensors_header read_safetensors_header(const std::string& path);

@@ -21,8 +21,10 @@
 #include "backends/model/mixed_linear.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/model/sampler.hpp"
+#include "test_support.hpp"
 
 using namespace rlforge::backends;
+using rlforge::backends::testing::temp_dir;
 
 namespace {
 
@@ -239,6 +241,41 @@ TEST(MixedPrecision, Bf16StorageHalvesTheWeightsAndGeneratesLikeBf16Compute) {
   lc.rank = 2;
   lora->enable_lora(lc, 1);
   EXPECT_THROW(lora->store_weights_in_bf16(), error);
+}
+
+TEST(MixedPrecision, ABf16InferenceLoadHoldsTheWeightsStoreWeightsInBf16Makes) {
+  // fp32 on disk, read straight into bf16 (no fp32 copy of a GEMM weight): the same tensors as
+  // loading in fp32 and converting, and the same log-probs.
+  for (const char* name : {"tiny", "tiny-qwen2"}) {
+    SCOPED_TRACE(name);
+    auto c = small_config(name);
+    c.tie_word_embeddings = std::string(name) == "tiny-qwen2";
+    temp_dir dir("bf16_load");
+    causal_lm::random(c, 4)->save_hf(dir.str());
+    auto converted = causal_lm::load(dir.str());
+    converted->store_weights_in_bf16();
+    auto direct = causal_lm::load_for_inference(dir.str(), compute_dtype::bf16);
+    EXPECT_TRUE(direct->weights_in_bf16());
+    EXPECT_EQ(direct->num_trainable_parameters(), 0);
+    auto want = converted->named_parameters();
+    auto got = direct->named_parameters();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].first, want[i].first);
+      EXPECT_EQ(got[i].second.scalar_type(), want[i].second.scalar_type()) << got[i].first;
+      EXPECT_TRUE(at::equal(got[i].second, want[i].second)) << got[i].first;
+    }
+    auto ids = tokens(2, 9, c.vocab_size, 5);
+    c10::NoGradGuard no_grad;
+    auto mask = at::ones_like(ids);
+    EXPECT_EQ(max_abs_diff(sequence_logprobs(*converted, ids, mask).logprobs,
+                           sequence_logprobs(*direct, ids, mask).logprobs),
+              0.0);
+    // fp32 inference is the plain load.
+    auto fp32 = causal_lm::load_for_inference(dir.str(), compute_dtype::fp32);
+    EXPECT_FALSE(fp32->weights_in_bf16());
+    EXPECT_EQ(fp32->compute_precision(), compute_dtype::fp32);
+  }
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -152,6 +153,32 @@ TEST(Safetensors, RoundTripIsBitExactForEveryDtype) {
   EXPECT_EQ(back.tensors.at("bf16").scalar_type(), at::kBFloat16);
   EXPECT_EQ(back.tensors.at("bool").scalar_type(), at::kBool);
   EXPECT_EQ(back.tensors.at("scalar").dim(), 0);
+}
+
+TEST(Safetensors, ReadsTensorsIntoAnotherDtypePieceByPiece) {
+  temp_dir dir;
+  // 3M fp32 elements (12 MiB) cross the reader's 8 MiB pieces; a tensor kept as stored, an
+  // empty one and a bf16-stored one kept as fp32 come along.
+  std::map<std::string, at::Tensor> tensors{
+      {"big", at::randn({3, 1000, 1000}, at::kFloat)},
+      {"norm", at::randn({17}, at::kFloat)},
+      {"empty", at::empty({0, 4}, at::kFloat)},
+      {"stored_bf16", at::randn({5, 3}, at::kFloat).to(at::kBFloat16)}};
+  const auto path = dir.file("x.safetensors");
+  write_safetensors(path, tensors);
+  auto got = read_safetensors(path, [](const std::string& name, at::ScalarType stored) {
+    if (name == "norm")
+      return stored;
+    return name == "stored_bf16" ? at::kFloat : at::kBFloat16;
+  });
+  ASSERT_EQ(got.size(), tensors.size());
+  EXPECT_EQ(got.at("big").scalar_type(), at::kBFloat16);
+  EXPECT_EQ(got.at("big").sizes(), tensors.at("big").sizes());
+  EXPECT_TRUE(at::equal(got.at("big"), tensors.at("big").to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(got.at("norm"), tensors.at("norm")));
+  EXPECT_EQ(got.at("empty").scalar_type(), at::kBFloat16);
+  EXPECT_EQ(got.at("empty").sizes(), (std::vector<int64_t>{0, 4}));
+  EXPECT_TRUE(at::equal(got.at("stored_bf16"), tensors.at("stored_bf16").to(at::kFloat)));
 }
 
 TEST(Safetensors, WrittenFileFollowsThePublishedLayout) {
