@@ -44,7 +44,10 @@ at::Tensor head_logits(const at::Tensor& h, const at::Tensor& weight, const at::
 
 // Chunked log-softmax-gather (+ entropy) over rows of hidden [N, H] against weight [V, H] and an
 // optional adapter (A [r, H], B [V, r]). Forward keeps only [N] outputs; backward recomputes
-// each chunk's logits, so peak memory is O(chunk * V) in both passes instead of O(N * V).
+// each chunk's logits, so peak memory is O(chunk * V) in both passes instead of O(N * V) -
+// unless all N x V log-probs fit in `keep_bytes`: then forward keeps them for backward,
+// which saves the lm_head product's recomputation (a third of the head's cost) where memory is
+// not the problem (small vocabularies, short batches).
 // Gradient w.r.t. the scaled logits z = (hWᵀ + s·hAᵀBᵀ)/τ:
 //   d logp[t] / dz = onehot(t) - p
 //   d H / dz       = -p * (log p + H)
@@ -54,16 +57,27 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
                                const at::Tensor& weight, const at::Tensor& weight_compute,
                                const at::Tensor& lora_a, const at::Tensor& lora_b,
                                const at::Tensor& targets, double temperature, int64_t chunk,
-                               bool with_entropy, double scaling) {
+                               bool with_entropy, double scaling, int64_t keep_bytes) {
     const int64_t n = hidden.size(0);
     auto logprobs = at::empty({n}, hidden.options());
     auto entropy =
         with_entropy ? at::empty({n}, hidden.options()) : at::zeros({n}, hidden.options());
-    for (int64_t s = 0; s < n; s += chunk) {
-      auto len = std::min(chunk, n - s);
+    const int64_t vocab = weight_compute.size(0);
+    const bool for_backward = at::GradMode::is_enabled() &&
+                              (hidden.requires_grad() || weight.requires_grad() ||
+                               lora_a.requires_grad() || lora_b.requires_grad());
+    at::Tensor kept; // [N, V]: every log-prob, when they fit the budget and backward will run
+    if (for_backward && n * vocab * 4 <= keep_bytes)
+      kept = at::empty({n, vocab}, hidden.options().dtype(at::kFloat));
+    // What is kept exists whole anyway: one product over all rows then (larger, faster GEMMs).
+    const int64_t step = kept.defined() ? n : chunk;
+    for (int64_t s = 0; s < n; s += step) {
+      auto len = std::min(step, n - s);
       auto logp = tempered_log_softmax(
           head_logits(hidden.narrow(0, s, len), weight_compute, lora_a, lora_b, scaling),
           temperature);
+      if (kept.defined())
+        kept.narrow(0, s, len).copy_(logp);
       logprobs.narrow(0, s, len).copy_(
           logp.gather(1, targets.narrow(0, s, len).unsqueeze(1)).squeeze(1));
       if (with_entropy)
@@ -74,6 +88,8 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
     ctx->saved_data["temperature"] = temperature;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["with_entropy"] = with_entropy;
+    if (kept.defined())
+      ctx->saved_data["kept"] = kept;
     if (!with_entropy)
       ctx->mark_non_differentiable({entropy});
     return {logprobs, entropy};
@@ -90,6 +106,9 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
     const double temperature = ctx->saved_data["temperature"].toDouble();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const bool with_entropy = ctx->saved_data["with_entropy"].toBool();
+    const auto kept_entry = ctx->saved_data.find("kept");
+    const at::Tensor kept =
+        kept_entry != ctx->saved_data.end() ? kept_entry->second.toTensor() : at::Tensor();
     const bool adapted = lora_a.numel() > 0;
     const bool need_hidden = ctx->needs_input_grad(0);
     const bool need_weight = ctx->needs_input_grad(1);
@@ -98,6 +117,8 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
     at::Tensor grad_hidden, grad_weight, grad_a, grad_b;
     if (need_hidden)
       grad_hidden = at::empty_like(hidden);
+    const int64_t n = hidden.size(0);
+    const int64_t step = kept.defined() ? n : chunk;
     if (need_weight)
       grad_weight = at::zeros(weight.sizes(), hidden.options()); // fp32 (the master's dtype)
     if (need_a)
@@ -107,11 +128,13 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
     const auto& g_lp = grads[0];
     const auto& g_ent = grads[1];
     const bool entropy_grad = with_entropy && g_ent.defined();
-    const int64_t n = hidden.size(0);
-    for (int64_t s = 0; s < n && (need_hidden || need_weight || need_a || need_b); s += chunk) {
-      auto len = std::min(chunk, n - s);
+    for (int64_t s = 0; s < n && (need_hidden || need_weight || need_a || need_b); s += step) {
+      auto len = std::min(step, n - s);
       auto h = hidden.narrow(0, s, len);
-      auto logp = tempered_log_softmax(head_logits(h, weight, lora_a, lora_b, scaling), temperature);
+      auto logp = kept.defined()
+                      ? kept.narrow(0, s, len)
+                      : tempered_log_softmax(head_logits(h, weight, lora_a, lora_b, scaling),
+                                             temperature);
       auto p = logp.exp();
       at::Tensor gz;
       if (g_lp.defined()) {
@@ -129,8 +152,10 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
       at::Tensor gz_b; // gz B: [len, r]
       if (adapted && (need_hidden || need_a))
         gz_b = at::matmul(gz, lora_b);
+      // gz in the weight's dtype once, for both products.
+      const auto gz_w = weight.scalar_type() == at::kFloat ? gz : gz.to(weight.scalar_type());
       if (need_hidden) {
-        auto gh = product_nn(gz, weight);
+        auto gh = product_nn(gz_w, weight);
         if (adapted)
           gh.add_(at::matmul(gz_b, lora_a), scaling);
         grad_hidden.narrow(0, s, len).copy_(gh);
@@ -139,7 +164,7 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
         if (weight.scalar_type() == at::kFloat)
           grad_weight.addmm_(gz.t(), h);
         else
-          grad_weight.add_(product_nn(gz.t(), h.to(weight.scalar_type())));
+          grad_weight.add_(product_nn(gz_w.t(), h.to(weight.scalar_type())));
       }
       if (need_b)
         grad_b.addmm_(gz.t(), at::linear(h, lora_a), 1.0, scaling);
@@ -147,7 +172,7 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
         grad_a.addmm_(gz_b.t(), h, 1.0, scaling);
     }
     return {grad_hidden,  grad_weight,  at::Tensor(), grad_a,       grad_b,      at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -169,7 +194,8 @@ token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at:
                                              int64_t chunk_size, bool with_entropy,
                                              int64_t max_positions,
                                              const causal_lm::head_adapter& adapter,
-                                             const at::Tensor& weight_compute) {
+                                             const at::Tensor& weight_compute,
+                                             int64_t keep_bytes) {
   if (std::isnan(temperature) || temperature <= 0)
     fail(error_code::invalid_argument,
          "token_logprobs: temperature must be > 0, got " + std::to_string(temperature));
@@ -228,7 +254,8 @@ token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at:
                                        weight_compute.defined() ? weight_compute : weight,
                                        adapter.a.defined() ? adapter.a : none,
                                        adapter.b.defined() ? adapter.b : none, flat_targets,
-                                       temperature, chunk_size, with_entropy, adapter.scaling);
+                                       temperature, chunk_size, with_entropy, adapter.scaling,
+                                       std::max<int64_t>(0, keep_bytes));
   token_logprobs_result r;
   r.logprobs = out[0].view({batch, len});
   if (with_entropy)

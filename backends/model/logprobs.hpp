@@ -33,12 +33,19 @@ struct token_logprobs_result {
 /// `max_positions` (naming both numbers; -1 = no limit). With `weight_compute` (a bf16 copy of
 /// `weight`, mixed precision) the logits' products run in bf16 and the fp32 `weight` receives the
 /// gradient; log-softmax, entropy and the results stay fp32.
+///
+/// When backward will run and all [B·T, vocab] log-probs fit in `keep_bytes` (fp32), forward
+/// keeps them and backward reuses them instead of recomputing the logits (a third less of the
+/// head's products, where memory is not the concern: small vocabularies or short batches);
+/// `keep_bytes` 0 always recomputes. Same results either way.
+inline constexpr int64_t default_kept_logprob_bytes = int64_t{256} << 20;
 token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight,
                                              const at::Tensor& targets, double temperature,
                                              int64_t chunk_size, bool with_entropy,
                                              int64_t max_positions = -1,
                                              const causal_lm::head_adapter& adapter = {},
-                                             const at::Tensor& weight_compute = {});
+                                             const at::Tensor& weight_compute = {},
+                                             int64_t keep_bytes = default_kept_logprob_bytes);
 
 /// `chunked_token_logprobs` with the model's lm_head (and its adapter, when LoRA targets it) and
 /// its max_position_embeddings limit.

@@ -105,13 +105,17 @@ TEST(Logprobs, GradientsMatchAutogradThroughTheFullLogits) {
   auto lp = logp.gather(-1, in.targets.unsqueeze(-1)).squeeze(-1);
   auto ent = -(logp.exp() * logp).sum(-1);
   ((lp * coef_lp).sum() + (ent * coef_ent).sum()).backward();
-  // Chunked with recomputation in backward.
-  auto h2 = in.hidden.clone().requires_grad_(true);
-  auto w2 = in.weight.clone().requires_grad_(true);
-  auto r = chunked_token_logprobs(h2, w2, in.targets, temperature, 3, true);
-  ((r.logprobs * coef_lp).sum() + (r.entropy * coef_ent).sum()).backward();
-  EXPECT_TRUE(at::allclose(h2.grad(), h1.grad(), 1e-4, 1e-5));
-  EXPECT_TRUE(at::allclose(w2.grad(), w1.grad(), 1e-4, 1e-5));
+  // Chunked, with the log-probs kept for backward (they fit the default budget) and with the
+  // logits recomputed in backward (budget 0).
+  for (int64_t keep : {default_kept_logprob_bytes, int64_t{0}}) {
+    SCOPED_TRACE(keep ? "kept" : "recomputed");
+    auto h2 = in.hidden.clone().requires_grad_(true);
+    auto w2 = in.weight.clone().requires_grad_(true);
+    auto r = chunked_token_logprobs(h2, w2, in.targets, temperature, 3, true, -1, {}, {}, keep);
+    ((r.logprobs * coef_lp).sum() + (r.entropy * coef_ent).sum()).backward();
+    EXPECT_TRUE(at::allclose(h2.grad(), h1.grad(), 1e-4, 1e-5));
+    EXPECT_TRUE(at::allclose(w2.grad(), w1.grad(), 1e-4, 1e-5));
+  }
   // Only the log-probs contribute when entropy is not requested.
   auto h3 = in.hidden.clone().requires_grad_(true);
   auto w3 = in.weight.clone();
