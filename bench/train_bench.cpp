@@ -13,12 +13,17 @@
 //
 //   train_bench [--threads 2] [--seq 256] [--adamw] [--only small|large] [--steps-small 5]
 //               [--steps-large 3] [--batch-small 8] [--batch-large 1] [--chunk 128]
-//               [--dtype fp32|bf16|both]
+//               [--dtype fp32|bf16|both] [--profile PREFIX] [--batch-invariant]
+//
+// --batch-invariant runs the models in batch-invariant mode (attention's fixed-order kernel),
+// for its cost against the default. --profile PREFIX records the last step of each case with libtorch's profiler into
+// PREFIX-<case>-<dtype>.json (Chrome trace; bench/trace_summary.py totals it per op).
 //
 // The GEMM reference is sampled between training steps so both see the same machine load; the
 // load average is printed too. On a machine shared with busy processes the 2-thread figures
 // collapse (libgomp spin-waits at every parallel region lose whole time slices): compare runs
 // at a load average below the thread count, or run with OMP_WAIT_POLICY=PASSIVE.
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -115,6 +120,8 @@ struct options {
   int64_t seq = 256;
   bool adamw = false;
   std::string only;
+  std::string profile; ///< trace file prefix (--profile); empty = no profiling
+  bool batch_invariant = false; ///< (--batch-invariant)
   int steps_small = 5;
   int steps_large = 3;
   int64_t batch_small = 8;
@@ -127,7 +134,8 @@ void usage() {
   std::fprintf(stderr,
                "usage: train_bench [--threads N] [--seq S] [--adamw] [--only small|large]\n"
                "                   [--steps-small K] [--steps-large K] [--batch-small B]\n"
-               "                   [--batch-large B] [--chunk C] [--dtype fp32|bf16|both]\n");
+               "                   [--batch-large B] [--chunk C] [--dtype fp32|bf16|both]\n"
+               "                   [--profile PREFIX] [--batch-invariant]\n");
 }
 
 bool parse(int argc, char** argv, options& o) {
@@ -191,6 +199,13 @@ bool parse(int argc, char** argv, options& o) {
         std::fprintf(stderr, "train_bench: --dtype takes fp32, bf16 or both, got '%s'\n", v);
         return false;
       }
+    } else if (a == "--batch-invariant") {
+      o.batch_invariant = true;
+    } else if (a == "--profile") {
+      auto v = next("--profile");
+      if (!v)
+        return false;
+      o.profile = v;
     } else if (a == "--only") {
       auto v = next("--only");
       if (!v)
@@ -217,9 +232,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   at::set_num_threads(opt.threads);
-  std::printf("train_bench: threads=%d seq=%lld adamw=%s chunk=%lld load_average=%.2f\n",
+  std::printf("train_bench: threads=%d seq=%lld adamw=%s chunk=%lld batch_invariant=%s "
+              "load_average=%.2f\n",
               at::get_num_threads(), static_cast<long long>(opt.seq), opt.adamw ? "on" : "off",
-              static_cast<long long>(opt.chunk), load_average());
+              static_cast<long long>(opt.chunk), opt.batch_invariant ? "on" : "off",
+              load_average());
 
 
   std::vector<bench_case> cases;
@@ -236,6 +253,7 @@ int main(int argc, char** argv) {
     for (auto dtype : opt.dtypes) {
       auto model = be::causal_lm::random(c, 1);
       model->set_compute_dtype(dtype);
+      model->set_batch_invariant(opt.batch_invariant);
       const int64_t params = model->num_parameters();
       const int64_t matmul_params = params - c.vocab_size * c.hidden_size // embedding lookup
                                     - (2 * c.num_hidden_layers + 1) * c.hidden_size; // norms
@@ -263,6 +281,10 @@ int main(int argc, char** argv) {
       std::vector<double> fwd_times, bwd_times, opt_times, step_times;
       double first_loss = 0, last_loss = 0;
       for (int step = 0; step <= bc.steps; ++step) { // step 0 is warm-up
+        std::unique_ptr<torch::autograd::profiler::RecordProfile> trace;
+        if (!opt.profile.empty() && step == bc.steps)
+          trace = std::make_unique<torch::autograd::profiler::RecordProfile>(
+              opt.profile + "-" + bc.name.substr(1) + "-" + be::to_string(dtype) + ".json");
         auto t0 = clock_type::now();
         for (auto& p : params_list)
           p.mutable_grad() = at::Tensor();

@@ -1,4 +1,4 @@
-/// Output helpers of the GPU benches (bench/gpu): the median of timed runs with the device
+/// Helpers of the GPU benches (bench/gpu): their flags, the median of timed runs with the device
 /// synchronised around each, a bf16 GEMM reference, and one JSON object per figure on stdout
 /// (bench/gpu/run gathers them next to the PyTorch peers'). Header-only.
 #pragma once
@@ -13,14 +13,44 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/devices.hpp"
+#include "bench/bench_util.hpp"
 
 namespace rlforge::gpu_bench {
 
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
+
+/// The flags of a bench, one at a time: `while (f.next())` then `f.is("--x")`, `f.value()`,
+/// `f.integer()`; an unknown flag or a missing value prints `usage` and exits 2.
+class flags {
+public:
+  flags(int argc, char** argv, std::string usage) : argc_(argc), argv_(argv), usage_(std::move(usage)) {}
+
+  bool next() {
+    if (++i_ >= argc_)
+      return false;
+    flag_ = argv_[i_];
+    return true;
+  }
+  bool is(const char* name) const { return flag_ == name; }
+  std::string value() {
+    if (i_ + 1 >= argc_)
+      fail(flag_ + " needs a value");
+    return argv_[++i_];
+  }
+  long long integer() { return std::atoll(value().c_str()); }
+  [[noreturn]] void unknown() const { fail("unknown flag '" + flag_ + "'"); }
+  [[noreturn]] void fail(const std::string& why) const {
+    std::fprintf(stderr, "%s: %s\nusage: %s\n", argv_[0], why.c_str(), usage_.c_str());
+    std::exit(2);
+  }
+
+private:
+  int argc_;
+  char** argv_;
+  std::string usage_;
+  int i_ = 0;
+  std::string flag_;
+};
 
 /// Median seconds of `reps` runs of `f` after `warmup` untimed ones, the device synchronised
 /// before and after each.

@@ -31,29 +31,19 @@ int main(int argc, char** argv) {
   std::string batches_text = "1,8,64,256";
   int64_t prompt = 64, fresh = 64, kv_mib = 16384;
   int reps = 3;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--device") device_name = value();
-    else if (a == "--preset") preset = value();
-    else if (a == "--dtype") dtype_name = value();
-    else if (a == "--batches") batches_text = value();
-    else if (a == "--prompt") prompt = std::atoll(value().c_str());
-    else if (a == "--new") fresh = std::atoll(value().c_str());
-    else if (a == "--kv-mib") kv_mib = std::atoll(value().c_str());
-    else if (a == "--reps") reps = std::atoi(value().c_str());
-    else {
-      std::fprintf(stderr,
-                   "usage: gpu_decode_bench [--device cuda|cpu] [--preset NAME] [--batches LIST] "
-                   "[--prompt P] [--new N] [--dtype bf16|fp32] [--kv-mib M] [--reps R]\n");
-      return 2;
-    }
+  gb::flags f(argc, argv,
+              "gpu_decode_bench [--device cuda|cpu] [--preset NAME] [--batches LIST] "
+              "[--prompt P] [--new N] [--dtype bf16|fp32] [--kv-mib M] [--reps R]");
+  while (f.next()) {
+    if (f.is("--device")) device_name = f.value();
+    else if (f.is("--preset")) preset = f.value();
+    else if (f.is("--dtype")) dtype_name = f.value();
+    else if (f.is("--batches")) batches_text = f.value();
+    else if (f.is("--prompt")) prompt = f.integer();
+    else if (f.is("--new")) fresh = f.integer();
+    else if (f.is("--kv-mib")) kv_mib = f.integer();
+    else if (f.is("--reps")) reps = static_cast<int>(f.integer());
+    else f.unknown();
   }
   std::vector<int64_t> batches;
   std::stringstream list(batches_text);

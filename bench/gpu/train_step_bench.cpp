@@ -31,29 +31,19 @@ int main(int argc, char** argv) {
   int64_t batch = 8, seq = 1024, chunk = 1024;
   int steps = 5;
   bool checkpointing = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--device") device_name = value();
-    else if (a == "--preset") preset = value();
-    else if (a == "--dtype") dtype_name = value();
-    else if (a == "--batch") batch = std::atoll(value().c_str());
-    else if (a == "--seq") seq = std::atoll(value().c_str());
-    else if (a == "--chunk") chunk = std::atoll(value().c_str());
-    else if (a == "--steps") steps = std::atoi(value().c_str());
-    else if (a == "--checkpointing") checkpointing = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: gpu_train_bench [--device cuda|cpu] [--preset NAME] [--batch B] "
-                   "[--seq S] [--steps K] [--dtype bf16|fp32] [--chunk C] [--checkpointing]\n");
-      return 2;
-    }
+  gb::flags f(argc, argv,
+              "gpu_train_bench [--device cuda|cpu] [--preset NAME] [--batch B] [--seq S] "
+              "[--steps K] [--dtype bf16|fp32] [--chunk C] [--checkpointing]");
+  while (f.next()) {
+    if (f.is("--device")) device_name = f.value();
+    else if (f.is("--preset")) preset = f.value();
+    else if (f.is("--dtype")) dtype_name = f.value();
+    else if (f.is("--batch")) batch = f.integer();
+    else if (f.is("--seq")) seq = f.integer();
+    else if (f.is("--chunk")) chunk = f.integer();
+    else if (f.is("--steps")) steps = static_cast<int>(f.integer());
+    else if (f.is("--checkpointing")) checkpointing = true;
+    else f.unknown();
   }
   if (batch < 1 || seq < 2 || chunk < 1 || steps < 1) {
     std::fprintf(stderr, "gpu_train_bench: --batch, --steps, --chunk >= 1 and --seq >= 2\n");

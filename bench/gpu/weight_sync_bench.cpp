@@ -54,24 +54,14 @@ std::unique_ptr<be::weight_receiver> receiver_for(std::shared_ptr<be::shm_link> 
 int main(int argc, char** argv) {
   std::string device_name = "cuda", preset = "qwen2.5-0.5b", receive;
   int reps = 5;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--device") device_name = value();
-    else if (a == "--preset") preset = value();
-    else if (a == "--reps") reps = std::atoi(value().c_str());
-    else if (a == "--receive") receive = value();
-    else {
-      std::fprintf(stderr, "usage: gpu_weight_sync_bench [--device cuda|cpu] [--preset NAME] "
-                           "[--reps R]\n");
-      return 2;
-    }
+  gb::flags f(argc, argv,
+              "gpu_weight_sync_bench [--device cuda|cpu] [--preset NAME] [--reps R]");
+  while (f.next()) {
+    if (f.is("--device")) device_name = f.value();
+    else if (f.is("--preset")) preset = f.value();
+    else if (f.is("--reps")) reps = static_cast<int>(f.integer());
+    else if (f.is("--receive")) receive = f.value();
+    else f.unknown();
   }
   if (reps < 1) {
     std::fprintf(stderr, "gpu_weight_sync_bench: --reps must be >= 1\n");

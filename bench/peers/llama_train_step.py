@@ -5,7 +5,7 @@ rotary embeddings, grouped-query attention as Hugging Face's eager attention com
 SwiGLU), fp32 master weights, `torch.autocast("cpu", torch.bfloat16)` for bf16 or plain fp32,
 loss = -mean log p(target), backward, optionally AdamW. What a user of a Python stack runs.
 
-  llama_train_step.py --shape small|large [--dtype fp32|bf16] [--steps K] [--threads 2]
+  llama_train_step.py --shape small|large|qwen2.5-0.5b [--dtype fp32|bf16] [--steps K] [--threads 2]
                       [--seq 256] [--batch B] [--adamw]
 
 Prints one JSON object: the shape, the dtype, the median step seconds (after one warm-up) and
@@ -19,9 +19,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-SHAPES = {  # as bench/train_bench.cpp's make_config: vocab, hidden, layers, heads, kv, inter
-    "small": (4096, 384, 4, 6, 6, 1024, 8),
-    "large": (16384, 768, 12, 12, 4, 2048, 1),
+SHAPES = {  # vocab, hidden, layers, heads, kv heads, intermediate, batch, qkv bias, tied
+    # as bench/train_bench.cpp's make_config
+    "small": (4096, 384, 4, 6, 6, 1024, 8, False, False),
+    "large": (16384, 768, 12, 12, 4, 2048, 1, False, False),
+    # the "qwen2.5-0.5b" preset (Qwen2.5-0.5B's shape), as bench/gpu/train_step_bench.cpp runs it
+    "qwen2.5-0.5b": (151936, 896, 24, 14, 2, 4864, 1, True, True),
 }
 
 
@@ -42,12 +45,12 @@ def rotate_half(x):
 
 
 class Layer(torch.nn.Module):
-    def __init__(self, h, heads, kv, inter):
+    def __init__(self, h, heads, kv, inter, bias):
         super().__init__()
         self.heads, self.kv, self.d = heads, kv, h // heads
-        self.q = torch.nn.Linear(h, heads * self.d, bias=False)
-        self.k = torch.nn.Linear(h, kv * self.d, bias=False)
-        self.v = torch.nn.Linear(h, kv * self.d, bias=False)
+        self.q = torch.nn.Linear(h, heads * self.d, bias=bias)
+        self.k = torch.nn.Linear(h, kv * self.d, bias=bias)
+        self.v = torch.nn.Linear(h, kv * self.d, bias=bias)
         self.o = torch.nn.Linear(heads * self.d, h, bias=False)
         self.gate = torch.nn.Linear(h, inter, bias=False)
         self.up = torch.nn.Linear(h, inter, bias=False)
@@ -74,12 +77,14 @@ class Layer(torch.nn.Module):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, vocab, h, layers, heads, kv, inter):
+    def __init__(self, vocab, h, layers, heads, kv, inter, bias, tied):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, h)
-        self.layers = torch.nn.ModuleList(Layer(h, heads, kv, inter) for _ in range(layers))
+        self.layers = torch.nn.ModuleList(Layer(h, heads, kv, inter, bias) for _ in range(layers))
         self.norm = RMSNorm(h)
         self.head = torch.nn.Linear(h, vocab, bias=False)
+        if tied:
+            self.head.weight = self.embed.weight
         self.d = h // heads
 
     def forward(self, ids):
@@ -106,10 +111,10 @@ def main():
     p.add_argument("--adamw", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    vocab, h, layers, heads, kv, inter, batch = SHAPES[a.shape]
+    vocab, h, layers, heads, kv, inter, batch, bias, tied = SHAPES[a.shape]
     batch = a.batch or batch
     torch.manual_seed(1)
-    model = Model(vocab, h, layers, heads, kv, inter)
+    model = Model(vocab, h, layers, heads, kv, inter, bias, tied)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95)) if a.adamw else None
     data = torch.randint(0, vocab, (batch, a.seq + 1))
     ids, targets = data[:, :-1], data[:, 1:]
