@@ -96,6 +96,11 @@ public:
     return out.metric("loss:sum");
   }
 
+  /// Engine op `op` on the engine ranks; rank 0's reply.
+  caf::message call_engines(const std::string& op, caf::message args) {
+    return ok(client_->call("engines", op, std::move(args)));
+  }
+
   double train_on(const loop_batch& b) {
     std::vector<std::vector<int64_t>> prompts, responses;
     for (auto& r : b.rollouts)
@@ -219,14 +224,31 @@ TEST_F(RlLoop, StalenessStaysWithinItsBoundUnderASlowTrainerAndUnderSlowEngines)
   }
 }
 
-/// One sequence at a time: the second rollout starts when the first is done, so the weight
-/// update after the first lands in the middle of the second one's row. Returns that rollout's
-/// batch.
+/// One sequence at a time: the second rollout starts when the first is done. The engine is
+/// paused (keep) once the second has some tokens and is still running, so the weight update
+/// after the first lands in the middle of the second one's row however slow the trainer is.
+/// Returns that rollout's batch.
 loop_batch update_mid_rollout(RlLoop* t, rl_loop& loop) {
   loop.set_version(1);
   auto first = t->ok(loop.next_batch());
+  int64_t before = -1;
+  for (int tries = 0;; ++tries) {
+    t->call_engines("pause", caf::make_message(std::string{"keep"}));
+    auto s = nlohmann::json::parse(t->call_engines("stats", caf::make_message())
+                                       .get_as<std::string>(0));
+    if (before < 0)
+      before = s.at("generated_tokens").get<int64_t>();
+    else if (s.at("running").get<int64_t>() == 1 && s.at("generated_tokens") > before)
+      break;
+    if (tries == 10000) {
+      ADD_FAILURE() << "the second rollout never ran: " << s.dump();
+      break;
+    }
+    t->call_engines("resume", caf::make_message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   t->train_on(first);
-  EXPECT_EQ(t->ok(loop.update_weights()), 2);
+  EXPECT_EQ(t->ok(loop.update_weights()), 2); // resumes the engine
   auto second = t->ok(loop.next_batch());
   EXPECT_EQ(second.rollouts.size(), 1u);
   const auto& row = second.rollouts.at(0).samples.at(0);
@@ -382,15 +404,20 @@ TEST_F(RlLoop, TwoLoopsOnTheSameEnginesGetWhatEachGetsAlone) {
     auto rng = std::make_shared<std::mt19937_64>(seed);
     return [rng](int64_t) { return draw(*rng, 20); };
   };
+  // Alone, in sync mode, 5 batches are rollouts 0..14 in order. Fully async with 3 batches of 3
+  // and staleness 2 asks for at most 9 + 2 * 3 = 15 rollouts (ids 0..14) and takes whichever
+  // finish first, so the reference covers every rollout the concurrent loops can take.
   std::map<int64_t, std::vector<std::vector<int64_t>>> alone_a, alone_b;
   {
-    rl_loop a(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(1));
-    alone_a = run(a, 3);
+    rl_loop a(*sys_, *client_, options(rl_mode::sync, 3), source(1));
+    alone_a = run(a, 5);
   }
   {
-    rl_loop b(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(2));
-    alone_b = run(b, 3);
+    rl_loop b(*sys_, *client_, options(rl_mode::sync, 3), source(2));
+    alone_b = run(b, 5);
   }
+  ASSERT_EQ(alone_a.size(), 15u);
+  ASSERT_EQ(alone_b.size(), 15u);
   rl_loop a(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(1));
   rl_loop b(*sys_, *client_, options(rl_mode::fully_async, 3, 2), source(2));
   std::map<int64_t, std::vector<std::vector<int64_t>>> together_a, together_b;
@@ -399,9 +426,19 @@ TEST_F(RlLoop, TwoLoopsOnTheSameEnginesGetWhatEachGetsAlone) {
   ta.join();
   tb.join();
   // No weight updates here: the same rollouts, the same tokens, whoever else is generating.
-  EXPECT_EQ(together_a, alone_a);
-  EXPECT_EQ(together_b, alone_b);
-  EXPECT_EQ(together_a.size(), 9u);
+  auto same_as_alone = [](const auto& together, const auto& alone) {
+    EXPECT_EQ(together.size(), 9u);
+    for (auto& [id, rows] : together) {
+      auto it = alone.find(id);
+      if (it == alone.end())
+        ADD_FAILURE() << "rollout " << id << " is not among the first 15";
+      else
+        EXPECT_EQ(rows, it->second) << "rollout " << id;
+    }
+  };
+  same_as_alone(together_a, alone_a);
+  same_as_alone(together_b, alone_b);
+  EXPECT_NE(together_a, together_b);
 }
 
 TEST_F(RlLoop, BadOptionsRequestsAndSnapshotsAreRefused) {
