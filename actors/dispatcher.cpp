@@ -69,9 +69,11 @@ struct dispatcher_state {
   int64_t weight_version = 0;
   bool busy = false;
   std::deque<serial_job> waiting;
-  /// Calls waiting for an engine rank's answer, by the rank's address: run when the rank dies
-  /// (a rank killed mid-call never answers).
-  std::map<caf::actor_addr, std::map<int64_t, std::function<void()>>> rank_watchers;
+  /// Calls waiting for a rank's answer (rank_call), by the rank's address: run when the rank
+  /// is declared dead (a rank killed mid-call, or on a hung node, never answers).
+  /// Each gets why the rank died.
+  std::map<caf::actor_addr, std::map<int64_t, std::function<void(const std::string&)>>>
+      rank_watchers;
   int64_t next_watcher = 1;
   static const char* name;
 };
@@ -156,12 +158,31 @@ void group_all(self_ptr self, const caf::actor& group, const std::string& op, ca
             [k](caf::error& err) { k(std::move(err)); });
 }
 
-/// `op(args)` on one rank actor; its answer.
+/// `op(args)` on one rank actor; `k` runs once, with its answer, or with
+/// `request_receiver_down` as soon as the rank is declared dead (engine_down: a rank on a hung
+/// or unreachable node never answers, and its connection may stay open), or at the deadline.
 void rank_call(self_ptr self, const caf::actor& rank, const std::string& op, caf::message args,
                int64_t timeout_ms, std::function<void(caf::expected<caf::message>)> k) {
+  const auto addr = rank.address();
+  const auto watcher = self->state.next_watcher++;
+  auto settled = std::make_shared<bool>(false);
+  auto settle = [self, addr, watcher, settled, k](caf::expected<caf::message> r) {
+    if (*settled)
+      return;
+    *settled = true;
+    if (auto w = self->state.rank_watchers.find(addr); w != self->state.rank_watchers.end()) {
+      w->second.erase(watcher);
+      if (w->second.empty())
+        self->state.rank_watchers.erase(w);
+    }
+    k(std::move(r));
+  };
+  self->state.rank_watchers[addr][watcher] = [settle](const std::string& why) {
+    settle(caf::make_error(caf::sec::request_receiver_down, why));
+  };
   self->request(rank, std::chrono::milliseconds{timeout_ms}, call_atom::value, op, std::move(args))
-      .then([k](op_result& r) { k(std::move(r.value)); },
-            [k](caf::error& err) { k(std::move(err)); });
+      .then([settle](op_result& r) { settle(std::move(r.value)); },
+            [settle](caf::error& err) { settle(std::move(err)); });
 }
 
 role_entry* find_role(self_ptr self, const std::string& role) {
@@ -213,8 +234,14 @@ caf::error with_context(self_ptr self, const std::string& context, const caf::er
   if (err == caf::sec::request_timeout)
     return make_error(errc::timeout,
                       context + ": no answer within " + std::to_string(timeout_ms) + " ms");
-  if (err == caf::sec::request_receiver_down)
-    return make_error(errc::rank_failed, context + ": the rank is gone");
+  if (err == caf::sec::request_receiver_down) {
+    const auto& why = err.context();
+    return make_error(errc::rank_failed,
+                      context + ": the rank is gone" +
+                          (why.match_elements<std::string>()
+                               ? " (" + why.get_as<std::string>(0) + ")"
+                               : std::string{}));
+  }
   return make_error(errc::rank_failed, context + ": " + self->system().render(err));
 }
 
@@ -505,20 +532,8 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
       share.push_back(requests[i]);
     auto context = prefix(role, op) + ": engine rank " + std::to_string(j) + " (requests " +
                    index_list(assigned[j]) + " of the call)";
-    // Settled once: by the rank's answer, or by its death (engine_down runs the watcher).
-    const auto addr = e->ranks[j].address();
-    const auto watcher = self->state.next_watcher++;
-    auto settled = std::make_shared<bool>(false);
+    // Settled once: by the rank's answer, or by its death (rank_call).
     auto settle = [=](caf::expected<caf::message> r) {
-      if (*settled)
-        return;
-      *settled = true;
-      if (auto w = self->state.rank_watchers.find(addr);
-          w != self->state.rank_watchers.end()) {
-        w->second.erase(watcher);
-        if (w->second.empty())
-          self->state.rank_watchers.erase(w);
-      }
       if (!r) {
         ++g->failed;
         if (r.error() == caf::sec::request_receiver_down)
@@ -536,9 +551,6 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
       }
       if (--g->pending == 0)
         finish();
-    };
-    self->state.rank_watchers[addr][watcher] = [settle] {
-      settle(caf::make_error(caf::sec::request_receiver_down));
     };
     rank_call(self, e->ranks[j], op, caf::make_message(std::move(share)), timeout_ms, settle);
   }
@@ -752,8 +764,9 @@ void engine_down(self_ptr self, const caf::actor_addr& who, const caf::error& re
   if (auto w = self->state.rank_watchers.find(who); w != self->state.rank_watchers.end()) {
     auto watchers = std::move(w->second);
     self->state.rank_watchers.erase(w);
+    const auto why = "declared dead: " + self->system().render(reason);
     for (auto& [id, fire] : watchers)
-      fire();
+      fire(why);
   }
 }
 
@@ -836,13 +849,14 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
       }
       struct gather {
         size_t pending = 0;
+        bool reported = false; ///< done ran early: a receiver's rank died
         caf::error sender_error;
         caf::error receiver_error;
       };
       auto g = std::make_shared<gather>();
       g->pending = rs.size() + 1;
       auto finish = [=] {
-        if (--g->pending > 0)
+        if (--g->pending > 0 || g->reported)
           return;
         // A receiver's refusal names the reason; the sender's error then only echoes it.
         if (g->receiver_error)
@@ -865,6 +879,12 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
                   [=](caf::expected<caf::message> x) {
                     if (!x && !g->receiver_error)
                       g->receiver_error = with_context(self, context, x.error(), timeout_ms);
+                    // A receiver declared dead fails the sync now: the sender may wait for it
+                    // until its deadline (it answers later, unheard).
+                    if (!x && x.error() == caf::sec::request_receiver_down && !g->reported) {
+                      g->reported = true;
+                      done(g->receiver_error);
+                    }
                     finish();
                   });
       }

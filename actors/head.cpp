@@ -44,7 +44,13 @@ struct head_state {
   std::map<std::string, node_entry> nodes;
   std::map<std::string, driver_entry> drivers;  ///< by driver id
   std::map<std::string, std::string> pg_owner;  ///< placement group → driver id
-  std::map<std::pair<std::string, std::string>, group_record> groups; ///< (driver, name)
+  /// An actor group a driver announced, and why it failed ("" while every node it has ranks on
+  /// stayed alive). A failure sticks: a node that comes back has lost its ranks.
+  struct group_entry {
+    group_record record;
+    std::string failed;
+  };
+  std::map<std::pair<std::string, std::string>, group_entry> groups; ///< (driver, name)
   static const char* name;
 };
 
@@ -129,6 +135,10 @@ void declare_dead(head_ptr self, const std::string& id, const std::string& reaso
   if (tell)
     self->send(e.agent, leave_atom::value, reason);
   log()->error("node_dead node={} reason={}", id, reason);
+  for (auto& [key, g] : st.groups)
+    if (g.failed.empty() &&
+        std::count(g.record.rank_nodes.begin(), g.record.rank_nodes.end(), id) > 0)
+      g.failed = "failed: node '" + id + "' died (" + reason + ")";
   self->request(st.manager, std::chrono::seconds(30), remove_node_atom::value, id, reason)
     .then(
       [=](std::vector<std::string>& failed) {
@@ -210,11 +220,12 @@ std::string status_json(head_ptr self, const std::string& placement) {
       doc["placement_groups"].push_back(g);
     }
   doc["actor_groups"] = nlohmann::json::array();
-  for (auto& [key, g] : st.groups) {
-    std::string state = "alive";
+  for (auto& [key, entry] : st.groups) {
+    const auto& g = entry.record;
+    std::string state = entry.failed.empty() ? "alive" : entry.failed;
     for (auto& n : g.rank_nodes)
-      if (auto i = st.nodes.find(n); i == st.nodes.end() || !i->second.alive)
-        state = "failed: node '" + n + "' is dead";
+      if (st.nodes.count(n) == 0 && entry.failed.empty())
+        state = "failed: node '" + n + "' is not in the cluster";
     doc["actor_groups"].push_back({{"name", g.name},
                                    {"kind", g.kind},
                                    {"owner", key.first},
@@ -396,7 +407,7 @@ head_actor::behavior_type head(head_ptr self, head_options opts) {
       auto& st = self->state;
       if (st.drivers.count(driver) == 0)
         return; // announced by a driver that is gone
-      st.groups[{driver, record.name}] = std::move(record);
+      st.groups[{driver, record.name}] = {std::move(record), ""};
     },
     [=](group_down_atom, const std::string& driver, const std::string& name) {
       self->state.groups.erase({driver, name});

@@ -10,7 +10,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -19,6 +22,7 @@
 
 #include "actors/actor_group.hpp"
 #include "actors/cluster.hpp"
+#include "actors/dispatcher.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/trainer_client.hpp"
 #include "runtime/system_config.hpp"
@@ -108,8 +112,8 @@ inline bool parse_flags(int argc, char** argv, const char* prog, const std::stri
 } // namespace detail
 
 /// Parses `count_flag N`, `--batch B`, `--ranks R`, `--lr X`, `--seed S`, `--metrics FILE`,
-/// `--quiet`, `--cluster HOST:PORT` and `--tls DIR` into `o`; on a bad argument prints "<prog>: ..." and the usage line to stderr and
-/// returns false.
+/// `--quiet`, `--cluster HOST:PORT` and `--tls DIR` into `o`; on a bad argument prints "<prog>:
+/// ..." and the usage line to stderr and returns false.
 inline bool parse_options(int argc, char** argv, const char* prog, const std::string& count_flag,
                           driver_options& o) {
   if (detail::parse_flags(argc, argv, prog, count_flag, o))
@@ -166,19 +170,52 @@ inline nlohmann::json llama_config(int64_t vocab_size) {
                         {"tie_word_embeddings", false}};
 }
 
-/// The placement-group manager of the driver: a local one in the embedded default, the cluster's
-/// with --cluster (actors/cluster.hpp). Exits with a message when the cluster is unreachable.
-template <class OrDie>
-caf::actor placement(const OrDie& or_die, caf::actor_system& sys,
-                     const runtime::system_config& cfg) {
-  return or_die(actors::placement_manager_for(sys, cfg, std::chrono::seconds(30)),
-                "placement manager");
+/// Ends a driver's run with `status` (thrown by `fatal_errors`, caught by `run_driver`): the
+/// stack unwinds, so the actor system is shut down before static destruction.
+struct fatal_exit {
+  int status = 1;
+};
+
+/// Why the cluster head of `sys`'s session is lost, or "" (embedded, or the head is there). A
+/// failure caused by the head's loss often reaches the driver first as its ranks stopping (the
+/// nodes stop a lost head's ranks), so this waits up to `grace` for the session to hear of it.
+inline std::string lost_head(caf::actor_system& sys, std::chrono::milliseconds grace) {
+  const auto until = std::chrono::steady_clock::now() + grace;
+  for (;;) {
+    auto session = actors::cluster_session(sys);
+    if (!session)
+      return sys.render(session.error());
+    if (!*session || std::chrono::steady_clock::now() >= until)
+      return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
-/// Unwraps results, or prints "<prog>: <what> failed: <error>" and exits with status 1.
+/// Unwraps results, or prints "<prog>: <what> failed: <error>" (and the lost cluster head when
+/// that is the cause) and ends the run with status 1 (`fatal_exit`).
+///
+/// It also keeps what stops the job's actors (`run_driver` runs it on a failure path): the
+/// placement manager, the dispatcher and the groups spawned through it register themselves.
+/// Copies share the list; not thread-safe (the driver's main thread uses it).
 struct fatal_errors {
   const char* prog;
   caf::actor_system& sys;
+  std::shared_ptr<std::vector<std::function<void()>>> stops =
+      std::make_shared<std::vector<std::function<void()>>>();
+
+  /// Unwraps a spawned group and remembers to stop it on a failure path.
+  actors::actor_group group(caf::expected<actors::actor_group> x, const char* what) const {
+    auto g = (*this)(std::move(x), what);
+    stops->push_back([g]() mutable { g.stop(); });
+    return g;
+  }
+
+  /// A new dispatcher, stopped on a failure path.
+  caf::actor dispatcher() const {
+    auto d = actors::spawn_dispatcher(sys);
+    stops->push_back([d] { caf::anon_send_exit(d, caf::exit_reason::user_shutdown); });
+    return d;
+  }
 
   template <class T> T operator()(caf::expected<T> x, const char* what) const {
     if (!x)
@@ -193,9 +230,59 @@ struct fatal_errors {
 
   [[noreturn]] void fail(const caf::error& err, const char* what) const {
     std::fprintf(stderr, "\n%s: %s failed: %s\n", prog, what, sys.render(err).c_str());
-    std::exit(1);
+    if (auto head = lost_head(sys, std::chrono::seconds(1)); !head.empty())
+      std::fprintf(stderr, "%s: cause: %s\n", prog, head.c_str());
+    throw fatal_exit{1};
   }
 };
+
+/// After a failure: stops the job's actors (last registered first) and waits up to 10 s for
+/// every actor of the system to end, so its destructor finds nothing running. An actor that
+/// cannot end (a rank blocked waiting on a peer that is gone) would hold the destructor, or run
+/// while the process tears down: then the process ends here with `status`, its output flushed.
+inline int stop_after_failure(const fatal_errors& or_die, int status) {
+  for (auto i = or_die.stops->rbegin(); i != or_die.stops->rend(); ++i)
+    (*i)();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (or_die.sys.registry().running() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (auto left = or_die.sys.registry().running(); left > 0) {
+    std::fprintf(stderr, "%s: %zu actors did not stop within 10 s; exiting without them\n",
+                 or_die.prog, left);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(status);
+  }
+  return status;
+}
+
+/// Runs a driver's job on `or_die.sys` and returns its exit status. Every way out ends here:
+/// the job's return, a `fatal_exit`, or an exception from a backend (printed, status 1). On the
+/// failure paths the job's actors (its groups, dispatcher, cluster session) are stopped first
+/// (`stop_after_failure`), so the actor system's destructor (in the caller, before static
+/// destruction) neither waits forever nor leaves an actor running while the process exits.
+/// stdout is line-buffered so a log follows the job.
+template <class Job> int run_driver(const fatal_errors& or_die, Job&& job) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    return job();
+  } catch (const fatal_exit& e) {
+    return stop_after_failure(or_die, e.status);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\n%s: %s\n", or_die.prog, e.what());
+    return stop_after_failure(or_die, 1);
+  }
+}
+
+/// The placement-group manager of the driver: a local one in the embedded default, the cluster's
+/// with --cluster (actors/cluster.hpp). Exits with a message when the cluster is unreachable.
+inline caf::actor placement(const fatal_errors& or_die, caf::actor_system& sys,
+                            const runtime::system_config& cfg) {
+  auto manager = or_die(actors::placement_manager_for(sys, cfg, std::chrono::seconds(30)),
+                        "placement manager");
+  or_die.stops->push_back([manager] { actors::stop_placement_manager(manager); });
+  return manager;
+}
 
 /// Creates placement group `pg_name` of `ranks` bundles of `bundle` and spawns a group named
 /// `role` of worker kind `role` in it (`what` names the spawn in a fatal error).
@@ -211,7 +298,7 @@ inline actors::actor_group spawn_group(const fatal_errors& or_die, actors::place
   spec.placement = pg;
   spec.threads_per_rank = 1;
   spec.placement_manager = manager;
-  return or_die(actors::actor_group::spawn(or_die.sys, spec), what);
+  return or_die.group(actors::actor_group::spawn(or_die.sys, spec), what);
 }
 
 /// Stops the dispatcher and the placement manager, or detaches from the cluster (stop the groups

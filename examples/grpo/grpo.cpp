@@ -102,7 +102,7 @@ actor_group spawn_role(const examples::fatal_errors& or_die, const caf::actor& m
   spec.threads_per_rank = 1;
   spec.collectives = collectives;
   spec.placement_manager = manager;
-  return or_die(actor_group::spawn(or_die.sys, spec), "spawn group");
+  return or_die.group(actor_group::spawn(or_die.sys, spec), "spawn group");
 }
 
 /// Greedy answers of the engines to `problems`, as the share answered exactly.
@@ -211,7 +211,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
       resumed = be::read_trainer_state(opt.checkpoint_dir, resumed_step);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "grpo: --resume: %s\n", e.what());
-      std::exit(1);
+      throw examples::fatal_exit{1};
     }
   } else {
     // 1. Warm start.
@@ -287,7 +287,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     auto restored = loop.restore(resumed.value("loop", nlohmann::json{}));
     if (!restored) {
       std::fprintf(stderr, "grpo: --resume: %s\n", or_die.sys.render(restored.error()).c_str());
-      std::exit(1);
+      throw examples::fatal_exit{1};
     }
     try {
       std::istringstream(restored->at("rng").get<std::string>()) >> rng;
@@ -300,7 +300,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     } catch (const std::exception& e) {
       std::fprintf(stderr, "grpo: --resume: the checkpoint's job state is malformed: %s\n",
                    e.what());
-      std::exit(1);
+      throw examples::fatal_exit{1};
     }
     // The engines get the resumed policy under the version the checkpoint had.
     res.first_version = or_die(loop.update_weights(), "weight update (--resume)");
@@ -542,7 +542,7 @@ int compare(const std::vector<std::string>& args) {
   return 0;
 }
 
-/// The job; returns the exit status (fatal runtime errors exit from inside `fatal_errors`).
+/// The job; returns the exit status (fatal runtime errors end it through `fatal_errors`).
 int run(int argc, char** argv) {
   if (argc > 1 && std::string{argv[1]} == "--compare")
     return compare(std::vector<std::string>(argv + 2, argv + argc));
@@ -620,184 +620,185 @@ int run(int argc, char** argv) {
   register_engine_kind();
   caf::actor_system sys{cfg};
   examples::fatal_errors or_die{prog, sys};
-  auto manager = examples::placement(or_die, sys, cfg);
-  placement_client pgs{sys, manager};
-  trainer_client client{sys, spawn_dispatcher(sys), 300s};
+  return examples::run_driver(or_die, [&]() -> int {
+    auto manager = examples::placement(or_die, sys, cfg);
+    placement_client pgs{sys, manager};
+    trainer_client client{sys, or_die.dispatcher(), 300s};
 
-  const resource_amounts gpu_bundle{{"GPU", 1.0}, {"CPU", 1.0}};
-  const bool split = opt.placement == "split";
-  actor_group policy, ref, engines;
-  if (!split) {
-    // One placement group, every role on both bundles at 0.2 GPU per rank.
-    auto pg = or_die(pgs.create({"colocated", {gpu_bundle, gpu_bundle}, "pack", 30}),
-                     "placement group");
-    policy = spawn_role(or_die, manager, pg, "policy", "policy", true, 0.2);
-    ref = spawn_role(or_die, manager, pg, "ref", "ref", true, 0.2);
-    engines = spawn_role(or_die, manager, pg, "engines", "engine", false, 0.2);
-  } else {
-    // Training and generation in placement groups of their own, one thread each: on one
-    // 2-core node a core each, in a cluster of 1-GPU nodes a node each.
-    auto training = or_die(pgs.create({"training", {gpu_bundle}, "pack", 30}), "placement group");
-    auto generation =
-        or_die(pgs.create({"generation", {gpu_bundle}, "pack", 30}), "placement group");
-    policy = spawn_role(or_die, manager, training, "policy", "policy", true, 0.5);
-    ref = spawn_role(or_die, manager, training, "ref", "ref", true, 0.5);
-    engines = spawn_role(or_die, manager, generation, "engines", "engine", false, 1.0);
-  }
-  or_die(client.register_group("policy", policy), "register policy");
-  or_die(client.register_group("ref", ref), "register ref");
-  or_die(client.register_engines(engines), "register engines");
+    const resource_amounts gpu_bundle{{"GPU", 1.0}, {"CPU", 1.0}};
+    const bool split = opt.placement == "split";
+    actor_group policy, ref, engines;
+    if (!split) {
+      // One placement group, every role on both bundles at 0.2 GPU per rank.
+      auto pg = or_die(pgs.create({"colocated", {gpu_bundle, gpu_bundle}, "pack", 30}),
+                       "placement group");
+      policy = spawn_role(or_die, manager, pg, "policy", "policy", true, 0.2);
+      ref = spawn_role(or_die, manager, pg, "ref", "ref", true, 0.2);
+      engines = spawn_role(or_die, manager, pg, "engines", "engine", false, 0.2);
+    } else {
+      // Training and generation in placement groups of their own, one thread each: on one
+      // 2-core node a core each, in a cluster of 1-GPU nodes a node each.
+      auto training = or_die(pgs.create({"training", {gpu_bundle}, "pack", 30}), "placement group");
+      auto generation =
+          or_die(pgs.create({"generation", {gpu_bundle}, "pack", 30}), "placement group");
+      policy = spawn_role(or_die, manager, training, "policy", "policy", true, 0.5);
+      ref = spawn_role(or_die, manager, training, "ref", "ref", true, 0.5);
+      engines = spawn_role(or_die, manager, generation, "engines", "engine", false, 1.0);
+    }
+    or_die(client.register_group("policy", policy), "register policy");
+    or_die(client.register_group("ref", ref), "register ref");
+    or_die(client.register_engines(engines), "register engines");
 
-  // Every role gets a model before colocation starts moving them. The arithmetic task's
-  // reference model is replaced by the warm-started weights later and the engines get them by
-  // weight sync; with --env all three start from the model directory.
-  model_spec model;
-  if (env_mode)
-    model.hf_dir = opt.model;
-  else
-    model.config_json = examples::llama_config(arith::tokenizer::vocab_size()).dump();
-  model.seed = opt.seed;
-  auto params = or_die(client.init_model("policy", model), "init_model policy");
-  or_die(client.init_model("ref", model), "init_model ref");
-  or_die(client.init_model("engines", model), "init_model engines");
-  if (!split)
-    or_die(client.colocate({"policy", "ref", "engines"}), "colocate");
-  // Where the ranks are, for the opening line.
-  std::string layout_text =
-      "policy (2 DP ranks), ref (2) and engines (2) colocated on 2 virtual GPUs at 0.2 each";
-  if (split)
-    layout_text = "policy (1 rank) and ref (1) on node '" +
-                  or_die(policy.ranks(), "ranks").at(0).node_id + "', engines (1) on node '" +
-                  or_die(engines.ranks(), "ranks").at(0).node_id + "' (placement split, mode " +
-                  opt.mode + ")";
+    // Every role gets a model before colocation starts moving them. The arithmetic task's
+    // reference model is replaced by the warm-started weights later and the engines get them by
+    // weight sync; with --env all three start from the model directory.
+    model_spec model;
+    if (env_mode)
+      model.hf_dir = opt.model;
+    else
+      model.config_json = examples::llama_config(arith::tokenizer::vocab_size()).dump();
+    model.seed = opt.seed;
+    auto params = or_die(client.init_model("policy", model), "init_model policy");
+    or_die(client.init_model("ref", model), "init_model ref");
+    or_die(client.init_model("engines", model), "init_model engines");
+    if (!split)
+      or_die(client.colocate({"policy", "ref", "engines"}), "colocate");
+    // Where the ranks are, for the opening line.
+    std::string layout_text =
+        "policy (2 DP ranks), ref (2) and engines (2) colocated on 2 virtual GPUs at 0.2 each";
+    if (split)
+      layout_text = "policy (1 rank) and ref (1) on node '" +
+                    or_die(policy.ranks(), "ranks").at(0).node_id + "', engines (1) on node '" +
+                    or_die(engines.ranks(), "ranks").at(0).node_id + "' (placement split, mode " +
+                    opt.mode + ")";
 
-  std::vector<double> rewards;
-  std::string title;
-  arith_result arith_res;
-  examples::grpo::env_job_result env_res;
-  if (env_mode) {
-    std::printf("grpo: %lld-parameter model from %s; %s; task: episodes of '%s', %d x %d "
-                "per step, at most %d turns of %d tokens\n",
-                static_cast<long long>(params), opt.model.c_str(), layout_text.c_str(),
-                opt.env_command.c_str(),
-                opt.prompts, opt.group, opt.max_turns, opt.turn_tokens);
-    algorithm_config pcfg;
-    pcfg.use_kl_loss = opt.kl_coef > 0;
-    pcfg.kl_loss_coef = opt.kl_coef;
-    or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
-    env_res = examples::grpo::run_env_job(or_die, client, opt, *envm.chat, envm.context,
-                                          pcfg.use_kl_loss, metrics);
-    rewards = env_res.rewards;
-    title = "GRPO on the episodes of " + opt.env_argv.back();
-  } else {
-    std::printf("grpo: %lld-parameter Llama; %s; task: %d-digit addition, %d held-out "
-                "problems\n",
-                static_cast<long long>(params), layout_text.c_str(), opt.digits, opt.held_out);
-    arith_res = run_arithmetic(or_die, client, opt, *task_ptr, metrics);
-    rewards = arith_res.rewards;
-    title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
-            std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_before))) +
-            "% -> " + std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_after))) +
-            "%";
-  }
-  metrics.close();
+    std::vector<double> rewards;
+    std::string title;
+    arith_result arith_res;
+    examples::grpo::env_job_result env_res;
+    if (env_mode) {
+      std::printf("grpo: %lld-parameter model from %s; %s; task: episodes of '%s', %d x %d "
+                  "per step, at most %d turns of %d tokens\n",
+                  static_cast<long long>(params), opt.model.c_str(), layout_text.c_str(),
+                  opt.env_command.c_str(), opt.prompts, opt.group, opt.max_turns, opt.turn_tokens);
+      algorithm_config pcfg;
+      pcfg.use_kl_loss = opt.kl_coef > 0;
+      pcfg.kl_loss_coef = opt.kl_coef;
+      or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+      env_res = examples::grpo::run_env_job(or_die, client, opt, *envm.chat, envm.context,
+                                            pcfg.use_kl_loss, metrics);
+      rewards = env_res.rewards;
+      title = "GRPO on the episodes of " + opt.env_argv.back();
+    } else {
+      std::printf("grpo: %lld-parameter Llama; %s; task: %d-digit addition, %d held-out "
+                  "problems\n",
+                  static_cast<long long>(params), layout_text.c_str(), opt.digits, opt.held_out);
+      arith_res = run_arithmetic(or_die, client, opt, *task_ptr, metrics);
+      rewards = arith_res.rewards;
+      title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
+              std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_before))) + "% -> " +
+              std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_after))) + "%";
+    }
+    metrics.close();
 
-  // Which transport each engine rank's weights took (in_process, shm or gloo).
-  auto ledger = or_die(client.status(), "status");
-  std::string transports;
-  for (auto& [rank, transport] : ledger["last_sync"].items())
-    transports += " " + rank + "=" + transport.get<std::string>();
-  std::printf("grpo: weight sync transports:%s\n", transports.c_str());
-  for (auto* g : {&policy, &ref, &engines})
-    g->stop();
-  examples::shutdown(client, manager);
+    // Which transport each engine rank's weights took (in_process, shm or gloo).
+    auto ledger = or_die(client.status(), "status");
+    std::string transports;
+    for (auto& [rank, transport] : ledger["last_sync"].items())
+      transports += " " + rank + "=" + transport.get<std::string>();
+    std::printf("grpo: weight sync transports:%s\n", transports.c_str());
+    for (auto* g : {&policy, &ref, &engines})
+      g->stop();
+    examples::shutdown(client, manager);
 
-  report::plot_spec plot;
-  plot.rewards = rewards;
-  plot.title = title;
-  plot.png_path = opt.plot;
-  plot.smoothing = std::max(1, std::min(10, opt.steps / 5));
-  auto drawn = report::plot_reward_curve(plot);
-  if (drawn.written)
-    std::printf("grpo: reward curve written to %s\n", opt.plot.c_str());
-  else
-    std::printf("grpo: no plot: %s\n", drawn.message.c_str());
-  std::printf("grpo: metrics written to %s (%d records)\n", opt.metrics.c_str(), opt.steps);
-  auto [first, last] = examples::first_last_means(rewards, 5);
+    report::plot_spec plot;
+    plot.rewards = rewards;
+    plot.title = title;
+    plot.png_path = opt.plot;
+    plot.smoothing = std::max(1, std::min(10, opt.steps / 5));
+    auto drawn = report::plot_reward_curve(plot);
+    if (drawn.written)
+      std::printf("grpo: reward curve written to %s\n", opt.plot.c_str());
+    else
+      std::printf("grpo: no plot: %s\n", drawn.message.c_str());
+    std::printf("grpo: metrics written to %s (%d records)\n", opt.metrics.c_str(), opt.steps);
+    auto [first, last] = examples::first_last_means(rewards, 5);
 
-  if (env_mode) {
-    std::printf("grpo: mean reward %.3f -> %.3f; %lld episodes: %lld ended by the environment, "
-                "%lld stopped by the driver, %lld failed; %.0f s in all\n",
-                first, last, static_cast<long long>(env_res.episodes),
-                static_cast<long long>(env_res.done), static_cast<long long>(env_res.stopped),
-                static_cast<long long>(env_res.failed), examples::seconds_since(job_start));
-    for (const auto& [message, count] : env_res.errors)
-      std::printf("grpo: failed episodes: %lld x %s\n", static_cast<long long>(count),
-                  message.c_str());
+    if (env_mode) {
+      std::printf("grpo: mean reward %.3f -> %.3f; %lld episodes: %lld ended by the environment, "
+                  "%lld stopped by the driver, %lld failed; %.0f s in all\n",
+                  first, last, static_cast<long long>(env_res.episodes),
+                  static_cast<long long>(env_res.done), static_cast<long long>(env_res.stopped),
+                  static_cast<long long>(env_res.failed), examples::seconds_since(job_start));
+      for (const auto& [message, count] : env_res.errors)
+        std::printf("grpo: failed episodes: %lld x %s\n", static_cast<long long>(count),
+                    message.c_str());
+      if (int bad = check_outputs(opt, drawn))
+        return bad;
+      // The environment's failures are its episodes'; a job none of whose episodes ran has
+      // nothing to show, though.
+      if (env_res.failed == env_res.episodes) {
+        std::printf("grpo: FAILED: every episode failed (%lld); see the errors above\n",
+                    static_cast<long long>(env_res.episodes));
+        return 1;
+      }
+      if (opt.min_final_reward >= 0 && last < opt.min_final_reward) {
+        std::printf("grpo: FAILED: the mean reward of the last steps is %.3f, the goal is %.3f\n",
+                    last, opt.min_final_reward);
+        return 1;
+      }
+      std::printf("grpo: ok: %s run finished, %lld of %lld episodes ran%s%s\n",
+                  opt.quick ? "quick" : "full",
+                  static_cast<long long>(env_res.episodes - env_res.failed),
+                  static_cast<long long>(env_res.episodes),
+                  drawn.written ? ", metrics and plot valid" : ", metrics valid",
+                  opt.min_final_reward >= 0 ? ", final reward goal reached" : "");
+      return 0;
+    }
+
+    std::printf("grpo: mean reward %.3f -> %.3f; held-out accuracy %.1f%% (after SFT) -> %.1f%% "
+                "(after GRPO), %+.1f points; %.0f s in all\n",
+                first, last, 100 * arith_res.acc_before, 100 * arith_res.acc_after,
+                100 * (arith_res.acc_after - arith_res.acc_before),
+                examples::seconds_since(job_start));
+    // What the RL loop did: throughput and staleness (docs/PERFORMANCE.md compares the modes).
+    {
+      std::string hist;
+      for (size_t k = 0; k < arith_res.staleness_counts.size(); ++k)
+        hist += (k ? " " : "") + std::to_string(k) + ":" +
+                std::to_string(arith_res.staleness_counts[k]);
+      std::printf("grpo: mode %s: %lld samples in %.1f s of GRPO = %.1f samples/s; rollouts by "
+                  "staleness {%s}, %lld dropped, %lld requeued\n",
+                  opt.mode.c_str(), static_cast<long long>(arith_res.samples),
+                  arith_res.grpo_seconds,
+                  arith_res.grpo_seconds > 0 ? arith_res.samples / arith_res.grpo_seconds : 0.0,
+                  hist.c_str(), static_cast<long long>(arith_res.dropped),
+                  static_cast<long long>(arith_res.requeued));
+    }
+    // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
     if (int bad = check_outputs(opt, drawn))
       return bad;
-    // The environment's failures are its episodes'; a job none of whose episodes ran has
-    // nothing to show, though.
-    if (env_res.failed == env_res.episodes) {
-      std::printf("grpo: FAILED: every episode failed (%lld); see the errors above\n",
-                  static_cast<long long>(env_res.episodes));
+    if (opt.quick) {
+      std::printf("grpo: ok: quick run finished, metrics%s valid\n",
+                  drawn.written ? " and plot" : "");
+      return 0;
+    }
+    const double gain = arith_res.acc_after - arith_res.acc_before;
+    if (!opt.accuracy_goal) {
+      std::printf("grpo: ok: full run finished, held-out accuracy %+.1f points (not judged: "
+                  "--no-goal)\n",
+                  100 * gain);
+      return 0;
+    }
+    if (gain < required_gain) {
+      std::printf("grpo: FAILED: held-out accuracy rose by %.1f points, the goal is %.0f\n",
+                  100 * gain, 100 * required_gain);
       return 1;
     }
-    if (opt.min_final_reward >= 0 && last < opt.min_final_reward) {
-      std::printf("grpo: FAILED: the mean reward of the last steps is %.3f, the goal is %.3f\n",
-                  last, opt.min_final_reward);
-      return 1;
-    }
-    std::printf("grpo: ok: %s run finished, %lld of %lld episodes ran%s%s\n",
-                opt.quick ? "quick" : "full",
-                static_cast<long long>(env_res.episodes - env_res.failed),
-                static_cast<long long>(env_res.episodes),
-                drawn.written ? ", metrics and plot valid" : ", metrics valid",
-                opt.min_final_reward >= 0 ? ", final reward goal reached" : "");
+    std::printf("grpo: ok: held-out accuracy up %.1f points (goal %.0f)\n", 100 * gain,
+                100 * required_gain);
     return 0;
-  }
-
-  std::printf("grpo: mean reward %.3f -> %.3f; held-out accuracy %.1f%% (after SFT) -> %.1f%% "
-              "(after GRPO), %+.1f points; %.0f s in all\n",
-              first, last, 100 * arith_res.acc_before, 100 * arith_res.acc_after,
-              100 * (arith_res.acc_after - arith_res.acc_before),
-              examples::seconds_since(job_start));
-  // What the RL loop did: throughput and staleness (docs/PERFORMANCE.md compares the modes).
-  {
-    std::string hist;
-    for (size_t k = 0; k < arith_res.staleness_counts.size(); ++k)
-      hist += (k ? " " : "") + std::to_string(k) + ":" +
-              std::to_string(arith_res.staleness_counts[k]);
-    std::printf("grpo: mode %s: %lld samples in %.1f s of GRPO = %.1f samples/s; rollouts by "
-                "staleness {%s}, %lld dropped, %lld requeued\n",
-                opt.mode.c_str(), static_cast<long long>(arith_res.samples),
-                arith_res.grpo_seconds,
-                arith_res.grpo_seconds > 0 ? arith_res.samples / arith_res.grpo_seconds : 0.0,
-                hist.c_str(), static_cast<long long>(arith_res.dropped),
-                static_cast<long long>(arith_res.requeued));
-  }
-  // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
-  if (int bad = check_outputs(opt, drawn))
-    return bad;
-  if (opt.quick) {
-    std::printf("grpo: ok: quick run finished, metrics%s valid\n",
-                drawn.written ? " and plot" : "");
-    return 0;
-  }
-  const double gain = arith_res.acc_after - arith_res.acc_before;
-  if (!opt.accuracy_goal) {
-    std::printf("grpo: ok: full run finished, held-out accuracy %+.1f points (not judged: "
-                "--no-goal)\n", 100 * gain);
-    return 0;
-  }
-  if (gain < required_gain) {
-    std::printf("grpo: FAILED: held-out accuracy rose by %.1f points, the goal is %.0f\n",
-                100 * gain, 100 * required_gain);
-    return 1;
-  }
-  std::printf("grpo: ok: held-out accuracy up %.1f points (goal %.0f)\n", 100 * gain,
-              100 * required_gain);
-  return 0;
+  });
 }
 
 } // namespace

@@ -15,6 +15,7 @@
 #include "actors/node.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/tensor_convert.hpp"
+#include "../common/driver.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
 
@@ -45,18 +46,11 @@ void register_demo_kind() {
 
 template <class T>
 T or_die(caf::actor_system& sys, caf::expected<T> x, const char* what) {
-  if (!x) {
-    std::cerr << "placement_demo: " << what << " failed: " << sys.render(x.error()) << "\n";
-    std::exit(1);
-  }
-  return std::move(*x);
+  return examples::fatal_errors{"placement_demo", sys}(std::move(x), what);
 }
 
 void or_die(caf::actor_system& sys, caf::expected<void> x, const char* what) {
-  if (!x) {
-    std::cerr << "placement_demo: " << what << " failed: " << sys.render(x.error()) << "\n";
-    std::exit(1);
-  }
+  examples::fatal_errors{"placement_demo", sys}(std::move(x), what);
 }
 
 void print_group(const placement_group_info& pg) {
@@ -81,68 +75,73 @@ int main(int argc, char** argv) {
   }
   register_demo_kind();
   caf::actor_system sys{cfg};
-  auto node = local_node(cfg);
-  std::printf("node %s: %d CPUs, %.1f GiB, %d virtual GPUs\n\n", node.node_id.c_str(), node.cpus,
-              static_cast<double>(node.memory_bytes) / (1 << 30), node.gpus);
-  auto manager = spawn_placement_manager(sys, {node}, std::chrono::milliseconds{
-                                                        static_cast<int64_t>(cfg.pg_timeout_s * 1000)});
-  placement_client pgs{sys, manager};
+  examples::fatal_errors die{"placement_demo", sys};
+  return examples::run_driver(die, [&]() -> int {
+    auto node = local_node(cfg);
+    std::printf("node %s: %d CPUs, %.1f GiB, %d virtual GPUs\n\n", node.node_id.c_str(), node.cpus,
+                static_cast<double>(node.memory_bytes) / (1 << 30), node.gpus);
+    auto manager = spawn_placement_manager(
+        sys, {node}, std::chrono::milliseconds{static_cast<int64_t>(cfg.pg_timeout_s * 1000)});
+    die.stops->push_back(
+        [manager] { caf::anon_send_exit(manager, caf::exit_reason::user_shutdown); });
+    placement_client pgs{sys, manager};
 
-  std::printf("placement groups, one per strategy:\n");
-  auto one_gpu = resource_amounts{{"GPU", 1}, {"CPU", 0.25}};
-  print_group(or_die(sys, pgs.create({"pack", {one_gpu, one_gpu}, "pack", 5}), "pack"));
-  print_group(or_die(sys, pgs.create({"spread", {one_gpu}, "spread", 5}), "spread"));
-  print_group(
-    or_die(sys, pgs.create({"strict_pack", {{{"GPU", 0.5}}, {{"GPU", 0.5}}}, "strict_pack", 5}),
-           "strict_pack"));
-  // strict_spread needs one node per bundle: two bundles on one node can never be placed.
-  auto infeasible = pgs.create({"strict_spread", {one_gpu, one_gpu}, "strict_spread", 5});
-  std::printf("  %-14s %-13s %s\n", "strict_spread", "(2 bundles)",
-              infeasible ? "placed?!" : sys.render(infeasible.error()).c_str());
-  for (auto name : {"pack", "spread", "strict_pack"})
-    or_die(sys, pgs.remove(name), "remove");
+    std::printf("placement groups, one per strategy:\n");
+    auto one_gpu = resource_amounts{{"GPU", 1}, {"CPU", 0.25}};
+    print_group(or_die(sys, pgs.create({"pack", {one_gpu, one_gpu}, "pack", 5}), "pack"));
+    print_group(or_die(sys, pgs.create({"spread", {one_gpu}, "spread", 5}), "spread"));
+    print_group(
+        or_die(sys, pgs.create({"strict_pack", {{{"GPU", 0.5}}, {{"GPU", 0.5}}}, "strict_pack", 5}),
+               "strict_pack"));
+    // strict_spread needs one node per bundle: two bundles on one node can never be placed.
+    auto infeasible = pgs.create({"strict_spread", {one_gpu, one_gpu}, "strict_spread", 5});
+    std::printf("  %-14s %-13s %s\n", "strict_spread", "(2 bundles)",
+                infeasible ? "placed?!" : sys.render(infeasible.error()).c_str());
+    for (auto name : {"pack", "spread", "strict_pack"})
+      or_die(sys, pgs.remove(name), "remove");
 
-  std::printf("\nactor group: 5 ranks x 0.2 GPU colocated in one bundle\n");
-  auto pg = or_die(sys, pgs.create({"colocated", {{{"GPU", 1}, {"CPU", 2}}}, "strict_pack", 5}),
-                   "create colocated");
-  group_spec spec;
-  spec.name = "workers";
-  spec.kind = "demo.worker";
-  spec.placement = pg;
-  spec.num_ranks = 5;
-  spec.gpu_per_rank = 0.2;
-  spec.threads_per_rank = 1;
-  spec.placement_manager = manager;
-  auto group = or_die(sys, actor_group::spawn(sys, spec), "spawn group");
-  for (auto& r : or_die(sys, group.ranks(), "ranks"))
-    std::printf("  rank %d/%d on %s gpu %d (%.1f of it, virtual), %d torch thread(s)\n", r.rank,
-                r.world_size, r.node_id.c_str(), r.device_ids.at(0), r.gpu_fraction, r.threads);
+    std::printf("\nactor group: 5 ranks x 0.2 GPU colocated in one bundle\n");
+    auto pg = or_die(sys, pgs.create({"colocated", {{{"GPU", 1}, {"CPU", 2}}}, "strict_pack", 5}),
+                     "create colocated");
+    group_spec spec;
+    spec.name = "workers";
+    spec.kind = "demo.worker";
+    spec.placement = pg;
+    spec.num_ranks = 5;
+    spec.gpu_per_rank = 0.2;
+    spec.threads_per_rank = 1;
+    spec.placement_manager = manager;
+    auto group = die.group(actor_group::spawn(sys, spec), "spawn group");
+    for (auto& r : or_die(sys, group.ranks(), "ranks"))
+      std::printf("  rank %d/%d on %s gpu %d (%.1f of it, virtual), %d torch thread(s)\n", r.rank,
+                  r.world_size, r.node_id.c_str(), r.device_ids.at(0), r.gpu_fraction, r.threads);
 
-  auto batch = at::arange(1, 101, at::kFloat); // 1..100
-  std::vector<caf::message> chunks;
-  for (auto& c : batch.chunk(5))
-    chunks.push_back(caf::make_message(tensor_list{or_die(sys, to_blob(c), "to_blob")}));
-  auto partials = or_die(sys, group.call_mesh("sum_squares", chunks, 30s), "mesh call");
-  std::printf("\nmesh call: partial sums of squares by rank:");
-  std::vector<caf::message> reduce_in;
-  for (auto& p : partials) {
-    auto t = or_die(sys, from_blob(p.get_as<tensor_list>(0).at(0)), "from_blob");
-    std::printf(" %.0f", t.item<float>());
-    reduce_in.push_back(caf::make_message(p.get_as<tensor_list>(0)));
-  }
-  auto reduced = or_die(sys, group.call_mesh("all_reduce", reduce_in, 30s), "all-reduce");
-  double expected = batch.pow(2).sum().item<double>();
-  bool all_equal = true;
-  std::printf("\nall-reduce (Gloo) by rank:");
-  for (auto& r : reduced) {
-    auto t = or_die(sys, from_blob(r.get_as<tensor_list>(0).at(0)), "from_blob");
-    std::printf(" %.0f", t.item<double>());
-    all_equal = all_equal && t.item<double>() == expected;
-  }
-  std::printf("; direct computation: %.0f -> %s\n", expected, all_equal ? "ok" : "MISMATCH");
+    auto batch = at::arange(1, 101, at::kFloat); // 1..100
+    std::vector<caf::message> chunks;
+    for (auto& c : batch.chunk(5))
+      chunks.push_back(caf::make_message(tensor_list{or_die(sys, to_blob(c), "to_blob")}));
+    auto partials = or_die(sys, group.call_mesh("sum_squares", chunks, 30s), "mesh call");
+    std::printf("\nmesh call: partial sums of squares by rank:");
+    std::vector<caf::message> reduce_in;
+    for (auto& p : partials) {
+      auto t = or_die(sys, from_blob(p.get_as<tensor_list>(0).at(0)), "from_blob");
+      std::printf(" %.0f", t.item<float>());
+      reduce_in.push_back(caf::make_message(p.get_as<tensor_list>(0)));
+    }
+    auto reduced = or_die(sys, group.call_mesh("all_reduce", reduce_in, 30s), "all-reduce");
+    double expected = batch.pow(2).sum().item<double>();
+    bool all_equal = true;
+    std::printf("\nall-reduce (Gloo) by rank:");
+    for (auto& r : reduced) {
+      auto t = or_die(sys, from_blob(r.get_as<tensor_list>(0).at(0)), "from_blob");
+      std::printf(" %.0f", t.item<double>());
+      all_equal = all_equal && t.item<double>() == expected;
+    }
+    std::printf("; direct computation: %.0f -> %s\n", expected, all_equal ? "ok" : "MISMATCH");
 
-  std::printf("\nplacement table:\n%s\n", or_die(sys, pgs.table(), "table").c_str());
-  group.stop();
-  caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
-  return all_equal ? 0 : 1;
+    std::printf("\nplacement table:\n%s\n", or_die(sys, pgs.table(), "table").c_str());
+    group.stop();
+    caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
+    return all_equal ? 0 : 1;
+  });
 }

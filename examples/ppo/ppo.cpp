@@ -88,128 +88,130 @@ int main(int argc, char** argv) {
   register_worker_kinds();
   caf::actor_system sys{cfg};
   examples::fatal_errors or_die{"ppo_example", sys};
-  auto manager = examples::placement(or_die, sys, cfg);
-  placement_client pgs{sys, manager};
-  trainer_client client{sys, spawn_dispatcher(sys), 120s};
+  return examples::run_driver(or_die, [&]() -> int {
+    auto manager = examples::placement(or_die, sys, cfg);
+    placement_client pgs{sys, manager};
+    trainer_client client{sys, or_die.dispatcher(), 120s};
 
-  auto policy = add_role(or_die, pgs, manager, client, "policy", opt.ranks);
-  auto ref = add_role(or_die, pgs, manager, client, "ref", 1);
-  auto critic = add_role(or_die, pgs, manager, client, "critic", 1);
-  model_spec model;
-  model.config_json = examples::llama_config(vocab).dump();
-  model.seed = opt.seed;
-  for (auto role : {"policy", "ref", "critic"})
-    or_die(client.init_model(role, model), "init_model");
-  algorithm_config pcfg;
-  pcfg.use_kl_loss = true; // k3 to the reference, coef 0.001
-  or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+    auto policy = add_role(or_die, pgs, manager, client, "policy", opt.ranks);
+    auto ref = add_role(or_die, pgs, manager, client, "ref", 1);
+    auto critic = add_role(or_die, pgs, manager, client, "critic", 1);
+    model_spec model;
+    model.config_json = examples::llama_config(vocab).dump();
+    model.seed = opt.seed;
+    for (auto role : {"policy", "ref", "critic"})
+      or_die(client.init_model(role, model), "init_model");
+    algorithm_config pcfg;
+    pcfg.use_kl_loss = true; // k3 to the reference, coef 0.001
+    or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
 
-  auto export_dir = fs::temp_directory_path() / ("rlforge_ppo_" + std::to_string(::getpid()));
-  std::mt19937_64 rng(opt.seed);
-  std::uniform_int_distribution<int64_t> token(0, vocab - 1);
-  be::adam_params policy_adam;
-  policy_adam.learning_rate = opt.lr;
-  policy_adam.grad_clip_norm = 1.0;
-  be::adam_params critic_adam;
-  critic_adam.learning_rate = opt.lr;
-  critic_adam.grad_clip_norm = 1.0;
-  std::printf("ppo: policy %d DP ranks, ref 1, critic 1; %d prompts x %lld tokens, reward = "
-              "share of token %lld\n",
-              opt.ranks, opt.batch, static_cast<long long>(response_tokens),
-              static_cast<long long>(target_token));
+    auto export_dir = fs::temp_directory_path() / ("rlforge_ppo_" + std::to_string(::getpid()));
+    std::mt19937_64 rng(opt.seed);
+    std::uniform_int_distribution<int64_t> token(0, vocab - 1);
+    be::adam_params policy_adam;
+    policy_adam.learning_rate = opt.lr;
+    policy_adam.grad_clip_norm = 1.0;
+    be::adam_params critic_adam;
+    critic_adam.learning_rate = opt.lr;
+    critic_adam.grad_clip_norm = 1.0;
+    std::printf("ppo: policy %d DP ranks, ref 1, critic 1; %d prompts x %lld tokens, reward = "
+                "share of token %lld\n",
+                opt.ranks, opt.batch, static_cast<long long>(response_tokens),
+                static_cast<long long>(target_token));
 
-  std::vector<double> rewards_per_iteration;
-  for (int it = 0; it < iterations; ++it) {
-    auto t0 = std::chrono::steady_clock::now();
-    // 1. Sample from the current policy weights.
-    or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
-    auto sampler = be::causal_lm::load(export_dir.string());
-    std::vector<std::vector<int64_t>> prompts;
-    std::vector<be::sampling_params> params;
-    for (int i = 0; i < opt.batch; ++i) {
-      prompts.push_back({token(rng), token(rng), token(rng)});
-      be::sampling_params p;
-      p.max_tokens = response_tokens;
-      p.temperature = 1.0;
-      p.seed = opt.seed * 1000003 + static_cast<uint64_t>(it * opt.batch + i);
-      params.push_back(p);
+    std::vector<double> rewards_per_iteration;
+    for (int it = 0; it < iterations; ++it) {
+      auto t0 = std::chrono::steady_clock::now();
+      // 1. Sample from the current policy weights.
+      or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
+      auto sampler = be::causal_lm::load(export_dir.string());
+      std::vector<std::vector<int64_t>> prompts;
+      std::vector<be::sampling_params> params;
+      for (int i = 0; i < opt.batch; ++i) {
+        prompts.push_back({token(rng), token(rng), token(rng)});
+        be::sampling_params p;
+        p.max_tokens = response_tokens;
+        p.temperature = 1.0;
+        p.seed = opt.seed * 1000003 + static_cast<uint64_t>(it * opt.batch + i);
+        params.push_back(p);
+      }
+      auto samples = be::generate(*sampler, prompts, params);
+      // 2. Rewards (outcome reward on the last response token).
+      std::vector<std::vector<int64_t>> responses;
+      be::per_token_values per_token;
+      double mean_reward = 0;
+      for (auto& s : samples) {
+        responses.push_back(s.tokens);
+        std::vector<float> r(s.tokens.size(), 0.0f), lp;
+        r.back() = static_cast<float>(reward_of(s.tokens));
+        mean_reward += r.back() / static_cast<double>(samples.size());
+        for (auto x : s.logprobs)
+          lp.push_back(static_cast<float>(x));
+        per_token["rewards"].push_back(r);
+        per_token["rollout_logprobs"].push_back(lp);
+      }
+      rewards_per_iteration.push_back(mean_reward);
+      auto batch = be::from_sequences(prompts, responses, per_token);
+      // 3. Old log-probs, reference log-probs and values through the dispatcher.
+      auto old = or_die(client.forward("policy", batch), "policy forward");
+      auto base = or_die(client.forward("ref", batch), "ref forward");
+      auto values = or_die(client.forward("critic", batch), "critic forward");
+      batch.tensors["action_log_probs"] = old.outputs.at("logprobs");
+      batch.tensors["base_action_log_probs"] = base.outputs.at("logprobs");
+      batch.tensors["values"] = values.outputs.at("values");
+      // 4. GAE, then the token-mean reduction folded into the advantages.
+      algo::advantage_inputs ain;
+      ain.rewards = batch.get("rewards");
+      ain.response_mask = batch.get("response_mask").to(at::kFloat);
+      ain.values = batch.get("values");
+      algo::advantage_config acfg;
+      acfg.gamma = 1.0;
+      acfg.lambd = 0.95;
+      auto adv = algo::compute_advantages("gae", ain, acfg);
+      batch.tensors["returns"] = adv.returns;
+      batch.tensors["advantages"] =
+          algo::scale_advantages(adv.advantages * ain.response_mask, batch.get("loss_mask"));
+      // 5. Train the policy and the critic.
+      auto pout =
+          or_die(client.forward_backward("policy", batch, "regular"), "policy forward_backward");
+      auto pstep = or_die(client.optim_step("policy", policy_adam), "policy optim_step");
+      auto cres =
+          or_die(client.forward_backward("critic", batch, "ppo_critic"), "critic forward_backward");
+      or_die(client.optim_step("critic", critic_adam), "critic optim_step");
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (metrics.is_open())
+        metrics << nlohmann::json{{"iteration", it},
+                                  {"reward", mean_reward},
+                                  {"policy_loss", pout.metric("loss:sum")},
+                                  {"kl", pout.metric("kl:mean")},
+                                  {"entropy", pout.metric("entropy:mean")},
+                                  {"critic_loss", cres.metric("loss:sum")},
+                                  {"grad_norm", pstep.grad_norm},
+                                  {"seconds", secs}}
+                       .dump()
+                << "\n";
+      if (!opt.quiet) {
+        std::printf("\riteration %d/%d  reward %.3f  kl %.4f  entropy %.3f  critic loss %.4f  "
+                    "%.2f s/it ",
+                    it + 1, iterations, mean_reward, pout.metric("kl:mean"),
+                    pout.metric("entropy:mean"), cres.metric("loss:sum"), secs);
+        std::fflush(stdout);
+      }
     }
-    auto samples = be::generate(*sampler, prompts, params);
-    // 2. Rewards (outcome reward on the last response token).
-    std::vector<std::vector<int64_t>> responses;
-    be::per_token_values per_token;
-    double mean_reward = 0;
-    for (auto& s : samples) {
-      responses.push_back(s.tokens);
-      std::vector<float> r(s.tokens.size(), 0.0f), lp;
-      r.back() = static_cast<float>(reward_of(s.tokens));
-      mean_reward += r.back() / static_cast<double>(samples.size());
-      for (auto x : s.logprobs)
-        lp.push_back(static_cast<float>(x));
-      per_token["rewards"].push_back(r);
-      per_token["rollout_logprobs"].push_back(lp);
-    }
-    rewards_per_iteration.push_back(mean_reward);
-    auto batch = be::from_sequences(prompts, responses, per_token);
-    // 3. Old log-probs, reference log-probs and values through the dispatcher.
-    auto old = or_die(client.forward("policy", batch), "policy forward");
-    auto base = or_die(client.forward("ref", batch), "ref forward");
-    auto values = or_die(client.forward("critic", batch), "critic forward");
-    batch.tensors["action_log_probs"] = old.outputs.at("logprobs");
-    batch.tensors["base_action_log_probs"] = base.outputs.at("logprobs");
-    batch.tensors["values"] = values.outputs.at("values");
-    // 4. GAE, then the token-mean reduction folded into the advantages.
-    algo::advantage_inputs ain;
-    ain.rewards = batch.get("rewards");
-    ain.response_mask = batch.get("response_mask").to(at::kFloat);
-    ain.values = batch.get("values");
-    algo::advantage_config acfg;
-    acfg.gamma = 1.0;
-    acfg.lambd = 0.95;
-    auto adv = algo::compute_advantages("gae", ain, acfg);
-    batch.tensors["returns"] = adv.returns;
-    batch.tensors["advantages"] =
-      algo::scale_advantages(adv.advantages * ain.response_mask, batch.get("loss_mask"));
-    // 5. Train the policy and the critic.
-    auto pout =
-        or_die(client.forward_backward("policy", batch, "regular"), "policy forward_backward");
-    auto pstep = or_die(client.optim_step("policy", policy_adam), "policy optim_step");
-    auto cres =
-        or_die(client.forward_backward("critic", batch, "ppo_critic"), "critic forward_backward");
-    or_die(client.optim_step("critic", critic_adam), "critic optim_step");
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (metrics.is_open())
-      metrics << nlohmann::json{{"iteration", it},
-                                {"reward", mean_reward},
-                                {"policy_loss", pout.metric("loss:sum")},
-                                {"kl", pout.metric("kl:mean")},
-                                {"entropy", pout.metric("entropy:mean")},
-                                {"critic_loss", cres.metric("loss:sum")},
-                                {"grad_norm", pstep.grad_norm},
-                                {"seconds", secs}}
-                   .dump()
-              << "\n";
-    if (!opt.quiet) {
-      std::printf("\riteration %d/%d  reward %.3f  kl %.4f  entropy %.3f  critic loss %.4f  "
-                  "%.2f s/it ",
-                  it + 1, iterations, mean_reward, pout.metric("kl:mean"),
-                  pout.metric("entropy:mean"), cres.metric("loss:sum"), secs);
-      std::fflush(stdout);
-    }
-  }
-  std::printf("\n");
-  std::error_code ec;
-  fs::remove_all(export_dir, ec);
-  for (auto* g : {&policy, &ref, &critic})
-    g->stop();
-  examples::shutdown(client, manager);
+    std::printf("\n");
+    std::error_code ec;
+    fs::remove_all(export_dir, ec);
+    for (auto* g : {&policy, &ref, &critic})
+      g->stop();
+    examples::shutdown(client, manager);
 
-  auto [first, last] = examples::first_last_means(rewards_per_iteration, 5);
-  std::printf("ppo: mean reward %.3f -> %.3f\n", first, last);
-  if (!(last >= first + 0.2)) {
-    std::printf("ppo: FAILED: the reward did not rise (by at least 0.2)\n");
-    return 1;
-  }
-  std::printf("ppo: ok: the reward rose\n");
-  return 0;
+    auto [first, last] = examples::first_last_means(rewards_per_iteration, 5);
+    std::printf("ppo: mean reward %.3f -> %.3f\n", first, last);
+    if (!(last >= first + 0.2)) {
+      std::printf("ppo: FAILED: the reward did not rise (by at least 0.2)\n");
+      return 1;
+    }
+    std::printf("ppo: ok: the reward rose\n");
+    return 0;
+  });
 }

@@ -102,68 +102,69 @@ int main(int argc, char** argv) {
   register_worker_kinds();
   caf::actor_system sys{cfg};
   examples::fatal_errors or_die{"sft_example", sys};
+  return examples::run_driver(or_die, [&]() -> int {
+    auto manager = examples::placement(or_die, sys, cfg);
+    placement_client pgs{sys, manager};
+    auto group = examples::spawn_group(or_die, pgs, manager, "sft", "policy", opt.ranks,
+                                       {{"GPU", 1}, {"CPU", 1}}, "spawn policy group");
 
-  auto manager = examples::placement(or_die, sys, cfg);
-  placement_client pgs{sys, manager};
-  auto group = examples::spawn_group(or_die, pgs, manager, "sft", "policy", opt.ranks,
-                                     {{"GPU", 1}, {"CPU", 1}}, "spawn policy group");
+    trainer_client client{sys, or_die.dispatcher(), 120s};
+    or_die(client.register_group("policy", group), "register");
+    model_spec model;
+    model.config_json = model_config_json();
+    model.seed = opt.seed;
+    auto params = or_die(client.init_model("policy", model), "init_model");
+    std::printf("sft: %lld parameters, %d DP ranks, batch %d, %d steps; metrics -> %s\n",
+                static_cast<long long>(params), opt.ranks, opt.batch, steps, opt.metrics.c_str());
 
-  trainer_client client{sys, spawn_dispatcher(sys), 120s};
-  or_die(client.register_group("policy", group), "register");
-  model_spec model;
-  model.config_json = model_config_json();
-  model.seed = opt.seed;
-  auto params = or_die(client.init_model("policy", model), "init_model");
-  std::printf("sft: %lld parameters, %d DP ranks, batch %d, %d steps; metrics -> %s\n",
-              static_cast<long long>(params), opt.ranks, opt.batch, steps, opt.metrics.c_str());
+    std::mt19937_64 rng(opt.seed);
+    be::adam_params adam;
+    adam.learning_rate = opt.lr;
+    adam.grad_clip_norm = 1.0;
+    std::vector<double> losses;
+    double tokens_total = 0, seconds_total = 0;
+    for (int step = 0; step < steps; ++step) {
+      int64_t tokens = 0;
+      auto batch = make_batch(rng, opt.batch, tokens);
+      auto t0 = std::chrono::steady_clock::now();
+      auto out =
+          or_die(client.forward_backward("policy", batch, "cross_entropy"), "forward_backward");
+      auto res = or_die(client.optim_step("policy", adam), "optim_step");
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      tokens_total += static_cast<double>(tokens);
+      seconds_total += secs;
+      double targets = batch.get("loss_mask").sum().item<double>();
+      double loss = out.metric("loss:sum") / targets;
+      losses.push_back(loss);
+      double tps = static_cast<double>(tokens) / secs;
+      metrics << nlohmann::json{{"step", step},
+                                {"loss", loss},
+                                {"loss_sum", out.metric("loss:sum")},
+                                {"target_tokens", targets},
+                                {"tokens", tokens},
+                                {"tokens_per_s", tps},
+                                {"grad_norm", res.grad_norm},
+                                {"skipped", res.skipped},
+                                {"lr", res.learning_rate}}
+                     .dump()
+              << "\n";
+      if (!opt.quiet)
+        progress(step + 1, steps, loss, tps);
+    }
+    std::printf("\n");
+    metrics.flush();
+    group.stop();
+    examples::shutdown(client, manager);
 
-  std::mt19937_64 rng(opt.seed);
-  be::adam_params adam;
-  adam.learning_rate = opt.lr;
-  adam.grad_clip_norm = 1.0;
-  std::vector<double> losses;
-  double tokens_total = 0, seconds_total = 0;
-  for (int step = 0; step < steps; ++step) {
-    int64_t tokens = 0;
-    auto batch = make_batch(rng, opt.batch, tokens);
-    auto t0 = std::chrono::steady_clock::now();
-    auto out =
-        or_die(client.forward_backward("policy", batch, "cross_entropy"), "forward_backward");
-    auto res = or_die(client.optim_step("policy", adam), "optim_step");
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    tokens_total += static_cast<double>(tokens);
-    seconds_total += secs;
-    double targets = batch.get("loss_mask").sum().item<double>();
-    double loss = out.metric("loss:sum") / targets;
-    losses.push_back(loss);
-    double tps = static_cast<double>(tokens) / secs;
-    metrics << nlohmann::json{{"step", step},
-                              {"loss", loss},
-                              {"loss_sum", out.metric("loss:sum")},
-                              {"target_tokens", targets},
-                              {"tokens", tokens},
-                              {"tokens_per_s", tps},
-                              {"grad_norm", res.grad_norm},
-                              {"skipped", res.skipped},
-                              {"lr", res.learning_rate}}
-                 .dump()
-            << "\n";
-    if (!opt.quiet)
-      progress(step + 1, steps, loss, tps);
-  }
-  std::printf("\n");
-  metrics.flush();
-  group.stop();
-  examples::shutdown(client, manager);
-
-  // First and last loss, each averaged over a few steps (single batches are noisy).
-  auto [first, last] = examples::first_last_means(losses, 3);
-  std::printf("sft: loss/token %.4f -> %.4f (%.1f%%), %.0f tokens/s overall\n", first, last,
-              100.0 * last / first, tokens_total / seconds_total);
-  if (!(last <= 0.5 * first)) {
-    std::printf("sft: FAILED: the loss did not fall by at least half\n");
-    return 1;
-  }
-  std::printf("sft: ok: the loss fell by at least half\n");
-  return 0;
+    // First and last loss, each averaged over a few steps (single batches are noisy).
+    auto [first, last] = examples::first_last_means(losses, 3);
+    std::printf("sft: loss/token %.4f -> %.4f (%.1f%%), %.0f tokens/s overall\n", first, last,
+                100.0 * last / first, tokens_total / seconds_total);
+    if (!(last <= 0.5 * first)) {
+      std::printf("sft: FAILED: the loss did not fall by at least half\n");
+      return 1;
+    }
+    std::printf("sft: ok: the loss fell by at least half\n");
+    return 0;
+  });
 }

@@ -126,7 +126,7 @@ TEST(ClusterFailures, ANodeKilledDuringForwardBackwardFailsTheCallNamingTheNode)
   auto status = driver.status();
   for (auto& g : status["actor_groups"]) {
     if (g["name"] == "policy") {
-      EXPECT_NE(g["state"].get<std::string>().find("node 'n2' is dead"), std::string::npos);
+      EXPECT_NE(g["state"].get<std::string>().find("node 'n2' died"), std::string::npos);
     }
   }
   auto gone = driver.pgs().get("train");
@@ -153,6 +153,8 @@ TEST(ClusterFailures, AHungNodeIsDeclaredDeadAndRejoinsWhenItWakes) {
   auto pg = driver.pgs().create({"on-n2", {{{"GPU", 1}}}, "strict_spread", 10});
   ASSERT_TRUE(pg);
   auto target = pg->bundles[0].node_id;
+  auto group = driver.spawn_group("g", "ref", *pg);
+  ASSERT_TRUE(group) << driver.sys().render(group.error());
   auto stopped = clock_type::now();
   cluster.node(target).signal(SIGSTOP);
   double detected = -1;
@@ -177,6 +179,16 @@ TEST(ClusterFailures, AHungNodeIsDeclaredDeadAndRejoinsWhenItWakes) {
                            return node_status(s, target)["alive"] == true;
                          },
                          10s));
+  // Back with no ranks: the group that had its rank there stays failed, as its placement group.
+  status = driver.status();
+  EXPECT_EQ(node_status(status, target)["ranks"], 0) << status.dump(2);
+  EXPECT_EQ(pg_state(status, "on-n2"), "failed") << status.dump(2);
+  ASSERT_EQ(status["actor_groups"].size(), 1u) << status.dump(2);
+  EXPECT_EQ(status["actor_groups"][0]["state"].get<std::string>().rfind(
+                "failed: node '" + target + "' died", 0),
+            0u)
+    << status.dump(2);
+  group->stop();
 }
 
 TEST(ClusterFailures, AKilledNodeThatRestartsHostsNewGroups) {
