@@ -12,7 +12,10 @@ namespace rlforge::runtime {
 /// connection is taken for a failure: the peer refused at the door would disconnect every
 /// trusted node. This translation unit defines those four functions in the program, so CAF's
 /// calls reach them first: each clears the queue and calls OpenSSL's own (found with
-/// `dlsym(RTLD_NEXT, ...)`).
+/// `dlsym(RTLD_NEXT, ...)`). A handshake that `SSL_accept` refuses (a peer with no
+/// certificate, one of another CA, plain TCP) is logged as a warning of logger "runtime.tls":
+/// `tls_refused peer=IP:PORT reason=<OpenSSL's reason>` (peer=unknown when the peer hung up
+/// before the refusal), so an operator sees who knocks.
 ///
 /// Calling this function does nothing at run time; referencing it links the definitions into
 /// the program (`system_config` does when a TLS directory is given). Thread-safe.

@@ -27,6 +27,13 @@ int init_tls(const std::string& dir, const std::string& log, std::string* out = 
   return rc ? *rc : -2;
 }
 
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
 } // namespace
 
 TEST(ClusterTls, OnlyProcessesWithTheClustersCertificateJoin) {
@@ -62,6 +69,10 @@ TEST(ClusterTls, OnlyProcessesWithTheClustersCertificateJoin) {
   auto& stranger = cluster.add_node("stranger", 1, 1, {"--tls", other, "--connect-timeout", "3"});
   ASSERT_EQ(stranger.wait_exit(30s), 1) << stranger.log();
   EXPECT_NE(stranger.log().find("handshake"), std::string::npos) << stranger.log();
+  // The head logs each refused handshake with the peer's address (when the peer has not hung
+  // up already) and OpenSSL's reason.
+  auto head_log = cluster.head().log();
+  EXPECT_GE(count_of(head_log, "tls_refused peer=127.0.0.1:"), 2u) << head_log;
   // The refused handshakes did not disturb the trusted node's connection (CAF 0.17 would drop
   // it without runtime/openssl_error_queue.hpp).
   EXPECT_EQ(trusted.log().find("lost the head"), std::string::npos) << cluster.logs();
