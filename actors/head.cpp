@@ -407,7 +407,8 @@ head_actor::behavior_type head(head_ptr self, head_options opts) {
       auto& st = self->state;
       if (st.drivers.count(driver) == 0)
         return; // announced by a driver that is gone
-      st.groups[{driver, record.name}] = {std::move(record), ""};
+      auto key = std::make_pair(driver, record.name);
+      st.groups[key] = {std::move(record), ""};
     },
     [=](group_down_atom, const std::string& driver, const std::string& name) {
       self->state.groups.erase({driver, name});

@@ -1,7 +1,7 @@
 // `rlforge head`, `rlforge node` and `rlforge status`: a cluster over CAF's io middleman
 // (DESIGN.md "Cluster"). README "A cluster of machines" shows how to start one by hand.
 #include "cli/command.hpp"
-#include "cli/signals.hpp"
+#include "runtime/stop_signals.hpp"
 
 #include <unistd.h>
 
@@ -120,32 +120,6 @@ bool check_bind(const char* prog, const std::string& address, bool tls, bool ins
   return true;
 }
 
-/// Waits for SIGINT/SIGTERM on its own thread and sets `flag`.
-class stop_watcher {
-public:
-  explicit stop_watcher(sigset_t set) : set_(set) {
-    thread_ = std::thread([this] {
-      timespec tick{0, 100 * 1000 * 1000};
-      while (!done_.load()) {
-        if (sigtimedwait(&set_, nullptr, &tick) > 0) {
-          stop.store(true);
-          return;
-        }
-      }
-    });
-  }
-  ~stop_watcher() {
-    done_.store(true);
-    thread_.join();
-  }
-  std::atomic<bool> stop{false};
-
-private:
-  sigset_t set_;
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
-
 // -- rlforge head -------------------------------------------------------------------------------
 
 constexpr const char* head_usage =
@@ -185,7 +159,7 @@ int run_head(const args& a) {
   }
   auto bind = f.own.count("--bind") ? f.own["--bind"] : std::string{"127.0.0.1"};
   bool local_node = given(f.rest, "--gpus", "RLFORGE_GPUS") || given(f.rest, "--cpus", "RLFORGE_CPUS");
-  auto stop_signals = block_stop_signals();
+  auto stop_signals = runtime::block_stop_signals();
   runtime::system_config cfg;
   if (auto err = cfg.parse_args(f.rest)) {
     std::cerr << prog << ": " << render(err) << "\n" << head_usage << "\n";
@@ -291,7 +265,7 @@ int run_node(const args& a) {
   }
   auto address = f.own.count("--node-ip") ? f.own["--node-ip"] : std::string{"127.0.0.1"};
   bool named = given(f.rest, "--node-id", "RLFORGE_NODE_ID");
-  auto stop_signals = block_stop_signals();
+  auto stop_signals = runtime::block_stop_signals();
   runtime::system_config cfg;
   if (auto err = cfg.parse_args(f.rest)) {
     std::cerr << prog << ": " << render(err) << "\n" << node_usage << "\n";
@@ -305,7 +279,7 @@ int run_node(const args& a) {
   actors::register_worker_kinds();
   actors::register_engine_kind();
   caf::actor_system sys{cfg};
-  stop_watcher watcher{stop_signals};
+  runtime::stop_watcher watcher{stop_signals};
   actors::node_runner_options o;
   o.head = *head;
   o.agent.resources = actors::local_node(cfg);

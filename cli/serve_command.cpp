@@ -2,7 +2,7 @@
 // models of one base model. The API key comes from the environment (RLFORGE_API_KEY), never from
 // the command line, where `ps` would show it.
 #include "cli/command.hpp"
-#include "cli/signals.hpp"
+#include "runtime/stop_signals.hpp"
 
 #include <cerrno>
 #include <csignal>
@@ -164,7 +164,7 @@ int run_serve(const args& a) {
     return 2;
   }
 
-  auto stop_signals = block_stop_signals();
+  auto stop_signals = runtime::block_stop_signals();
   try {
     auto store = service::future_store::open(c.db);
     if (store->failed_at_open() > 0)

@@ -4,14 +4,17 @@
 // group in its own placement group, shutdown and the first/last averages the examples check.
 // Header-only so each example stays a single translation unit.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,6 +28,7 @@
 #include "actors/dispatcher.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/trainer_client.hpp"
+#include "runtime/stop_signals.hpp"
 #include "runtime/system_config.hpp"
 
 namespace rlforge::examples {
@@ -137,9 +141,12 @@ inline bool open_metrics(std::ofstream& out, const std::string& path, const char
 
 /// Sets `gpus` virtual GPUs on `cfg` and applies the defaults (and the environment); with
 /// `cluster` (or RLFORGE_CLUSTER) the driver attaches to that cluster instead of running the
-/// embedded default, over TLS with `tls`. Prints the error on failure.
+/// embedded default, over TLS with `tls`. Prints the error on failure. Also blocks SIGINT and
+/// SIGTERM in this thread and the threads it starts (the actor system's), so `run_driver` takes
+/// them as requests to stop the job: call it before creating the actor system.
 inline bool configure(runtime::system_config& cfg, int gpus, const char* prog,
                       const std::string& cluster = {}, const std::string& tls = {}) {
+  runtime::block_stop_signals();
   cfg.gpus = gpus;
   std::vector<std::string> args;
   if (!cluster.empty())
@@ -170,6 +177,34 @@ inline nlohmann::json llama_config(int64_t vocab_size) {
                         {"tie_word_embeddings", false}};
 }
 
+/// What stops a job's actors, run once (last added first), by `run_driver` after a failure or
+/// from its signal thread. Thread-safe.
+class job_stops {
+public:
+  void add(std::function<void()> stop) {
+    std::lock_guard<std::mutex> guard{mutex_};
+    stops_.push_back(std::move(stop));
+  }
+
+  /// Runs every stop added so far that has not run yet.
+  void run() {
+    std::vector<std::function<void()>> now;
+    {
+      std::lock_guard<std::mutex> guard{mutex_};
+      now.swap(stops_);
+    }
+    for (auto i = now.rbegin(); i != now.rend(); ++i)
+      (*i)();
+  }
+
+  /// The stop signal that ended the job (0: none).
+  std::atomic<int> signal{0};
+
+private:
+  std::mutex mutex_;
+  std::vector<std::function<void()>> stops_;
+};
+
 /// Ends a driver's run with `status` (thrown by `fatal_errors`, caught by `run_driver`): the
 /// stack unwinds, so the actor system is shut down before static destruction.
 struct fatal_exit {
@@ -194,26 +229,25 @@ inline std::string lost_head(caf::actor_system& sys, std::chrono::milliseconds g
 /// Unwraps results, or prints "<prog>: <what> failed: <error>" (and the lost cluster head when
 /// that is the cause) and ends the run with status 1 (`fatal_exit`).
 ///
-/// It also keeps what stops the job's actors (`run_driver` runs it on a failure path): the
-/// placement manager, the dispatcher and the groups spawned through it register themselves.
-/// Copies share the list; not thread-safe (the driver's main thread uses it).
+/// It also keeps what stops the job's actors (`job_stops`; `run_driver` runs them on a failure
+/// path or a stop signal): the placement manager, the dispatcher and the groups spawned through
+/// it register themselves. Copies share the list.
 struct fatal_errors {
   const char* prog;
   caf::actor_system& sys;
-  std::shared_ptr<std::vector<std::function<void()>>> stops =
-      std::make_shared<std::vector<std::function<void()>>>();
+  std::shared_ptr<job_stops> stops = std::make_shared<job_stops>();
 
   /// Unwraps a spawned group and remembers to stop it on a failure path.
   actors::actor_group group(caf::expected<actors::actor_group> x, const char* what) const {
     auto g = (*this)(std::move(x), what);
-    stops->push_back([g]() mutable { g.stop(); });
+    stops->add([g]() mutable { g.stop(); });
     return g;
   }
 
   /// A new dispatcher, stopped on a failure path.
   caf::actor dispatcher() const {
     auto d = actors::spawn_dispatcher(sys);
-    stops->push_back([d] { caf::anon_send_exit(d, caf::exit_reason::user_shutdown); });
+    stops->add([d] { caf::anon_send_exit(d, caf::exit_reason::user_shutdown); });
     return d;
   }
 
@@ -236,22 +270,35 @@ struct fatal_errors {
   }
 };
 
+/// Waits up to `limit` for every actor of `sys` to end; how many still run.
+inline size_t wait_for_actors(caf::actor_system& sys, std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (sys.registry().running() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return sys.registry().running();
+}
+
+/// Ends the process now with `status`, its output flushed: no destructor runs, so no actor can
+/// run during static destruction.
+[[noreturn]] inline void exit_now(int status) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(status);
+}
+
 /// After a failure: stops the job's actors (last registered first) and waits up to 10 s for
 /// every actor of the system to end, so its destructor finds nothing running. An actor that
 /// cannot end (a rank blocked waiting on a peer that is gone) would hold the destructor, or run
-/// while the process tears down: then the process ends here with `status`, its output flushed.
+/// while the process tears down: then the process ends here (`exit_now`). The status is
+/// `status`, or 128 + the signal's number when a stop signal came.
 inline int stop_after_failure(const fatal_errors& or_die, int status) {
-  for (auto i = or_die.stops->rbegin(); i != or_die.stops->rend(); ++i)
-    (*i)();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (or_die.sys.registry().running() > 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (auto left = or_die.sys.registry().running(); left > 0) {
+  or_die.stops->run();
+  if (int sig = or_die.stops->signal.load(); sig != 0)
+    status = 128 + sig;
+  if (auto left = wait_for_actors(or_die.sys, std::chrono::seconds(10)); left > 0) {
     std::fprintf(stderr, "%s: %zu actors did not stop within 10 s; exiting without them\n",
                  or_die.prog, left);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(status);
+    exit_now(status);
   }
   return status;
 }
@@ -260,10 +307,22 @@ inline int stop_after_failure(const fatal_errors& or_die, int status) {
 /// the job's return, a `fatal_exit`, or an exception from a backend (printed, status 1). On the
 /// failure paths the job's actors (its groups, dispatcher, cluster session) are stopped first
 /// (`stop_after_failure`), so the actor system's destructor (in the caller, before static
-/// destruction) neither waits forever nor leaves an actor running while the process exits.
+/// destruction) neither waits forever nor leaves an actor running while the process exits. A
+/// stop signal stops the actors too and ends the process with 128 + the signal's number.
 /// stdout is line-buffered so a log follows the job.
 template <class Job> int run_driver(const fatal_errors& or_die, Job&& job) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // SIGINT/SIGTERM (blocked by `configure`): the job's actors are stopped (the session tells
+  // the head, which frees the job's placement groups), given 2 s to end, and the process ends
+  // with 128 + the signal, whatever the job's thread is waiting for.
+  runtime::stop_watcher signals{runtime::block_stop_signals(), [&or_die](int sig) {
+                                  std::fprintf(stderr, "\n%s: %s: stopping the job\n", or_die.prog,
+                                               strsignal(sig));
+                                  or_die.stops->signal.store(sig);
+                                  or_die.stops->run();
+                                  wait_for_actors(or_die.sys, std::chrono::seconds(2));
+                                  exit_now(128 + sig);
+                                }};
   try {
     return job();
   } catch (const fatal_exit& e) {
@@ -280,7 +339,7 @@ inline caf::actor placement(const fatal_errors& or_die, caf::actor_system& sys,
                             const runtime::system_config& cfg) {
   auto manager = or_die(actors::placement_manager_for(sys, cfg, std::chrono::seconds(30)),
                         "placement manager");
-  or_die.stops->push_back([manager] { actors::stop_placement_manager(manager); });
+  or_die.stops->add([manager] { actors::stop_placement_manager(manager); });
   return manager;
 }
 

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   register_demo_kind();
+  runtime::block_stop_signals(); // run_driver takes SIGINT/SIGTERM as requests to stop
   caf::actor_system sys{cfg};
   examples::fatal_errors die{"placement_demo", sys};
   return examples::run_driver(die, [&]() -> int {
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(node.memory_bytes) / (1 << 30), node.gpus);
     auto manager = spawn_placement_manager(
         sys, {node}, std::chrono::milliseconds{static_cast<int64_t>(cfg.pg_timeout_s * 1000)});
-    die.stops->push_back(
+    die.stops->add(
         [manager] { caf::anon_send_exit(manager, caf::exit_reason::user_shutdown); });
     placement_client pgs{sys, manager};
 

@@ -3,12 +3,14 @@
 // error naming what was lost, within a bound, on every exit path. A hung engines' node fails
 // the call waiting on it as soon as the node is declared dead (not at the call's deadline); a
 // hung trainer's node, repeated, never ends the driver in a crash at exit; a killed head is
-// named as the cause.
+// named as the cause; SIGINT stops the job's actors and ends the driver with 130.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/cluster/cluster_fixture.hpp"
 
@@ -122,4 +124,31 @@ TEST(ClusterDriverExits, AKilledHeadIsNamedAsTheCause) {
   EXPECT_NE(grpo.log().find("the cluster head at " + cluster.endpoint() + " is lost"),
             std::string::npos)
     << grpo.log();
+}
+
+TEST(ClusterDriverExits, AnInterruptedDriverStopsItsJobAndEndsWith130) {
+  test_cluster cluster{"interrupted"};
+  cluster.add_node("n1", 1, 2);
+  cluster.add_node("n2", 1, 2);
+  child_process grpo(job(cluster, "job"), cluster.dir() + "/job.log", passive_omp);
+  ASSERT_FALSE(wait_for_layout(grpo).first.empty()) << grpo.log() << cluster.logs();
+  grpo.signal(SIGINT);
+  auto rc = grpo.wait_exit(30s);
+  ASSERT_TRUE(rc.has_value()) << grpo.log();
+  EXPECT_EQ(*rc, 128 + SIGINT) << grpo.log();
+  EXPECT_NE(grpo.log().find("Interrupt: stopping the job"), std::string::npos) << grpo.log();
+  // The head freed the job's placement groups and its nodes' resources.
+  test_driver observer{cluster.endpoint()};
+  ASSERT_TRUE(observer.error().empty()) << observer.error();
+  EXPECT_TRUE(eventually([&] { return observer.status(); },
+                         [](const nlohmann::json& s) {
+                           if (!s["placement_groups"].empty())
+                             return false;
+                           for (auto& n : s["nodes"])
+                             if (n["available"]["GPU"] != n["total"]["GPU"])
+                               return false;
+                           return true;
+                         },
+                         10s))
+    << observer.status().dump(2);
 }
