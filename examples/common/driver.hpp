@@ -1,8 +1,11 @@
 #pragma once
-// Driver plumbing shared by the examples (sft, ppo): command-line options, the JSONL metrics
-// file, the actor-system configuration, the model config, fatal-error handling, spawning a worker
-// group in its own placement group, shutdown and the first/last averages the examples check.
-// Header-only so each example stays a single translation unit.
+// Driver plumbing shared by the examples (sft, ppo, grpo, placement_demo): command-line
+// options, the JSONL metrics file, the actor-system configuration, the model config, fatal-error
+// handling and the driver's exit paths (run_driver: failures and stop signals stop the job's
+// actors before the actor system goes), spawning a worker group in its own placement group,
+// shutdown and the first/last averages the examples check. Header-only so each example stays a
+// single translation unit. Everything here runs on the driver's main thread, except
+// `job_stops`, which run_driver's signal thread uses too.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
