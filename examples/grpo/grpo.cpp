@@ -61,6 +61,7 @@
 
 #include "../common/driver.hpp"
 #include "examples/grpo/arith_task.hpp"
+#include "examples/grpo/engine_recovery.hpp"
 #include "examples/grpo/env_job.hpp"
 #include "examples/grpo/mode_comparison.hpp"
 #include "examples/grpo/options.hpp"
@@ -93,16 +94,10 @@ actor_group spawn_role(const examples::fatal_errors& or_die, const caf::actor& m
                        const placement_group_info& pg, const std::string& role,
                        const std::string& kind, bool collectives, double gpu,
                        int per_bundle = 1) {
-  group_spec spec;
-  spec.name = role;
-  spec.kind = kind;
-  spec.placement = pg;
-  spec.num_ranks = per_bundle * static_cast<int32_t>(pg.bundles.size());
-  spec.gpu_per_rank = gpu;
-  spec.threads_per_rank = 1;
-  spec.collectives = collectives;
-  spec.placement_manager = manager;
-  return or_die.group(actor_group::spawn(or_die.sys, spec), "spawn group");
+  return or_die.group(
+      actor_group::spawn(or_die.sys, examples::grpo::role_spec(manager, pg, role, kind,
+                                                               collectives, gpu, per_bundle)),
+      "spawn group");
 }
 
 /// Greedy answers of the engines to `problems`, as the share answered exactly.
@@ -192,9 +187,10 @@ struct arith_result {
 };
 
 /// The arithmetic task: warm start, held-out accuracy, GRPO steps, held-out accuracy again.
+/// Lost engines are replaced through `recovery` while it allows (--max-restarts).
 arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client& client,
                             const examples::grpo::options& opt, const arith::task& task,
-                            std::ostream& metrics) {
+                            examples::grpo::engine_recovery& recovery, std::ostream& metrics) {
   std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
   arith_result res;
   const auto max_tokens = task.max_answer_tokens();
@@ -264,7 +260,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   lo.max_staleness = opt.max_staleness;
   lo.pause_mode = opt.pause;
   std::map<int64_t, arith::problem> problem_of; // the problem of each rollout id
-  rl::rl_loop loop(or_die.sys, client, lo, [&](int64_t id) {
+  auto source = [&](int64_t id) {
     // Drawn in id order from the job's generator: sync mode asks for each step's requests just
     // before the step, as the loop did before it had modes.
     auto p = task.sample_train(rng);
@@ -278,13 +274,15 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     r.stop_token_ids = {arith::tokenizer::eos_id};
     r.num_samples = opt.group;
     return r;
-  });
-  loop.set_version(res.first_version);
+  };
+  // A pointer: a recovery replaces the loop (its producer talked to the lost engines).
+  auto loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
+  loop->set_version(res.first_version);
   int first_step = 1;
   if (opt.resume) {
     // The rollouts waiting and finished at the checkpoint, with their accounting; the waiting
     // ones are generated again, the finished ones are trained on as if nothing happened.
-    auto restored = loop.restore(resumed.value("loop", nlohmann::json{}));
+    auto restored = loop->restore(resumed.value("loop", nlohmann::json{}));
     if (!restored) {
       std::fprintf(stderr, "grpo: --resume: %s\n", or_die.sys.render(restored.error()).c_str());
       throw examples::fatal_exit{1};
@@ -303,7 +301,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
       throw examples::fatal_exit{1};
     }
     // The engines get the resumed policy under the version the checkpoint had.
-    res.first_version = or_die(loop.update_weights(), "weight update (--resume)");
+    res.first_version = or_die(loop->update_weights(), "weight update (--resume)");
     first_step = static_cast<int>(resumed_step) + 1;
     const auto& rs = resumed.at("loop").at("rollouts");
     std::printf("grpo: resumed at step %lld from %s: %zu rollouts generated again, %zu finished "
@@ -323,7 +321,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     nlohmann::json problems = nlohmann::json::array();
     for (const auto& [id, p] : problem_of)
       problems.push_back({id, p.a, p.b, std::string(1, p.op)});
-    auto snap = or_die(loop.snapshot({{"rng", rng_text.str()},
+    auto snap = or_die(loop->snapshot({{"rng", rng_text.str()},
                                       {"problems", problems},
                                       {"acc_before", res.acc_before},
                                       {"rewards", res.rewards}}),
@@ -332,8 +330,45 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
                                   nlohmann::json{{"loop", snap}}),
            "save_checkpoint");
   };
-  const bool correct_off_policy = opt.mode != "sync";
+  // Lost engines (--max-restarts): new engines get the policy's weights, then the rollouts the
+  // lost ones held, waiting or finished (a fresh loop restored from the old one's snapshot);
+  // the trainer keeps its state. False when this was not an engines' loss or no restart is
+  // left: the caller fails with `err`.
+  nlohmann::json recoveries = nlohmann::json::array(); // this step's
   auto t_grpo = clock_type::now();
+  auto recover = [&](const caf::error& err, int step) {
+    if (!recovery.can_restart() || !recovery.engines_lost())
+      return false;
+    const auto t0 = clock_type::now();
+    const auto lost = or_die.sys.render(err);
+    std::printf("\ngrpo: step %d: the engines are lost (%s); replacing them (restart %d of %d, "
+                "waiting up to %.0f s for room)\n",
+                step, lost.c_str(), recovery.restarts() + 1, opt.max_restarts,
+                opt.recovery_timeout);
+    auto snap = or_die(loop->snapshot(), "rollout snapshot (engine recovery)");
+    loop.reset();
+    auto node = or_die(recovery.replace(), "engine recovery");
+    auto version = or_die(client.save_weights_for_sampler("policy"),
+                          "weight sync to the new engines");
+    loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
+    or_die(loop->restore(snap), "rollouts back to the new engines");
+    loop->set_version(version);
+    const double seconds = examples::seconds_since(t0);
+    const auto& held = snap.at("rollouts");
+    std::printf("grpo: step %d: engines on node '%s' at weight version %lld after %.2f s; %zu "
+                "rollouts generated again, %zu finished kept\n",
+                step, node.c_str(), static_cast<long long>(version), seconds,
+                held.at("waiting").size(), held.at("done").size());
+    recoveries.push_back({{"lost", lost},
+                          {"at_grpo_seconds", examples::seconds_since(t_grpo)},
+                          {"engines_node", node},
+                          {"weight_version", version},
+                          {"regenerated", held.at("waiting").size()},
+                          {"steps_replayed", 0},
+                          {"seconds", seconds}});
+    return true;
+  };
+  const bool correct_off_policy = opt.mode != "sync";
   double eval_seconds = 0; // held-out evaluations, left out of the wall time
   int64_t samples_trained = 0;
   for (int step = first_step; step <= opt.steps; ++step) {
@@ -341,7 +376,10 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     report::step_stats st;
     st.step = step;
     st.total_steps = opt.steps;
-    auto batch = or_die(loop.next_batch(), "rollouts");
+    auto next = loop->next_batch();
+    while (!next && recover(next.error(), step))
+      next = loop->next_batch();
+    auto batch = or_die(std::move(next), "rollouts");
     // Waiting for rollouts is this step's generation time (all of it in sync mode).
     st.generate_seconds = batch.wait_seconds;
 
@@ -386,7 +424,10 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     auto gap =
         examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
     auto t_sync = clock_type::now();
-    st.weight_version = or_die(loop.update_weights(), "weight update");
+    auto updated = loop->update_weights();
+    if (!updated && recover(updated.error(), step))
+      updated = loop->version(); // the recovery synced the policy's new weights
+    st.weight_version = or_die(std::move(updated), "weight update");
     st.sync_seconds = examples::seconds_since(t_sync);
     nlohmann::json extra{{"mode", opt.mode},
                          {"staleness_mean", staleness_sum / static_cast<double>(batch.rollouts.size())},
@@ -398,6 +439,10 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
                          {"logprob_gap", gap.raw},
                          {"logprob_gap_corrected", gap.corrected},
                          {"tis_clipped", gap.tis_clipped}};
+    if (!recoveries.empty()) {
+      extra["recoveries"] = recoveries;
+      recoveries = nlohmann::json::array();
+    }
     if (opt.eval_every > 0 && (step % opt.eval_every == 0 || step == opt.steps)) {
       auto t_eval = clock_type::now();
       extra["held_out_accuracy"] = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
@@ -412,7 +457,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     std::printf("\n");
   res.grpo_seconds = examples::seconds_since(t_grpo) - eval_seconds;
   res.samples = samples_trained;
-  if (auto acc = loop.accounting()) {
+  if (auto acc = loop->accounting()) {
     res.staleness_counts = acc->staleness_counts;
     res.dropped = acc->dropped;
     res.requeued = acc->requeued;
@@ -693,7 +738,8 @@ int run(int argc, char** argv) {
       std::printf("grpo: %lld-parameter Llama; %s; task: %d-digit addition, %d held-out "
                   "problems\n",
                   static_cast<long long>(params), layout_text.c_str(), opt.digits, opt.held_out);
-      arith_res = run_arithmetic(or_die, client, opt, *task_ptr, metrics);
+      examples::grpo::engine_recovery recovery{or_die, client, pgs, manager, engines, model, opt};
+      arith_res = run_arithmetic(or_die, client, opt, *task_ptr, recovery, metrics);
       rewards = arith_res.rewards;
       title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
               std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_before))) + "% -> " +

@@ -69,7 +69,8 @@ void apply_env_quick(options& o) {
 // Flags that belong to one mode only.
 const std::set<std::string> arithmetic_flags{
     "--digits",     "--held-out",       "--sft-steps",      "--sft-batch", "--sft-lr",
-    "--sft-target", "--checkpoint-dir", "--checkpoint-every", "--resume", "--no-goal"};
+    "--sft-target", "--checkpoint-dir", "--checkpoint-every", "--resume", "--no-goal",
+    "--max-restarts", "--recovery-timeout"};
 const std::set<std::string> env_flags{"--model",       "--task",        "--max-turns",
                                       "--turn-tokens", "--env-timeout", "--min-final-reward"};
 
@@ -144,6 +145,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--max-turns", {&o.max_turns, 1, 1000}}, {"--turn-tokens", {&o.turn_tokens, 1, 100000}},
     {"--max-staleness", {&o.max_staleness, 0, 1000}}, {"--eval-every", {&o.eval_every, 0, big}},
     {"--checkpoint-every", {&o.checkpoint_every, 0, big}},
+    {"--max-restarts", {&o.max_restarts, 0, 1000}},
   };
   // Real flags: target and whether 0 is allowed (all must be finite and not negative).
   std::map<std::string, std::pair<double*, bool>> reals{
@@ -154,6 +156,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     {"--sft-target", {&o.sft_target, true}},
     {"--env-timeout", {&o.env_timeout, false}},
     {"--min-final-reward", {&o.min_final_reward, true}},
+    {"--recovery-timeout", {&o.recovery_timeout, false}},
   };
   std::map<std::string, std::string*> paths{{"--metrics", &o.metrics}, {"--plot", &o.plot},
                                             {"--cluster", &o.cluster}, {"--tls", &o.tls},
@@ -271,6 +274,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
               "device, so generation cannot overlap training";
     return r;
   }
+  if (o.max_restarts > 0 && o.placement != "split") {
+    r.error = "--max-restarts needs --placement split: the engines are replaced in a placement "
+              "group of their own";
+    return r;
+  }
   if (env_mode && o.mode != "sync") {
     r.error = "--mode " + o.mode + " runs the arithmetic task; --env episodes are multi-turn "
               "and run in sync mode only";
@@ -310,7 +318,7 @@ std::string usage(const std::string& prog) {
          "       [--mode sync|one_step_off|fully_async] [--max-staleness K]\n"
          "       [--pause keep|abort] [--tis none|token|sequence] [--eval-every N]\n"
          "       [--checkpoint-dir DIR [--checkpoint-every N] [--resume]]\n"
-         "       [--cluster HOST:PORT] [--tls DIR]\n"
+         "       [--max-restarts N [--recovery-timeout S]] [--cluster HOST:PORT] [--tls DIR]\n"
          "       [--env CMD --model DIR [--task JSON] [--max-turns N] [--turn-tokens N]\n"
          "        [--env-timeout S] [--min-final-reward R]]\n"
          "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
@@ -333,7 +341,11 @@ std::string usage(const std::string& prog) {
          "--tis corrects for the engines' log-probs (truncated importance sampling). --eval-every\n"
          "measures held-out accuracy every N steps (the accuracy-vs-time curve in the metrics).\n"
          "--checkpoint-every N saves the policy, the rollouts waiting and finished and\n"
-         "the job's state into --checkpoint-dir; --resume continues from the latest one.\n";
+         "the job's state into --checkpoint-dir; --resume continues from the latest one.\n"
+         "--max-restarts N (with --placement split) recovers from up to N losses of the\n"
+         "engines (their node dying or hanging): the engines are placed again (waiting up to\n"
+         "--recovery-timeout seconds, default 60, for room), get the policy's weights, and the\n"
+         "rollouts they held are generated again; the trainer loses nothing.\n";
 }
 
 } // namespace rlforge::examples::grpo

@@ -62,6 +62,11 @@ struct options {
   std::string checkpoint_dir;
   int checkpoint_every = 0;       ///< (--checkpoint-every; 0 = never)
   bool resume = false;            ///< (--resume)
+  /// Losses of the engines (their node died or hung) the job recovers from in place: new
+  /// engines are placed, synced, and given the rollouts that were lost (--max-restarts; needs
+  /// --placement split; 0 = a loss ends the job). A trainer's loss still ends it.
+  int max_restarts = 0;
+  double recovery_timeout = 60;   ///< seconds a recovery waits for room (--recovery-timeout)
   // An environment instead of the arithmetic task (--env CMD).
   std::string env_command;        ///< as given (--env); empty = the arithmetic task
   std::vector<std::string> env_argv; ///< `env_command` split into words (see `split_command`)

@@ -122,6 +122,20 @@ TEST(GrpoOptions, ModesAndPlacement) {
   EXPECT_THAT(err({"--mode", "one_step_off", "--placement", "split", "--env", "x", "--model",
                    "m"}),
               HasSubstr("run in sync mode only"));
+  // Recovering lost engines: split placement, the arithmetic task.
+  EXPECT_EQ(parse_options({}).opts.max_restarts, 0);
+  auto h = parse_options({"--placement", "split", "--max-restarts", "2", "--recovery-timeout",
+                          "5"});
+  ASSERT_TRUE(h.error.empty()) << h.error;
+  EXPECT_EQ(h.opts.max_restarts, 2);
+  EXPECT_EQ(h.opts.recovery_timeout, 5.0);
+  EXPECT_THAT(err({"--max-restarts", "1"}), HasSubstr("--max-restarts needs --placement split"));
+  EXPECT_THAT(err({"--placement", "split", "--max-restarts", "-1"}),
+              HasSubstr("--max-restarts must be an integer in [0, 1000]"));
+  EXPECT_THAT(err({"--placement", "split", "--recovery-timeout", "0"}),
+              HasSubstr("--recovery-timeout must be a finite number > 0"));
+  EXPECT_THAT(err({"--max-restarts", "1", "--env", "x", "--model", "m"}),
+              HasSubstr("--max-restarts belongs to the arithmetic task"));
 }
 
 TEST(GrpoOptions, HelpAndUsage) {

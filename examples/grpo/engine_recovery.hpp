@@ -1,0 +1,71 @@
+#pragma once
+// The GRPO job's engines, replaced in place when they are lost (--max-restarts): their node
+// died or hung. New engines are placed in a fresh "generation" placement group (waiting up to
+// --recovery-timeout for room: a node left, or one that joins), get the model and are
+// registered with the dispatcher under the same role; the job then gives them the policy's
+// weights and the rollouts that were lost (grpo.cpp: rl_loop snapshot and restore). The trainer
+// keeps its ranks and its state: nothing is rolled back.
+//
+// Used from the driver's main thread only. Owns nothing but its count: the engines' handle is
+// the job's (`engines`, updated on a replacement).
+#include <chrono>
+#include <string>
+
+#include <caf/actor.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/actor_group.hpp"
+#include "actors/placement_manager.hpp"
+#include "actors/trainer_client.hpp"
+#include "examples/grpo/options.hpp"
+
+namespace rlforge::examples {
+struct fatal_errors;
+}
+
+namespace rlforge::examples::grpo {
+
+/// The spec of group `role`: one rank of `kind` per bundle of `pg` (times `per_bundle`) at
+/// `gpu` GPU per rank, reserved through `manager`, one thread each.
+actors::group_spec role_spec(const caf::actor& manager, const placement_group_info& pg,
+                             const std::string& role, const std::string& kind, bool collectives,
+                             double gpu, int per_bundle = 1);
+
+class engine_recovery {
+public:
+  /// `engines` is the job's handle to its engine group (placement group "generation", role
+  /// "engines"); `model` what they are initialized with before the weight sync.
+  engine_recovery(const fatal_errors& or_die, actors::trainer_client& client,
+                  actors::placement_client& pgs, caf::actor manager,
+                  actors::actor_group& engines, model_spec model, const options& opt);
+
+  /// True while --max-restarts allows another replacement.
+  bool can_restart() const { return restarts_ < max_restarts_; }
+
+  /// Replacements so far.
+  int restarts() const { return restarts_; }
+
+  /// True when the engines no longer answer: their ranks died or their node was declared dead
+  /// (a call to them fails at once then; a live engine answers within `patience`).
+  bool engines_lost(std::chrono::milliseconds patience = std::chrono::seconds(10));
+
+  /// Replaces the engines: stops the old group, removes its placement group, places a new one
+  /// and spawns the engines there (placing again when the spawn fails, e.g. on the lost node
+  /// before the head declared it dead), all within the recovery timeout; then registers and
+  /// initializes them. Returns the node they are on, or an error naming what failed (the
+  /// timeout's names the last attempt). Counts a restart either way.
+  caf::expected<std::string> replace();
+
+private:
+  const fatal_errors& or_die_;
+  actors::trainer_client& client_;
+  actors::placement_client& pgs_;
+  caf::actor manager_;
+  actors::actor_group& engines_;
+  model_spec model_;
+  int max_restarts_;
+  double timeout_s_;
+  int restarts_ = 0;
+};
+
+} // namespace rlforge::examples::grpo
