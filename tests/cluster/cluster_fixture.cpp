@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -184,6 +185,36 @@ nlohmann::json node_status(const nlohmann::json& status, const std::string& id) 
       if (n["id"] == id)
         return n;
   return nullptr;
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (auto r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        !r.is_discarded())
+      out.push_back(std::move(r));
+  return out;
+}
+
+const std::map<std::string, std::string> passive_omp{{"OMP_WAIT_POLICY", "PASSIVE"}};
+
+std::vector<std::string> grpo_split_job(const test_cluster& cluster, const std::string& tag,
+                                        const std::vector<std::string>& extra) {
+  const auto out = cluster.dir() + "/" + tag;
+  std::vector<std::string> args{grpo_example_binary(), "--placement", "split", "--no-goal",
+                                "--quiet", "--cluster", cluster.endpoint()};
+  args.insert(args.end(), {"--metrics", out + ".jsonl", "--plot", out + ".png"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::string quoted_after(const std::string& text, const std::string& prefix) {
+  auto at = text.find(prefix);
+  if (at == std::string::npos)
+    return {};
+  at += prefix.size();
+  return text.substr(at, text.find('\'', at) - at);
 }
 
 } // namespace rlforge::cluster_test

@@ -122,4 +122,21 @@ bool eventually(Status status, Pred pred, std::chrono::milliseconds timeout) {
 /// The status entry of node `id` (null JSON when absent).
 nlohmann::json node_status(const nlohmann::json& status, const std::string& id);
 
+/// OpenMP threads sleep while they wait (several ranks share the cores).
+extern const std::map<std::string, std::string> passive_omp;
+
+/// The GRPO job (examples/grpo) on `cluster`, placement split (the policy and ref on one node,
+/// the engines on another), not judged (--no-goal) and quiet, its metrics in DIR/TAG.jsonl and
+/// its plot in DIR/TAG.png (DIR the cluster's directory), then `extra`.
+std::vector<std::string> grpo_split_job(const test_cluster& cluster, const std::string& tag,
+                                        const std::vector<std::string>& extra = {});
+
+/// The text between `prefix` and the next quote in `text` (empty when absent): e.g. the node
+/// after "engines (1) on node '" in the GRPO job's opening line.
+std::string quoted_after(const std::string& text, const std::string& prefix);
+
+/// The records of a JSONL file (a job's metrics); a line that is not JSON (empty, or the partial
+/// last line of a file being written) is skipped; none when the file is absent.
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+
 } // namespace rlforge::cluster_test

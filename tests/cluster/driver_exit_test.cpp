@@ -8,8 +8,6 @@
 
 #include <signal.h>
 
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "tests/cluster/cluster_fixture.hpp"
@@ -20,22 +18,8 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-/// OpenMP threads sleep while they wait (several ranks share the cores).
-const std::map<std::string, std::string> passive_omp{{"OMP_WAIT_POLICY", "PASSIVE"}};
-
 std::vector<std::string> job(test_cluster& cluster, const std::string& tag) {
-  return {grpo_example_binary(), "--placement", "split", "--steps", "40", "--held-out", "20",
-          "--no-goal", "--quiet", "--metrics", cluster.dir() + "/" + tag + ".jsonl",
-          "--plot", cluster.dir() + "/" + tag + ".png", "--cluster", cluster.endpoint()};
-}
-
-/// The text between `prefix` and the next quote in `text` (empty when absent).
-std::string quoted_after(const std::string& text, const std::string& prefix) {
-  auto at = text.find(prefix);
-  if (at == std::string::npos)
-    return {};
-  at += prefix.size();
-  return text.substr(at, text.find('\'', at) - at);
+  return grpo_split_job(cluster, tag, {"--steps", "40", "--held-out", "20"});
 }
 
 /// Waits for the job's opening line; the node the policy is on and the engines' node.
@@ -44,14 +28,6 @@ std::pair<std::string, std::string> wait_for_layout(child_process& job) {
     return {};
   auto out = job.log();
   return {quoted_after(out, "and ref (1) on node '"), quoted_after(out, "engines (1) on node '")};
-}
-
-size_t lines_of(const std::string& path) {
-  std::ifstream in(path);
-  size_t n = 0;
-  for (std::string line; std::getline(in, line);)
-    n += !line.empty();
-  return n;
 }
 
 double seconds_since(clock_type::time_point t) {
@@ -68,9 +44,10 @@ TEST(ClusterDriverExits, AHungEnginesNodeFailsTheJobOnceItIsDeclaredDead) {
   auto [policy_node, engine_node] = wait_for_layout(grpo);
   ASSERT_FALSE(engine_node.empty()) << grpo.log() << cluster.logs();
   // GRPO is under way (steps alternate generation, training and weight syncs).
-  for (int i = 0; i < 1200 && lines_of(cluster.dir() + "/job.jsonl") < 2 && grpo.running(); ++i)
+  for (int i = 0; i < 1200 && read_jsonl(cluster.dir() + "/job.jsonl").size() < 2 && grpo.running();
+       ++i)
     std::this_thread::sleep_for(100ms);
-  ASSERT_GE(lines_of(cluster.dir() + "/job.jsonl"), 2u) << grpo.log() << cluster.logs();
+  ASSERT_GE(read_jsonl(cluster.dir() + "/job.jsonl").size(), 2u) << grpo.log() << cluster.logs();
   auto stopped = clock_type::now();
   cluster.node(engine_node).signal(SIGSTOP);
   // Declared dead in about a second; every wait on the engines ends then, not at the job's
@@ -103,8 +80,7 @@ TEST(ClusterDriverExits, ADriverWhoseTrainerNodeHangsExitsCleanlyEveryTime) {
       auto rc = grpo.wait_exit(60s);
       ASSERT_TRUE(rc.has_value()) << "run " << run << " hangs\n" << grpo.log();
       EXPECT_EQ(*rc, 1) << "run " << run << " (-1: ended by a signal)\n" << grpo.log();
-      EXPECT_NE(grpo.log().find("failed: rlforge.rank_failed"), std::string::npos)
-        << grpo.log();
+      EXPECT_NE(grpo.log().find("failed: rlforge.rank_failed"), std::string::npos) << grpo.log();
     }
     cluster.drop_node(a);
     cluster.drop_node(b);
@@ -123,7 +99,7 @@ TEST(ClusterDriverExits, AKilledHeadIsNamedAsTheCause) {
   EXPECT_EQ(*rc, 1) << grpo.log();
   EXPECT_NE(grpo.log().find("the cluster head at " + cluster.endpoint() + " is lost"),
             std::string::npos)
-    << grpo.log();
+      << grpo.log();
 }
 
 TEST(ClusterDriverExits, AnInterruptedDriverStopsItsJobAndEndsWith130) {
@@ -150,5 +126,5 @@ TEST(ClusterDriverExits, AnInterruptedDriverStopsItsJobAndEndsWith130) {
                            return true;
                          },
                          10s))
-    << observer.status().dump(2);
+      << observer.status().dump(2);
 }

@@ -7,8 +7,6 @@
 
 #include <signal.h>
 
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "tests/cluster/cluster_fixture.hpp"
@@ -18,38 +16,22 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::map<std::string, std::string> passive_omp{{"OMP_WAIT_POLICY", "PASSIVE"}};
-
 constexpr int steps = 10, prompts = 16, group = 4;
 
 std::vector<std::string> job(test_cluster& cluster, std::vector<std::string> extra) {
-  std::vector<std::string> args{grpo_example_binary(), "--placement", "split", "--steps",
-                                std::to_string(steps), "--prompts", std::to_string(prompts),
-                                "--group", std::to_string(group), "--sft-steps", "40",
-                                "--held-out", "20", "--no-goal", "--quiet", "--metrics",
-                                cluster.dir() + "/job.jsonl", "--plot", cluster.dir() + "/job.png",
-                                "--cluster", cluster.endpoint()};
+  std::vector<std::string> args{"--steps", std::to_string(steps), "--prompts",
+                                std::to_string(prompts), "--group", std::to_string(group),
+                                "--sft-steps", "40", "--held-out", "20"};
   args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-std::vector<nlohmann::json> records(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty())
-      out.push_back(nlohmann::json::parse(line));
-  return out;
+  return grpo_split_job(cluster, "job", args);
 }
 
 /// Starts the job, waits for its third step, sends `sig` to the engines' node; that node.
 std::string lose_engines_after_step_3(test_cluster& cluster, child_process& grpo, int sig) {
   if (!grpo.wait_for_log("engines (1) on node '", 120s))
     return {};
-  auto out = grpo.log();
-  auto at = out.find("engines (1) on node '") + 21;
-  auto node = out.substr(at, out.find('\'', at) - at);
-  for (int i = 0; i < 1200 && records(cluster.dir() + "/job.jsonl").size() < 3 && grpo.running();
+  auto node = quoted_after(grpo.log(), "engines (1) on node '");
+  for (int i = 0; i < 1200 && read_jsonl(cluster.dir() + "/job.jsonl").size() < 3 && grpo.running();
        ++i)
     std::this_thread::sleep_for(100ms);
   cluster.node(node).signal(sig);
@@ -60,7 +42,7 @@ void expect_healed_run(test_cluster& cluster, child_process& grpo, const std::st
   auto rc = grpo.wait_exit(180s);
   ASSERT_TRUE(rc.has_value()) << grpo.log();
   ASSERT_EQ(*rc, 0) << grpo.log() << cluster.logs();
-  auto rs = records(cluster.dir() + "/job.jsonl");
+  auto rs = read_jsonl(cluster.dir() + "/job.jsonl");
   ASSERT_EQ(rs.size(), static_cast<size_t>(steps)) << grpo.log();
   int recoveries = 0;
   for (auto& r : rs) {
@@ -87,9 +69,9 @@ TEST(ClusterEngineRecovery, AKilledEnginesNodeIsReplacedAndNoRolloutIsLost) {
   test_cluster cluster{"heal_kill"};
   for (auto id : {"n1", "n2", "n3"})
     cluster.add_node(id, 1, 2);
-  child_process grpo(job(cluster, {"--max-restarts", "1", "--mode", "fully_async",
-                                   "--max-staleness", "2"}),
-                     cluster.dir() + "/job.log", passive_omp);
+  child_process grpo(
+      job(cluster, {"--max-restarts", "1", "--mode", "fully_async", "--max-staleness", "2"}),
+      cluster.dir() + "/job.log", passive_omp);
   auto lost = lose_engines_after_step_3(cluster, grpo, SIGKILL);
   ASSERT_FALSE(lost.empty()) << grpo.log() << cluster.logs();
   expect_healed_run(cluster, grpo, lost);
@@ -119,5 +101,5 @@ TEST(ClusterEngineRecovery, WithNoRoomLeftTheJobFailsAtTheRecoveryTimeout) {
   ASSERT_TRUE(rc.has_value()) << grpo.log();
   EXPECT_EQ(*rc, 1) << grpo.log();
   EXPECT_NE(grpo.log().find("no engines within 3 s (--recovery-timeout)"), std::string::npos)
-    << grpo.log();
+      << grpo.log();
 }

@@ -16,23 +16,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty())
-      out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 std::vector<std::string> job(const std::string& dir, const std::string& tag) {
   return {grpo_example_binary(), "--placement", "split", "--steps", "20", "--held-out", "50",
           "--no-goal", "--quiet", "--metrics", dir + "/" + tag + ".jsonl",
           "--plot", dir + "/" + tag + ".png"};
 }
-
-/// OpenMP threads sleep while they wait (several ranks share the cores).
-const std::map<std::string, std::string> passive_omp{{"OMP_WAIT_POLICY", "PASSIVE"}};
 
 /// Two node processes of one GPU each: a placement group of one 1-GPU bundle per node.
 void add_two_nodes(test_cluster& cluster) {
