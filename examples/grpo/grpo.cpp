@@ -347,23 +347,36 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
                 opt.recovery_timeout);
     auto snap = or_die(loop->snapshot(), "rollout snapshot (engine recovery)");
     loop.reset();
+    // Every rollout held is generated again on the new engines, finished ones too: the sync
+    // below gives the weights a new version (the same weights when the loss came during
+    // generation), so rollouts of the old version would count as stale and be dropped.
+    auto& held = snap.at("rollouts");
+    const auto finished = held.at("done").size();
+    for (auto& r : held.at("done")) {
+      r["samples"] = nlohmann::json::array();
+      held.at("waiting").push_back(std::move(r));
+    }
+    held["done"] = nlohmann::json::array();
+    auto& waiting = held.at("waiting");
+    std::sort(waiting.begin(), waiting.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+      return a.at("id").get<int64_t>() < b.at("id").get<int64_t>();
+    });
     auto node = or_die(recovery.replace(), "engine recovery");
-    auto version = or_die(client.save_weights_for_sampler("policy"),
-                          "weight sync to the new engines");
+    auto version =
+        or_die(client.save_weights_for_sampler("policy"), "weight sync to the new engines");
     loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
     or_die(loop->restore(snap), "rollouts back to the new engines");
     loop->set_version(version);
     const double seconds = examples::seconds_since(t0);
-    const auto& held = snap.at("rollouts");
     std::printf("grpo: step %d: engines on node '%s' at weight version %lld after %.2f s; %zu "
-                "rollouts generated again, %zu finished kept\n",
-                step, node.c_str(), static_cast<long long>(version), seconds,
-                held.at("waiting").size(), held.at("done").size());
+                "rollouts generated again (%zu of them had finished)\n",
+                step, node.c_str(), static_cast<long long>(version), seconds, waiting.size(),
+                finished);
     recoveries.push_back({{"lost", lost},
                           {"at_grpo_seconds", examples::seconds_since(t_grpo)},
                           {"engines_node", node},
                           {"weight_version", version},
-                          {"regenerated", held.at("waiting").size()},
+                          {"regenerated", waiting.size()},
                           {"steps_replayed", 0},
                           {"seconds", seconds}});
     return true;
