@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 namespace rlforge::service::wire_detail {
@@ -219,11 +220,80 @@ void settle_shape(tinker::tensor_data& t, bool shape_given, const std::string& w
 
 // ---- JSON field access -----------------------------------------------------------------------
 
+namespace {
+
+/// The first number of `body` JSON cannot hold (NaN, Infinity, -Infinity, as Python's json
+/// writes them, or a literal beyond the double range) as "'path' is TOKEN"; "" when none is
+/// found. A light scan (strings, nesting, keys), run only after the parser refused the body, so
+/// the error can name the field.
+std::string non_finite_number(std::string_view body) {
+  struct frame {
+    bool object;
+    std::string key;
+    size_t index = 0;
+  };
+  std::vector<frame> stack;
+  bool expect_key = false;
+  auto path = [&] {
+    std::string out;
+    for (const auto& f : stack)
+      out += f.object ? (out.empty() ? "" : ".") + f.key : "[" + std::to_string(f.index) + "]";
+    return out;
+  };
+  for (size_t i = 0; i < body.size();) {
+    const char c = body[i];
+    if (c == '"') {
+      std::string text;
+      for (++i; i < body.size() && body[i] != '"'; ++i) {
+        if (body[i] == '\\' && i + 1 < body.size())
+          ++i;
+        text += body[i];
+      }
+      ++i;
+      if (expect_key && !stack.empty() && stack.back().object)
+        stack.back().key = text;
+      expect_key = false;
+    } else if (c == '{' || c == '[') {
+      stack.push_back({c == '{', "", 0});
+      expect_key = c == '{';
+      ++i;
+    } else if (c == '}' || c == ']') {
+      if (!stack.empty())
+        stack.pop_back();
+      ++i;
+    } else if (c == ',') {
+      if (!stack.empty() && !stack.back().object)
+        ++stack.back().index;
+      expect_key = !stack.empty() && stack.back().object;
+      ++i;
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '+' || c == '.') {
+      size_t end = i;
+      while (end < body.size() && (std::isalnum(static_cast<unsigned char>(body[end])) ||
+                                   body[end] == '-' || body[end] == '+' || body[end] == '.'))
+        ++end;
+      const std::string token{body.substr(i, end - i)};
+      i = end;
+      const bool named = token == "NaN" || token == "Infinity" || token == "-Infinity" ||
+                         token == "+Infinity";
+      const bool numeric = std::isdigit(static_cast<unsigned char>(token.back())) != 0;
+      if (named || (numeric && !std::isfinite(std::strtod(token.c_str(), nullptr))))
+        return "'" + path() + "' is " + token;
+    } else {
+      ++i;
+    }
+  }
+  return "";
+}
+
+} // namespace
+
 json parse_object(std::string_view body, const std::string& endpoint) {
   json j;
   try {
     j = json::parse(body.begin(), body.end());
   } catch (const json::exception& e) {
+    if (auto field = non_finite_number(body); !field.empty())
+      user_error(endpoint + ": " + field + "; numbers must be finite JSON numbers");
     user_error(endpoint + ": malformed JSON body: " + e.what());
   }
   if (!j.is_object())

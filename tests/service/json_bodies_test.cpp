@@ -101,8 +101,18 @@ TEST(TinkerWireBodies, OptimStep) {
   expect_user_error([&] { decode_optim_step(bad(R"({"eps":0})")); }, {"'adam_params.eps'"});
   expect_user_error([&] { decode_optim_step(bad(R"({"grad_clip_norm":"1"})")); },
                     {"'adam_params.grad_clip_norm' must be a number, got string"});
+  // Numbers JSON cannot hold are named by field (Python's json writes NaN and Infinity).
   expect_user_error([&] { decode_optim_step(bad(R"({"weight_decay":1e400})")); },
-                    {"malformed JSON"});
+                    {"optim_step: 'adam_params.weight_decay' is 1e400; numbers must be finite"});
+  expect_user_error([&] { decode_optim_step(bad(R"({"beta1":0.9, "learning_rate": NaN})")); },
+                    {"optim_step: 'adam_params.learning_rate' is NaN"});
+  expect_user_error(
+      [&] { decode_optim_step(bad(R"({"eps":1e-8,"learning_rate":-Infinity})")); },
+      {"'adam_params.learning_rate' is -Infinity"});
+  expect_user_error([] { decode_optim_step(R"({"model_id":"a\"b","x":[1,[2,Infinity]]})"); },
+                    {"'x[1][1]' is Infinity"});
+  expect_user_error([&] { decode_optim_step(bad(R"({"learning_rate":tru})")); },
+                    {"optim_step: malformed JSON body"});
   expect_user_error([] { decode_optim_step(R"({"model_id":"m","seq_id":1})"); },
                     {"'adam_params' is required"});
   expect_user_error([] { decode_optim_step(R"({"model_id":"m","adam_params":{}})"); },
