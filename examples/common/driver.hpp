@@ -346,6 +346,25 @@ inline caf::actor placement(const fatal_errors& or_die, caf::actor_system& sys,
   return manager;
 }
 
+/// The spec of group `role`: one rank of `kind` per bundle of `pg` (times `per_bundle`) at
+/// `gpu` GPU per rank, reserved through `manager` (so roles sharing a bundle add up exactly), one
+/// thread each.
+inline actors::group_spec role_group_spec(const caf::actor& manager,
+                                          const placement_group_info& pg, const std::string& role,
+                                          const std::string& kind, bool collectives, double gpu,
+                                          int per_bundle = 1) {
+  actors::group_spec spec;
+  spec.name = role;
+  spec.kind = kind;
+  spec.placement = pg;
+  spec.num_ranks = per_bundle * static_cast<int32_t>(pg.bundles.size());
+  spec.gpu_per_rank = gpu;
+  spec.threads_per_rank = 1;
+  spec.collectives = collectives;
+  spec.placement_manager = manager;
+  return spec;
+}
+
 /// Creates placement group `pg_name` of `ranks` bundles of `bundle` and spawns a group named
 /// `role` of worker kind `role` in it (`what` names the spawn in a fatal error).
 inline actors::actor_group spawn_group(const fatal_errors& or_die, actors::placement_client& pgs,

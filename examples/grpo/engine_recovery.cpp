@@ -11,21 +11,6 @@
 
 namespace rlforge::examples::grpo {
 
-actors::group_spec role_spec(const caf::actor& manager, const placement_group_info& pg,
-                             const std::string& role, const std::string& kind, bool collectives,
-                             double gpu, int per_bundle) {
-  actors::group_spec spec;
-  spec.name = role;
-  spec.kind = kind;
-  spec.placement = pg;
-  spec.num_ranks = per_bundle * static_cast<int32_t>(pg.bundles.size());
-  spec.gpu_per_rank = gpu;
-  spec.threads_per_rank = 1;
-  spec.collectives = collectives;
-  spec.placement_manager = manager;
-  return spec;
-}
-
 engine_recovery::engine_recovery(const fatal_errors& or_die, actors::trainer_client& client,
                                  actors::placement_client& pgs, caf::actor manager,
                                  actors::actor_group& engines, model_spec model,
@@ -53,15 +38,16 @@ caf::expected<std::string> engine_recovery::replace() {
   // dead after --dead-after-ms): a group placed there fails to spawn and is placed again.
   std::string why = "no attempt";
   while (left_s() > 0) {
-    (void)pgs_.remove("generation"); // failed with the node, or gone already
-    const resource_amounts bundle{{"GPU", 1.0}, {"CPU", 1.0}};
-    auto pg = pgs_.create({"generation", {bundle}, "pack", std::max(left_s(), 0.1)});
+    (void)pgs_.remove(split_engines::placement_group); // failed with the node, or gone
+    auto pg = pgs_.create({split_engines::placement_group, {split_engines::bundle()}, "pack",
+                           std::max(left_s(), 0.1)});
     if (!pg) {
       why = "no room for the engines: " + sys.render(pg.error());
       continue;
     }
     auto group = actors::actor_group::spawn(
-        sys, role_spec(manager_, *pg, "engines", "engine", false, 1.0));
+        sys, role_group_spec(manager_, *pg, "engines", "engine", false,
+                             split_engines::gpu_per_rank));
     if (!group) {
       why = "spawning the engines on node '" + pg->bundles.at(0).node_id +
             "': " + sys.render(group.error());

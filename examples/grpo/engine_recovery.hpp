@@ -25,15 +25,18 @@ struct fatal_errors;
 
 namespace rlforge::examples::grpo {
 
-/// The spec of group `role`: one rank of `kind` per bundle of `pg` (times `per_bundle`) at
-/// `gpu` GPU per rank, reserved through `manager`, one thread each.
-actors::group_spec role_spec(const caf::actor& manager, const placement_group_info& pg,
-                             const std::string& role, const std::string& kind, bool collectives,
-                             double gpu, int per_bundle = 1);
+/// Where placement "split" puts the engines: placement group "generation" of one bundle, one
+/// engine rank holding all of it. The job places them so at start, a recovery again.
+struct split_engines {
+  static constexpr const char* placement_group = "generation";
+  static constexpr double gpu_per_rank = 1.0;
+  /// The bundle (every split placement group has one: "training" too).
+  static resource_amounts bundle() { return {{"GPU", 1.0}, {"CPU", 1.0}}; }
+};
 
 class engine_recovery {
 public:
-  /// `engines` is the job's handle to its engine group (placement group "generation", role
+  /// `engines` is the job's handle to its engine group (placed as `split_engines` says, role
   /// "engines"); `model` what they are initialized with before the weight sync.
   engine_recovery(const fatal_errors& or_die, actors::trainer_client& client,
                   actors::placement_client& pgs, caf::actor manager,

@@ -95,8 +95,8 @@ actor_group spawn_role(const examples::fatal_errors& or_die, const caf::actor& m
                        const std::string& kind, bool collectives, double gpu,
                        int per_bundle = 1) {
   return or_die.group(
-      actor_group::spawn(or_die.sys, examples::grpo::role_spec(manager, pg, role, kind,
-                                                               collectives, gpu, per_bundle)),
+      actor_group::spawn(or_die.sys, examples::role_group_spec(manager, pg, role, kind,
+                                                              collectives, gpu, per_bundle)),
       "spawn group");
 }
 
@@ -683,7 +683,8 @@ int run(int argc, char** argv) {
     placement_client pgs{sys, manager};
     trainer_client client{sys, or_die.dispatcher(), 300s};
 
-    const resource_amounts gpu_bundle{{"GPU", 1.0}, {"CPU", 1.0}};
+    using examples::grpo::split_engines;
+    const resource_amounts gpu_bundle = split_engines::bundle();
     const bool split = opt.placement == "split";
     actor_group policy, ref, engines;
     if (!split) {
@@ -697,11 +698,13 @@ int run(int argc, char** argv) {
       // Training and generation in placement groups of their own, one thread each: on one
       // 2-core node a core each, in a cluster of 1-GPU nodes a node each.
       auto training = or_die(pgs.create({"training", {gpu_bundle}, "pack", 30}), "placement group");
-      auto generation =
-          or_die(pgs.create({"generation", {gpu_bundle}, "pack", 30}), "placement group");
+      auto generation = or_die(
+          pgs.create({split_engines::placement_group, {gpu_bundle}, "pack", 30}),
+          "placement group");
       policy = spawn_role(or_die, manager, training, "policy", "policy", true, 0.5);
       ref = spawn_role(or_die, manager, training, "ref", "ref", true, 0.5);
-      engines = spawn_role(or_die, manager, generation, "engines", "engine", false, 1.0);
+      engines = spawn_role(or_die, manager, generation, "engines", "engine", false,
+                           split_engines::gpu_per_rank);
     }
     or_die(client.register_group("policy", policy), "register policy");
     or_die(client.register_group("ref", ref), "register ref");

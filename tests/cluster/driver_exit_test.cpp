@@ -8,6 +8,8 @@
 
 #include <signal.h>
 
+#include <memory>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/cluster/cluster_fixture.hpp"
@@ -30,6 +32,22 @@ std::pair<std::string, std::string> wait_for_layout(child_process& job) {
   return {quoted_after(out, "and ref (1) on node '"), quoted_after(out, "engines (1) on node '")};
 }
 
+/// A head, nodes n1 and n2, and the GRPO job on them, started: `layout` is (the policy's node,
+/// the engines' node), empty when the job never printed its opening line.
+struct job_on_two_nodes {
+  explicit job_on_two_nodes(const std::string& tag) : cluster{tag} {
+    cluster.add_node("n1", 1, 2);
+    cluster.add_node("n2", 1, 2);
+    grpo = std::make_unique<child_process>(job(cluster, "job"), cluster.dir() + "/job.log",
+                                           passive_omp);
+    layout = wait_for_layout(*grpo);
+  }
+
+  test_cluster cluster;
+  std::unique_ptr<child_process> grpo; ///< stopped (by its pid) before the cluster
+  std::pair<std::string, std::string> layout;
+};
+
 double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
@@ -37,11 +55,10 @@ double seconds_since(clock_type::time_point t) {
 } // namespace
 
 TEST(ClusterDriverExits, AHungEnginesNodeFailsTheJobOnceItIsDeclaredDead) {
-  test_cluster cluster{"hung_engines"};
-  cluster.add_node("n1", 1, 2);
-  cluster.add_node("n2", 1, 2);
-  child_process grpo(job(cluster, "job"), cluster.dir() + "/job.log", passive_omp);
-  auto [policy_node, engine_node] = wait_for_layout(grpo);
+  job_on_two_nodes run{"hung_engines"};
+  auto& cluster = run.cluster;
+  auto& grpo = *run.grpo;
+  const auto engine_node = run.layout.second;
   ASSERT_FALSE(engine_node.empty()) << grpo.log() << cluster.logs();
   // GRPO is under way (steps alternate generation, training and weight syncs).
   for (int i = 0; i < 1200 && read_jsonl(cluster.dir() + "/job.jsonl").size() < 2 && grpo.running();
@@ -88,11 +105,10 @@ TEST(ClusterDriverExits, ADriverWhoseTrainerNodeHangsExitsCleanlyEveryTime) {
 }
 
 TEST(ClusterDriverExits, AKilledHeadIsNamedAsTheCause) {
-  test_cluster cluster{"killed_head"};
-  cluster.add_node("n1", 1, 2);
-  cluster.add_node("n2", 1, 2);
-  child_process grpo(job(cluster, "job"), cluster.dir() + "/job.log", passive_omp);
-  ASSERT_FALSE(wait_for_layout(grpo).first.empty()) << grpo.log() << cluster.logs();
+  job_on_two_nodes run{"killed_head"};
+  auto& cluster = run.cluster;
+  auto& grpo = *run.grpo;
+  ASSERT_FALSE(run.layout.first.empty()) << grpo.log() << cluster.logs();
   cluster.head().kill();
   auto rc = grpo.wait_exit(60s);
   ASSERT_TRUE(rc.has_value()) << grpo.log();
@@ -103,11 +119,10 @@ TEST(ClusterDriverExits, AKilledHeadIsNamedAsTheCause) {
 }
 
 TEST(ClusterDriverExits, AnInterruptedDriverStopsItsJobAndEndsWith130) {
-  test_cluster cluster{"interrupted"};
-  cluster.add_node("n1", 1, 2);
-  cluster.add_node("n2", 1, 2);
-  child_process grpo(job(cluster, "job"), cluster.dir() + "/job.log", passive_omp);
-  ASSERT_FALSE(wait_for_layout(grpo).first.empty()) << grpo.log() << cluster.logs();
+  job_on_two_nodes run{"interrupted"};
+  auto& cluster = run.cluster;
+  auto& grpo = *run.grpo;
+  ASSERT_FALSE(run.layout.first.empty()) << grpo.log() << cluster.logs();
   grpo.signal(SIGINT);
   auto rc = grpo.wait_exit(30s);
   ASSERT_TRUE(rc.has_value()) << grpo.log();
