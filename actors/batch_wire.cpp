@@ -174,7 +174,7 @@ caf::expected<batch_payload> pad_payload(const batch_payload& p, int64_t multipl
     b.bytes.reserve(static_cast<size_t>(target) * rb);
     for (int64_t i = 0; i < add; ++i) {
       auto row = static_cast<size_t>(i % real);
-      if (name == backends::batch_keys::loss_mask)
+      if (name == backends::batch_keys::loss_mask || name == backends::batch_keys::metric_mask)
         b.bytes.append(rb, '\0'); // +0.0 in every float format
       else
         b.bytes.append(src, row * rb, rb);

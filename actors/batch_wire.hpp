@@ -39,8 +39,9 @@ caf::expected<int64_t> payload_rows(const batch_payload& p);
 /// Rows `[begin, end)` of `p` (pad_size counts the trailing padding rows inside the range).
 caf::expected<batch_payload> slice_payload(const batch_payload& p, int64_t begin, int64_t end);
 
-/// Appends copies of real rows, cycling through them in order, with `loss_mask` zero, until the
-/// row count is a multiple of `multiple` (same rule as `backends::pad_to_multiple`). Fails for
+/// Appends copies of real rows, cycling through them in order, with `loss_mask` and `metric_mask`
+/// zero, until the row count is a multiple of `multiple` (same rule as
+/// `backends::pad_to_multiple`). Fails for
 /// `multiple` < 1 and for a payload without real rows (an empty batch).
 caf::expected<batch_payload> pad_payload(const batch_payload& p, int64_t multiple);
 

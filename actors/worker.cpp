@@ -223,6 +223,7 @@ algo::loss_inputs loss_inputs_of(const be::training_batch& b) {
   in.old_values = optional_tensor(b, keys::values);
   in.returns = optional_tensor(b, keys::returns);
   in.ref_logprobs = optional_tensor(b, keys::base_action_log_probs);
+  in.metric_mask = optional_tensor(b, keys::metric_mask);
   return in;
 }
 
@@ -360,7 +361,7 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
       batch, {st.algo.max_tokens_per_micro_batch, st.algo.micro_batch_size});
   // The regularizers are means over the whole pass, whatever the split into micro-batches.
   reg.pass_rows = static_cast<double>(batch.batch_size());
-  reg.pass_tokens = batch.get(keys::loss_mask).to(at::kDouble).sum().item<double>();
+  reg.pass_tokens = batch.get(keys::loss_mask).to(at::kDouble).abs().sum().item<double>();
   std::vector<at::Tensor> logprobs, entropy, values, elementwise;
   std::vector<std::pair<std::map<std::string, double>, double>> parts;
   std::map<std::string, double> regularizer_metrics; // sums over micro-batches
@@ -384,11 +385,11 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
       entropy.push_back(host(r.entropy.detach() * resp));
     }
     if (!req) {
-      double w = in.loss_mask.sum().item<double>();
+      double w = in.loss_mask.abs().sum().item<double>();
       tokens += w;
       if (!critic)
         parts.push_back(
-            {{{"entropy:mean", algo::masked_mean(in.entropy, in.loss_mask).item<double>()}}, w});
+            {{{"entropy:mean", algo::masked_mean(in.entropy, in.loss_mask.abs()).item<double>()}}, w});
       continue;
     }
     auto out = algo::compute_loss(req->loss_fn, in, cfg);

@@ -84,9 +84,6 @@ void check_datums(const std::vector<datum>& data, const resolved_loss& loss,
         const double v = t.floats[k];
         if (!std::isfinite(v))
           fail_user(in + "[" + std::to_string(k) + "] is not finite (" + number_text(v) + ")");
-        if (name == "weights" && v < 0)
-          fail_user(in + "[" + std::to_string(k) + "] = " + number_text(v) +
-                    " is negative; weights must be >= 0");
       }
     }
   }

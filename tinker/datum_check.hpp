@@ -26,7 +26,8 @@ struct model_limits {
 /// an unknown `loss_fn_inputs` name (listing the accepted ones); a missing input the loss needs;
 /// `target_tokens` that are not integers, or other inputs that are not floating point; an input
 /// that is not 1-D with one value per input token, or whose data disagrees with its shape; a
-/// target id that is negative or outside the vocabulary; a non-finite value; a negative weight.
+/// target id that is negative or outside the vocabulary; a non-finite value. Any finite weight
+/// is accepted, negative ones too (SDK 0.25's `forward_backward_custom` sends -dLoss/dlogprob).
 /// Targets need not be the shifted inputs: a datum is scored on its `target_tokens`.
 void check_datums(const std::vector<datum>& data, const resolved_loss& loss,
                   const model_limits& limits, const std::string& where);

@@ -21,7 +21,7 @@ using detail::number_string;
 
 // Inputs after conversion to fp32; `mask` is always defined. Targets and behaviour log-probs are
 // detached: only `logp` and `values` carry gradients. `metric_mask` selects the tokens the
-// metrics average over: the ones the loss weighs (see `metric_mask_of`).
+// metrics average over (see `metric_mask_of`).
 struct prepared {
   at::Tensor logp, old, roll, adv, mask, values, old_values, returns, entropy, metric_mask;
 };
@@ -59,15 +59,14 @@ at::Tensor ratio(const at::Tensor& logp, const at::Tensor& base) {
   return (logp - base).clamp(-20.0, 20.0).exp();
 }
 
-/// The tokens a loss weighs: those with a nonzero loss-mask weight and, for the losses driven by
-/// advantages, a nonzero advantage (a token with A = 0 contributes nothing; Tinker datums carry
-/// A = 0 at prompt positions and often no weights at all). When that leaves no token the mask
-/// alone decides, so a batch of all-zero advantages still reports its ratios.
-at::Tensor metric_mask_of(const std::string& name, const loss_entry& entry, const prepared& p) {
-  if (entry.value_loss || name == "cross_entropy" || !p.adv.defined())
-    return p.mask;
-  auto m = p.mask * (p.adv != 0).to(at::kFloat);
-  return m.sum().item<double>() > 0 ? m : p.mask;
+/// The tokens the `:mean` metrics average over, by |loss-mask weight|: the loss mask's nonzero
+/// positions, narrowed to `given`'s nonzero ones when that is defined and leaves any.
+at::Tensor metric_mask_of(const prepared& p, const at::Tensor& given) {
+  auto weight = p.mask.abs();
+  if (!given.defined())
+    return weight;
+  auto m = weight * (given != 0).to(at::kFloat);
+  return m.sum().item<double>() > 0 ? m : weight;
 }
 
 double mean_metric(const at::Tensor& indicator, const at::Tensor& mask) {
@@ -519,6 +518,7 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
       {"returns", &in.returns},
       {"ref_logprobs", &in.ref_logprobs},
       {"entropy", &in.entropy},
+      {"metric_mask", &in.metric_mask},
   };
   for (const auto& [input, t] : all) {
     if (!t->defined())
@@ -530,9 +530,6 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
     detail::require_shape(*t, input, ref.sizes(), ref_name, what);
     detail::require_finite(*t, input, what);
   }
-  if (in.loss_mask.defined() && (in.loss_mask < 0).any().item<bool>())
-    fail(error_code::invalid_argument, what + ": 'loss_mask' has negative weights (minimum " +
-                                           number_string(in.loss_mask.min().item<double>()) + ")");
 
   prepared p;
   p.logp = to_float(in.logprobs, true);
@@ -545,7 +542,7 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
   p.old_values = to_float(in.old_values, false);
   p.returns = to_float(in.returns, false);
   p.entropy = to_float(in.entropy, false);
-  p.metric_mask = metric_mask_of(name, entry, p);
+  p.metric_mask = metric_mask_of(p, in.metric_mask);
 
   loss_output out;
   context c{what, p, cfg, out.metrics};

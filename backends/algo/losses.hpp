@@ -59,8 +59,9 @@
 /// - Off-policy correction (off_policy.hpp, keys listed there) applies to regular, dual_clip,
 ///   gspo, sapo, cispo, rollout_is and dppo only, and only when `rollout_logprobs` is present;
 ///   it needs `old_logprobs`. For the other losses its keys are unknown keys.
-/// - `loss_mask` weights tokens (values ≥ 0; undefined = all ones); masked-out tokens contribute
-///   exactly 0 even if their per-token loss is not finite.
+/// - `loss_mask` weights tokens (any finite weight; undefined = all ones). Tinker's `weights` may be
+///   negative (SDK 0.25's `forward_backward_custom` sends -dLoss/dlogprob); the RL loop's are 0/1.
+///   Masked-out tokens contribute exactly 0 even if their per-token loss is not finite.
 ///
 /// Metrics are named `name:reduction`: always `loss:sum` (= loss); `entropy:mean` when
 /// `entropy` is given; `clip_ratio:mean` for every policy loss except cross_entropy and
@@ -69,11 +70,12 @@
 /// sapo and kl_cov 0); `importance_ratio:mean` for importance_sampling (masked mean of r); for
 /// cispo also `cispo_ratio_mean:mean`, `cispo_ratio_clamped_mean:mean`, `cispo_ratio_max:max`,
 /// `cispo_ratio_min:min` (over valid tokens); plus the off-policy metrics when it is active.
-/// Metric tokens: the `:mean` metrics above (and the cispo extremes) average over the tokens the
-/// loss weighs: loss-mask weight > 0 and, for the losses driven by advantages (all policy losses
-/// but cross_entropy), advantage ≠ 0, since a token with A = 0 contributes nothing (Tinker datums
-/// carry A = 0 at prompt positions, often without weights). When no token has A ≠ 0 the loss mask
-/// alone selects them. `loss_output::metric_weight` is their total weight.
+/// Metric tokens: the `:mean` metrics above (and the cispo extremes) average over the tokens of
+/// nonzero loss-mask weight (weighted by |weight|), narrowed to the nonzero positions of
+/// `metric_mask` when that is given (a Tinker datum's sampled positions: tinker_batch.hpp). They
+/// never depend on the advantages' values: the same batch with all-zero advantages reports the
+/// same ratios. When `metric_mask` leaves no token, the loss mask alone selects them.
+/// `loss_output::metric_weight` is their total weight.
 ///
 /// Thread safety: every function here is reentrant; the registry is immutable after its
 /// first use (built under C++ static-initialisation guarantees).
@@ -91,6 +93,7 @@ struct loss_inputs {
   at::Tensor returns;          ///< critic targets, ppo_critic
   at::Tensor ref_logprobs;     ///< reference-policy log-probs (KL, see kl.hpp)
   at::Tensor entropy;          ///< per-token entropy, for the `entropy:mean` metric
+  at::Tensor metric_mask;      ///< nonzero = a position the `:mean` metrics average over
 };
 
 /// A loss's result.

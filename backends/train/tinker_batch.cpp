@@ -84,6 +84,13 @@ training_batch batch_from_datums(const std::vector<const tinker::datum*>& data) 
       if (!data[i]->loss_fn_inputs.count("weights"))
         loss[i].copy_(resp[i]);
   }
+  // The metrics' positions: the weighted ones, else the sampled ones (a behaviour log-prob).
+  auto metric = (loss != 0).to(at::kFloat);
+  auto behaviour = floats.find(batch_keys::action_log_probs);
+  for (int64_t i = 0; i < b; ++i)
+    if (!data[i]->loss_fn_inputs.count("weights") && data[i]->loss_fn_inputs.count("logprobs"))
+      metric[i].copy_((behaviour->second[i] != 0).to(at::kFloat));
+  floats[batch_keys::metric_mask] = metric;
   for (auto& [key, t] : floats)
     batch.tensors[key] = t;
   batch.uids.resize(static_cast<size_t>(b));

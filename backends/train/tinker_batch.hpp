@@ -22,7 +22,11 @@ namespace rlforge::backends {
 /// `weights` → `loss_mask` (ones when absent), `logprobs` → `action_log_probs` and
 /// `rollout_logprobs`, `advantages` / `values` / `returns` as given; an input some datums carry
 /// and others do not is 0 for the others (their loss, which needs it, was checked to have it).
-/// `uids` are the datum indices.
+/// `metric_mask` (the positions the loss's `:mean` metrics such as `importance_ratio:mean`
+/// average over) comes from the datum's structure, never from its advantages' values: a datum
+/// with `weights` marks the positions of nonzero weight; one without marks the positions of a
+/// nonzero behaviour log-prob (Tinker's RL datums carry 0 at prompt positions), or every position
+/// when it has no `logprobs`. `uids` are the datum indices.
 training_batch batch_from_datums(const std::vector<const tinker::datum*>& data);
 
 /// The last `lengths[i]` columns of row i of each `[B, R]` output in `outputs` (named as the

@@ -173,7 +173,7 @@ const std::vector<std::string>& optional_response_keys() {
   static const std::vector<std::string> keys = {
       batch_keys::action_log_probs, batch_keys::rollout_logprobs, batch_keys::base_action_log_probs,
       batch_keys::advantages,       batch_keys::values,           batch_keys::returns,
-      batch_keys::rewards};
+      batch_keys::rewards,          batch_keys::metric_mask};
   return keys;
 }
 
@@ -283,13 +283,8 @@ void training_batch::validate(const batch_checks& checks) const {
                  "marks a position whose attention_mask is 0", error_code::invalid_argument);
 
   const auto& loss = get(batch_keys::loss_mask);
-  if (checks.weighted_loss_mask) {
-    if ((loss < 0).any().item<bool>())
-      report_first(batch_keys::loss_mask, loss, loss < 0, "is negative",
-                   error_code::invalid_argument);
-  } else {
+  if (!checks.weighted_loss_mask)
     check_binary(batch_keys::loss_mask, loss);
-  }
   auto loss_outside = at::logical_and(loss != 0, resp == 0);
   if (loss_outside.any().item<bool>())
     report_first(batch_keys::loss_mask, loss, loss_outside, "is nonzero where response_mask is 0",
@@ -381,9 +376,11 @@ training_batch pad_to_multiple(const training_batch& batch, int64_t multiple) {
   out.pad_size = batch.pad_size + add;
   for (const auto& [name, t] : batch.tensors)
     out.tensors.emplace(name, t.index_select(0, index));
-  auto loss = out.tensors.find(batch_keys::loss_mask);
-  if (loss != out.tensors.end())
-    loss->second.narrow(0, b, add).zero_();
+  for (const char* key : {batch_keys::loss_mask, batch_keys::metric_mask}) {
+    auto mask = out.tensors.find(key);
+    if (mask != out.tensors.end())
+      mask->second.narrow(0, b, add).zero_();
+  }
   auto extend = [&](const std::vector<int64_t>& ids) {
     if (ids.empty())
       return ids;

@@ -34,6 +34,10 @@ inline constexpr const char* advantages = "advantages";
 inline constexpr const char* values = "values";
 inline constexpr const char* returns = "returns";
 inline constexpr const char* rewards = "rewards";
+/// `[B, R]` float32, optional: nonzero at the positions a loss's `:mean` metrics average over
+/// (see losses.hpp, "Metric tokens"). A Tinker datum without `weights` marks the positions that
+/// carry a behaviour log-prob (tinker_batch.hpp). Absent: the loss mask's nonzero positions.
+inline constexpr const char* metric_mask = "metric_mask";
 } // namespace batch_keys
 
 /// The float32 `[B, R]` tensors that are optional (every response tensor but the two masks).
@@ -46,7 +50,8 @@ const std::vector<std::string>& response_keys();
 struct batch_checks {
   /// When > 0, every id in `sequences` must lie in `[0, vocab_size)`.
   int64_t vocab_size = -1;
-  /// When true, `loss_mask` may hold any finite weight ≥ 0 (Tinker `weights`) instead of 0/1.
+  /// When true, `loss_mask` may hold any finite weight (Tinker `weights`, which SDK 0.25's
+  /// `forward_backward_custom` makes negative: -dLoss/dlogprob) instead of 0/1.
   bool weighted_loss_mask = false;
 };
 
@@ -115,8 +120,9 @@ training_batch from_sequences(const std::vector<std::vector<int64_t>>& prompts,
                               const std::vector<std::vector<int64_t>>& responses,
                               const per_token_values& per_token = {}, int64_t pad_token_id = 0);
 
-/// Appends copies of real rows (cycling through them in order) with `loss_mask` = 0 until the
-/// row count is a multiple of `multiple`; `pad_size` grows by the rows added. Throws
+/// Appends copies of real rows (cycling through them in order) with `loss_mask` (and
+/// `metric_mask`) = 0 until the row count is a multiple of `multiple`; `pad_size` grows by the
+/// rows added. Throws
 /// `error{invalid_argument}` for `multiple` < 1 or a batch without real rows.
 training_batch pad_to_multiple(const training_batch& batch, int64_t multiple);
 

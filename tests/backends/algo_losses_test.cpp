@@ -424,8 +424,8 @@ TEST(AlgoLosses, ClipCovDropsHighCovarianceTokensDeterministically) {
   EXPECT_EQ(v(out.elementwise, 0, 3), 0.0);
   expect_close(v(out.elementwise, 0, 4), -3.6);
   expect_close(out.loss.item<double>(), -1.0 + 0.0 - 3.6);
-  // Metrics average over the tokens the loss weighs: token 2 has A = 0, so 2 of 4.
-  expect_close(out.metrics.at("clip_ratio:mean"), 2.0 / 4.0);
+  // Metrics average over the loss mask's tokens, whatever their advantages: 2 of 5.
+  expect_close(out.metrics.at("clip_ratio:mean"), 2.0 / 5.0);
   // Default clip_ratio → budget 1: one of the two is dropped, the same one for the same seed.
   auto one = compute_loss("clip_cov", in);
   const double l1 = one.loss.item<double>();
@@ -433,7 +433,7 @@ TEST(AlgoLosses, ClipCovDropsHighCovarianceTokensDeterministically) {
   const double drop3 = -2.0 - 1.0 + 0.0 - 3.6;
   EXPECT_TRUE(std::abs(l1 - drop0) < 1e-5 || std::abs(l1 - drop3) < 1e-5) << l1;
   EXPECT_EQ(compute_loss("clip_cov", in).loss.item<double>(), l1);
-  expect_close(one.metrics.at("clip_ratio:mean"), 1.0 / 4.0);
+  expect_close(one.metrics.at("clip_ratio:mean"), 1.0 / 5.0);
   // Bounds that exclude every token: plain max(pg1, pg2).
   auto none = compute_loss("clip_cov", in, values({{"clip_cov_lb", 10.0}, {"clip_cov_ub", 20.0}}));
   expect_close(none.loss.item<double>(), -2 - 1 + 0 + 1.5 - 3.6);
@@ -441,34 +441,56 @@ TEST(AlgoLosses, ClipCovDropsHighCovarianceTokensDeterministically) {
 }
 
 // A Tinker RL datum carries placeholder log-probs 0 and advantages 0 at its prompt positions and
-// often no weights: the ratio metrics must average over the tokens the loss weighs, so a batch
-// that is exactly on-policy reports a ratio of 1 and no clipping.
-TEST(AlgoLosses, RatioMetricsAverageOverWeightedTokensOnly) {
-  // Two prompt positions (old = 0, A = 0) and three sampled tokens (old = logp).
+// often no weights; its batch marks the sampled positions in `metric_mask` (tinker_batch.hpp).
+// The ratio metrics average over those, whatever the advantages' values: a batch that is exactly
+// on-policy reports a ratio of 1 and no clipping, with all-zero advantages too.
+TEST(AlgoLosses, RatioMetricsAverageOverTheMetricPositionsWhateverTheAdvantages) {
+  // Two prompt positions (old = 0) and three sampled tokens (old = logp).
   const std::vector<double> lp = {-2.0, -3.0, -0.5, -1.25, -0.75};
   const std::vector<double> old = {0.0, 0.0, -0.5, -1.25, -0.75};
-  const std::vector<double> adv = {0.0, 0.0, 1.0, -1.0, 0.5};
   loss_inputs in;
   in.logprobs = t2({lp});
   in.old_logprobs = t2({old});
-  in.advantages = t2({adv});
-  auto is = compute_loss("importance_sampling", in);
-  expect_close(is.metrics.at("importance_ratio:mean"), 1.0);
-  EXPECT_EQ(is.metric_weight, 3.0);
-  auto ppo = compute_loss("regular", in);
-  EXPECT_EQ(ppo.metrics.at("clip_ratio:mean"), 0.0);
+  in.metric_mask = t2({{0.0, 0.0, 1.0, 1.0, 1.0}});
+  for (const std::vector<double>& adv :
+       {std::vector<double>{0.0, 0.0, 1.0, -1.0, 0.5}, std::vector<double>{0, 0, 0, 0, 0},
+        std::vector<double>{2.0, -2.0, 0.0, 0.0, 3.0}}) {
+    in.advantages = t2({adv});
+    auto is = compute_loss("importance_sampling", in);
+    expect_close(is.metrics.at("importance_ratio:mean"), 1.0);
+    EXPECT_EQ(is.metric_weight, 3.0);
+    EXPECT_EQ(compute_loss("regular", in).metrics.at("clip_ratio:mean"), 0.0);
+  }
   in.entropy = t2({{9.0, 9.0, 1.0, 2.0, 3.0}});
   expect_close(compute_loss("regular", in).metrics.at("entropy:mean"), 2.0);
-  // With weights the weighted tokens decide (and A = 0 still contributes nothing).
+  // The loss mask narrows them further (and weighs them by |weight|).
   in.loss_mask = t2({{0.0, 0.0, 1.0, 1.0, 0.0}});
   expect_close(compute_loss("importance_sampling", in).metrics.at("importance_ratio:mean"), 1.0);
   EXPECT_EQ(compute_loss("importance_sampling", in).metric_weight, 2.0);
-  // All advantages 0: the mask alone selects the tokens, so the ratio is still reported.
+  // Without a metric mask the loss mask alone selects them: here every position, so the prompt
+  // positions' ratios exp(-2) and exp(-3) count too.
   in.loss_mask = at::Tensor();
-  in.advantages = t2({{0.0, 0.0, 0.0, 0.0, 0.0}});
-  auto flat = compute_loss("importance_sampling", in);
-  EXPECT_EQ(flat.metric_weight, 5.0);
-  EXPECT_GT(flat.metrics.at("importance_ratio:mean"), 0.0);
+  in.metric_mask = at::Tensor();
+  auto all = compute_loss("importance_sampling", in);
+  EXPECT_EQ(all.metric_weight, 5.0);
+  expect_close(all.metrics.at("importance_ratio:mean"), (std::exp(-2.0) + std::exp(-3.0) + 3) / 5);
+}
+
+// Tinker's weights may be negative (SDK 0.25's forward_backward_custom sends -dLoss/dlogprob):
+// cross_entropy is then Σ -w·logp with the signs as given, and metrics weigh by |w|.
+TEST(AlgoLosses, NegativeWeightsWeighTheLossWithTheirSign) {
+  loss_inputs in;
+  in.logprobs = t2({{-1.0, -2.0, -0.5}}).requires_grad_(true);
+  in.loss_mask = t2({{0.5, -1.0, 0.0}});
+  in.entropy = t2({{4.0, 1.0, 100.0}});
+  auto out = compute_loss("cross_entropy", in);
+  expect_close(out.loss.item<double>(), 0.5 * 1.0 + -1.0 * 2.0);
+  out.loss.backward();
+  EXPECT_EQ(v(in.logprobs.grad(), 0, 0), -0.5);
+  EXPECT_EQ(v(in.logprobs.grad(), 0, 1), 1.0);
+  EXPECT_EQ(v(in.logprobs.grad(), 0, 2), 0.0);
+  EXPECT_EQ(out.metric_weight, 1.5);
+  expect_close(out.metrics.at("entropy:mean"), (0.5 * 4.0 + 1.0 * 1.0) / 1.5);
 }
 
 TEST(AlgoLosses, KlCovPenalisesTheLargestCovarianceTokens) {
@@ -722,9 +744,9 @@ TEST(AlgoLosses, BadInputsAreRejectedNamingTheInput) {
   auto bad_roll = in;
   bad_roll.rollout_logprobs = t2({{-inf, 0}});
   expect_error([&] { compute_loss("regular", bad_roll); }, {"'rollout_logprobs'"});
-  auto neg_mask = in;
-  neg_mask.loss_mask = t2({{1.0, -1.0}});
-  expect_error([&] { compute_loss("regular", neg_mask); }, {"'loss_mask'", "negative"});
+  auto bad_metric_mask = in;
+  bad_metric_mask.metric_mask = t2({{1.0}});
+  expect_error([&] { compute_loss("regular", bad_metric_mask); }, {"'metric_mask'", "[1, 1]"});
   auto int_adv = in;
   int_adv.advantages = at::ones({1, 2}, at::kLong);
   expect_error([&] { compute_loss("regular", int_adv); }, {"'advantages'", "floating-point"});

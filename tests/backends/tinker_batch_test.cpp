@@ -70,6 +70,33 @@ TEST(TinkerBatch, BuildsTheFullSequenceAndMapsInputs) {
   EXPECT_EQ(frow_of(b.get(batch_keys::advantages), 1), (std::vector<float>{0, 0, 4}));
   EXPECT_FALSE(b.has(batch_keys::values));
   EXPECT_EQ(b.uids, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(frow_of(b.get(batch_keys::metric_mask), 0), (std::vector<float>{0, 1, 1}));
+  EXPECT_EQ(frow_of(b.get(batch_keys::metric_mask), 1), (std::vector<float>{0, 0, 1}));
+}
+
+// The positions the loss metrics average over come from the datum's structure, never from its
+// advantages: the weighted positions where weights are given, else those with a behaviour
+// log-prob (the cookbook's RL datums put 0 at prompt positions), else every position.
+TEST(TinkerBatch, MetricPositionsFollowTheDatumsStructure) {
+  auto rl = make_datum({1, 2, 3, 4}, {2, 3, 4, 5});
+  rl.loss_fn_inputs["logprobs"] = floats({0, 0, -0.4, -1.5});
+  rl.loss_fn_inputs["advantages"] = floats({0, 0, 0, 0});
+  auto weighted = make_datum({6, 7, 8}, {7, 8, 9});
+  weighted.loss_fn_inputs["weights"] = floats({0, -2, 1});
+  weighted.loss_fn_inputs["logprobs"] = floats({-1, -1, 0});
+  weighted.loss_fn_inputs["advantages"] = floats({0, 1, 0});
+  auto b = batch_from_datums({&rl, &weighted});
+  EXPECT_EQ(frow_of(b.get(batch_keys::loss_mask), 0), (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(frow_of(b.get(batch_keys::metric_mask), 0), (std::vector<float>{0, 0, 1, 1}));
+  EXPECT_EQ(frow_of(b.get(batch_keys::loss_mask), 1), (std::vector<float>{0, 0, -2, 1}));
+  EXPECT_EQ(frow_of(b.get(batch_keys::metric_mask), 1), (std::vector<float>{0, 0, 1, 1}));
+  rl.loss_fn_inputs["advantages"] = floats({0, 0, 1, -1});
+  auto same = batch_from_datums({&rl, &weighted});
+  EXPECT_TRUE(at::equal(same.get(batch_keys::metric_mask), b.get(batch_keys::metric_mask)));
+  auto sft = make_datum({1, 2}, {2, 3});
+  auto plain = batch_from_datums({&sft});
+  EXPECT_EQ(frow_of(plain.get(batch_keys::metric_mask), 0), (std::vector<float>{1, 1}));
+  plain.validate(batch_checks{-1, true});
 }
 
 // Tinker scores a datum on its own targets: placeholder 0s at weight-0 prompt positions and a

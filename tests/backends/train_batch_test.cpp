@@ -289,18 +289,19 @@ TEST(TrainingBatch, ValidateChecksMasks) {
   b.get(batch_keys::loss_mask)[0][0] = 1;
   expect_error([&] { b.validate(); }, error_code::invalid_argument,
                {"'loss_mask'[0, 0]", "response_mask is 0"});
-  // Weights: 0/1 by default, any finite non-negative value when asked.
+  // Weights: 0/1 by default, any finite value (Tinker's may be negative) when asked.
   b = two_rows();
   b.get(batch_keys::loss_mask)[1][1] = 0.5;
   expect_error([&] { b.validate(); }, error_code::invalid_argument,
                {"'loss_mask'[1, 1] = 0.5", "not 0 or 1"});
   EXPECT_NO_THROW(b.validate(batch_checks{-1, true}));
   b.get(batch_keys::loss_mask)[1][1] = -0.5;
-  expect_error(
-      [&] {
-        b.validate(batch_checks{-1, true});
-      },
-      error_code::invalid_argument, {"'loss_mask'[1, 1] = -0.5", "negative"});
+  EXPECT_NO_THROW(b.validate(batch_checks{-1, true}));
+  expect_error([&] { b.validate(); }, error_code::invalid_argument,
+               {"'loss_mask'[1, 1] = -0.5", "not 0 or 1"});
+  b.get(batch_keys::loss_mask)[1][1] = std::numeric_limits<float>::infinity();
+  expect_error([&] { b.validate(batch_checks{-1, true}); }, error_code::invalid_argument,
+               {"'loss_mask'[1, 1]", "not finite"});
 }
 
 TEST(TrainingBatch, ValidateChecksTokenIdsAgainstTheVocabulary) {
@@ -330,10 +331,10 @@ TEST(TrainingBatch, PadShardConcatTrimRoundTripGivesTheOriginal) {
   EXPECT_EQ(padded.pad_size, 3);
   EXPECT_EQ(padded.uids, (std::vector<int64_t>{100, 101, 102, 103, 104, 100, 101, 102}));
   EXPECT_EQ(padded.group_ids, (std::vector<int64_t>{0, 0, 1, 1, 2, 0, 0, 1}));
-  // Padding rows copy real rows 0, 1, 2 except for a zero loss mask.
+  // Padding rows copy real rows 0, 1, 2 except for zero loss and metric masks.
   for (int64_t i = 5; i < 8; ++i) {
     for (const auto& [name, t] : padded.tensors) {
-      if (name == batch_keys::loss_mask)
+      if (name == batch_keys::loss_mask || name == batch_keys::metric_mask)
         EXPECT_EQ(t[i].abs().sum().item<double>(), 0.0) << "row " << i;
       else
         EXPECT_TRUE(at::equal(t[i], original.get(name)[i - 5])) << name << " row " << i;

@@ -251,6 +251,11 @@ TEST_F(SdkClient, TargetsNeedNotBeTheShiftedInputs) {
   check("targets.py");
 }
 
+// Issue 23: SDK 0.25's forward_backward_custom sends negative cross_entropy weights.
+TEST_F(SdkClient, DpoThroughForwardBackwardCustomEqualsTheLossByHand) {
+  check("dpo.py");
+}
+
 // Issue 14: stop strings on the base model, a LoRA sampler and a sampler checkpoint.
 TEST_F(SdkClient, StopStringsEndSequencesWhereTheirTextFirstHoldsOne) {
   check("stop_strings.py");

@@ -141,8 +141,8 @@ TEST(TinkerWireForwardBackwardProto, RefusesTokenBytesThatAreNotInt32s) {
 }
 
 // What a model accepts is not the decoder's to check: token ids outside any vocabulary, targets
-// of another length, unknown or missing inputs, non-finite values, negative weights and unknown
-// losses all decode; the backend refuses them once, against the model (tests/tinker).
+// of another length, unknown or missing inputs, non-finite values and unknown losses all decode;
+// the backend refuses them once, against the model (tests/tinker).
 TEST(TinkerWireForwardBackwardProto, DecodesWhatOnlyTheModelCanRefuse) {
   auto m = sft_request();
   m.mutable_data(1)->mutable_model_input(0)->mutable_encoded_text()->set_tokens(

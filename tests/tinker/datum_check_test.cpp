@@ -36,6 +36,14 @@ TEST(TinkerDatumCheck, AcceptsTheSdkDatums) {
     EXPECT_NO_THROW(check({rl_datum()}, loss(l))) << l;
 }
 
+// SDK 0.25's forward_backward_custom sends cross_entropy with weights = -dLoss/dlogprob, negative
+// wherever the custom loss pushes a log-prob down: Tinker accepts any finite weight.
+TEST(TinkerDatumCheck, AcceptsNegativeWeights) {
+  auto d = sft_datum({1, 2, 3}, 4);
+  d.loss_fn_inputs["weights"] = floats({0.5, -1, -0.25});
+  EXPECT_NO_THROW(check({d}, loss("cross_entropy")));
+}
+
 // Tinker scores a datum on its target_tokens, which need not be the shifted inputs: placeholder
 // targets at weight-0 prompt positions and any id at weighted positions are accepted.
 TEST(TinkerDatumCheck, TargetsNeedNotBeTheShiftedInputs) {
@@ -94,9 +102,8 @@ TEST(TinkerDatumCheck, RefusesInputsOfTheWrongKindLengthOrValue) {
   d.loss_fn_inputs["weights"].shape = {1, 3};
   expect_user_error([&] { check({d}, loss("cross_entropy")); }, {"shape [1, 3]"});
   d = sft_datum({1, 2, 3}, 4);
-  d.loss_fn_inputs["weights"] = floats({1, -1, 1});
-  expect_user_error([&] { check({d}, loss("cross_entropy")); },
-                    {"weights[1] = -1 is negative; weights must be >= 0"});
+  d.loss_fn_inputs["weights"] = floats({1, std::numeric_limits<double>::infinity(), 1});
+  expect_user_error([&] { check({d}, loss("cross_entropy")); }, {"weights[1] is not finite"});
   auto r = rl_datum();
   r.loss_fn_inputs["advantages"] = floats({0, std::numeric_limits<double>::infinity(), 1});
   expect_user_error([&] { check({r}, loss("ppo")); }, {"advantages[1] is not finite (inf)"});

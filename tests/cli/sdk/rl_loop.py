@@ -18,14 +18,15 @@ def reward(tokens):
     return sum(1.0 for t in tokens if t < 256) / max(1, len(tokens))
 
 
-def rl_data(sequences):
+def rl_data(sequences, baseline=0.5):
+    """The cookbook's datums; baseline None gives every advantage 0."""
     rewards = [reward(s.tokens) for s in sequences]
-    baseline = 0.5  # a fixed baseline: sum(advantages) != 0 makes the on-policy loss informative
+    # A fixed baseline: sum(advantages) != 0 makes the on-policy loss informative.
     data, advantages = [], []
     for s, r in zip(sequences, rewards):
         tokens = PROMPT + list(s.tokens)
         n = len(PROMPT) - 1
-        adv = [0.0] * n + [r - baseline] * len(s.tokens)
+        adv = [0.0] * n + [0.0 if baseline is None else r - baseline] * len(s.tokens)
         data.append(datum(tokens[:-1], tokens[1:], logprobs=[0.0] * n + list(s.logprobs),
                           advantages=adv))
         advantages.append(adv)
@@ -72,6 +73,15 @@ def body(c):
         c.expect(abs(got - expected) <= 1e-3,
                  "iteration %d: importance_sampling loss:sum %.6f, expected -sum(advantages) %.6f"
                  % (it, got, expected))
+        # The ratio metric averages over the sampled positions whatever the advantages: the same
+        # datums with every advantage 0 report the same ratio, 1 on-policy.
+        ratio = fb.metrics.get("importance_ratio:mean", float("nan"))
+        flat, _ = rl_data(seqs, baseline=None)
+        flat_ratio = result(tc.forward(flat, "importance_sampling")).metrics.get(
+            "importance_ratio:mean", float("nan"))
+        c.expect(abs(ratio - 1.0) <= 1e-3 and abs(flat_ratio - ratio) <= 1e-6,
+                 "iteration %d: importance_ratio:mean %.6f, with all advantages 0 %.6f "
+                 "(on-policy: both 1)" % (it, ratio, flat_ratio))
         result(tc.optim_step(adam(1e-2)))
 
         fb = result(tc.forward_backward(data, "ppo", loss_fn_config=PPO_CONFIG))
