@@ -328,6 +328,7 @@ caf::expected<std::vector<rank_info>> plan_ranks(const group_spec& spec) {
 }
 
 caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_spec& spec) {
+  const auto spawn_start = std::chrono::steady_clock::now();
   auto plan = plan_ranks(spec);
   if (!plan)
     return std::move(plan.error());
@@ -422,6 +423,8 @@ caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_
     group_record record{spec.name, spec.kind, spec.placement.name, {}};
     for (auto& info : *plan)
       record.rank_nodes.push_back(info.node_id);
+    record.spawn_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - spawn_start).count();
     announce_group(session, record);
   }
   return group;

@@ -1,6 +1,7 @@
 #include "actors/dispatcher.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <map>
@@ -66,6 +67,8 @@ struct dispatcher_state {
   std::string transport = "auto";
   /// The transport each engine rank got in the last sync ("<role>/<rank>" → transport).
   std::map<std::string, std::string> last_sync;
+  /// Every sync that completed: how many, the bytes the senders sent, their wall time.
+  sync_totals syncs;
   int64_t weight_version = 0;
   bool busy = false;
   std::deque<serial_job> waiting;
@@ -852,15 +855,33 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
         bool reported = false; ///< done ran early: a receiver's rank died
         caf::error sender_error;
         caf::error receiver_error;
+        int64_t bytes = 0; ///< what the sender ranks report having sent
+        std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
       };
       auto g = std::make_shared<gather>();
       g->pending = rs.size() + 1;
+      std::string transports;
+      for (auto& r : rs)
+        if (transports.find(r.spec.transport) == std::string::npos)
+          transports += (transports.empty() ? "" : ",") + r.spec.transport;
       auto finish = [=] {
         if (--g->pending > 0 || g->reported)
           return;
         // A receiver's refusal names the reason; the sender's error then only echoes it.
         if (g->receiver_error)
           return done(g->receiver_error);
+        if (!g->sender_error) {
+          const double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - g->start).count();
+          auto& t = self->state.syncs;
+          ++t.count;
+          t.bytes += g->bytes;
+          t.seconds += seconds;
+          runtime::logger("actors.dispatch")
+              ->info("event=weight_sync source={} version={} engines={} transport={} bytes={} "
+                     "seconds={:.3f}",
+                     source, *version, rs.size(), transports, g->bytes, seconds);
+        }
         done(g->sender_error);
       };
       auto* s = find_role(self, source);
@@ -870,6 +891,10 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
                 [=](caf::expected<std::vector<caf::message>> r) {
                   if (!r)
                     g->sender_error = wrap(self, source, op, r.error());
+                  else
+                    for (const auto& m : *r)
+                      if (m.match_elements<int64_t>())
+                        g->bytes += m.get_as<int64_t>(0);
                   finish();
                 });
       for (auto& r : rs) {
@@ -1337,6 +1362,10 @@ caf::behavior dispatcher(self_ptr self) {
                                                         "gloo)");
         self->state.transport = transport;
         return caf::unit;
+      },
+      [=](dispatcher_syncs_atom) -> caf::result<int64_t, int64_t, double> {
+        const auto& t = self->state.syncs;
+        return {t.count, t.bytes, t.seconds};
       },
       [=](dispatcher_status_atom, int64_t timeout_ms) -> caf::result<std::string> {
         if (timeout_ms <= 0)

@@ -59,6 +59,18 @@ using dispatcher_transport_atom = caf::atom_constant<caf::atom("dtransp")>;
 /// resident bytes each role's ranks report there (their `memory` op), measured now.
 using dispatcher_status_atom = caf::atom_constant<caf::atom("dstatus")>;
 
+/// What the weight syncs that completed so far cost, in the dispatcher's life.
+struct sync_totals {
+  int64_t count = 0;  ///< syncs completed
+  int64_t bytes = 0;  ///< bytes the sender ranks sent (all engines of a sync)
+  double seconds = 0; ///< wall time from the first send to the last receiver's answer, summed
+};
+
+/// (dispatcher_syncs_atom) → (int64 count, int64 bytes, double seconds): `sync_totals`. Each
+/// completed sync is also logged at info: `event=weight_sync source version engines transport
+/// bytes seconds`.
+using dispatcher_syncs_atom = caf::atom_constant<caf::atom("dsyncs")>;
+
 /// Spawns the dispatcher: an event-based actor (it never blocks) that routes driver requests to
 /// the actor groups of the training roles and to the inference engines.
 ///

@@ -195,6 +195,14 @@ int64_t dispatcher_backend::vocab_size() const {
   return impl_->config.vocab_size;
 }
 
+backend_stats dispatcher_backend::stats() {
+  try {
+    return impl_->sampling->stats(std::chrono::seconds(5));
+  } catch (const std::exception&) {
+    return {}; // a scrape must not fail the server; the next one asks again
+  }
+}
+
 const caf::actor& dispatcher_backend::dispatcher() const {
   return impl_->dispatcher;
 }

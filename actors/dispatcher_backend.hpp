@@ -67,6 +67,7 @@ public:
   std::optional<std::string> tokenizer_id() const override;
   int64_t max_context_length() const override;
   int64_t vocab_size() const override;
+  backend_stats stats() override;
 
   /// The dispatcher every model is registered in (roles = model ids), for status and tests.
   const caf::actor& dispatcher() const;

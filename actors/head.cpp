@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_kind.hpp"
+#include "actors/head_metrics.hpp"
 #include "actors/local_exit.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/protocol.hpp"
@@ -51,6 +53,9 @@ struct head_state {
     std::string failed;
   };
   std::map<std::pair<std::string, std::string>, group_entry> groups; ///< (driver, name)
+  /// Counters and histograms of events; gauges are read at each scrape (head_metrics.hpp).
+  std::shared_ptr<runtime::metrics_registry> metrics =
+      std::make_shared<runtime::metrics_registry>();
   static const char* name;
 };
 
@@ -131,6 +136,7 @@ void declare_dead(head_ptr self, const std::string& id, const std::string& reaso
   e.alive = false;
   e.death = reason;
   e.census = {};
+  count_node_death(*st.metrics);
   self->demonitor(e.agent.address());
   if (tell)
     self->send(e.agent, leave_atom::value, reason);
@@ -340,6 +346,7 @@ head_actor::behavior_type head(head_ptr self, head_options opts) {
       }
       i->second.last_heartbeat = clock_type::now();
       i->second.census = std::move(hb);
+      count_heartbeat(*st.metrics);
     },
     [=](attach_atom, driver_hello& hello, const caf::actor& session) -> caf::result<join_reply> {
       auto& st = self->state;
@@ -408,6 +415,7 @@ head_actor::behavior_type head(head_ptr self, head_options opts) {
       if (st.drivers.count(driver) == 0)
         return; // announced by a driver that is gone
       auto key = std::make_pair(driver, record.name);
+      observe_spawn(*st.metrics, record.spawn_seconds);
       st.groups[key] = {std::move(record), ""};
     },
     [=](group_down_atom, const std::string& driver, const std::string& name) {
@@ -418,6 +426,17 @@ head_actor::behavior_type head(head_ptr self, head_options opts) {
       self->request(self->state.manager, std::chrono::seconds(30), pg_status_atom::value)
         .then([=](std::string& placement) mutable { promise.deliver(status_json(self, placement)); },
               [=](caf::error& err) mutable { promise.deliver(std::move(err)); });
+      return promise;
+    },
+    [=](cluster_metrics_atom) -> caf::result<std::string> {
+      auto promise = self->make_response_promise<std::string>();
+      self->request(self->state.manager, std::chrono::seconds(30), pg_status_atom::value)
+        .then(
+          [=](std::string& placement) mutable {
+            auto doc = nlohmann::json::parse(status_json(self, placement), nullptr, false);
+            promise.deliver(head_metrics_text(doc, *self->state.metrics));
+          },
+          [=](caf::error& err) mutable { promise.deliver(std::move(err)); });
       return promise;
     },
     [=](cluster_tick_atom) {

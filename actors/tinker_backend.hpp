@@ -24,6 +24,20 @@ namespace rlforge::actors {
 /// state (forward_backward, optim_step, checkpoints, sampler saves) are serialised by the backend;
 /// the service also issues them in seq_id order, one at a time. `sample` runs concurrently with
 /// everything, including the training of the model whose snapshot it samples.
+/// What the service's `GET /metrics` reports of the backend, read at each scrape.
+struct backend_stats {
+  /// One inference engine's KV cache.
+  struct engine_cache {
+    std::string engine;        ///< "base", "model:<model_id>" (its snapshots), "checkpoint:<name>"
+    int64_t blocks = 0;        ///< KV-cache blocks, over the engine's ranks
+    int64_t blocks_in_use = 0; ///< held by requests (blocks that are neither free nor cached)
+  };
+  std::vector<engine_cache> engines;
+  int64_t syncs = 0;       ///< weight syncs to the engines (sampler snapshots) so far
+  int64_t sync_bytes = 0;  ///< bytes those syncs sent
+  double sync_seconds = 0; ///< wall time those syncs took, summed
+};
+
 class tinker_backend {
 public:
   virtual ~tinker_backend();
@@ -86,6 +100,10 @@ public:
 
   /// Number of token ids of the base model's vocabulary.
   virtual int64_t vocab_size() const = 0;
+
+  /// The engines' KV caches now and the syncs so far; never throws (an engine that does not
+  /// answer within a few seconds is left out).
+  virtual backend_stats stats() = 0;
 };
 
 } // namespace rlforge::actors

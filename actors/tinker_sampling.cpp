@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "runtime/errc.hpp"
 #include "backends/model/detokenizer.hpp"
@@ -204,7 +205,53 @@ int64_t tinker_sampling::save_snapshot(tinker_model& m) {
       for (auto v : a.get_as<std::vector<int64_t>>(0))
         me->evicted.insert(v);
   me->version = version;
+  // The dispatcher is the model's own: what its totals grew by is this sync.
+  if (auto totals = groups_.client(me->e->dispatcher).syncs()) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    syncs_.count += totals->count - me->synced.count;
+    syncs_.bytes += totals->bytes - me->synced.bytes;
+    syncs_.seconds += totals->seconds - me->synced.seconds;
+    me->synced = *totals;
+  }
   return version;
+}
+
+backend_stats tinker_sampling::stats(std::chrono::milliseconds timeout) {
+  std::vector<std::pair<std::string, std::shared_ptr<engine>>> engines;
+  backend_stats out;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (base_)
+      engines.emplace_back("base", base_);
+    for (auto& [id, me] : models_) {
+      std::unique_lock<std::mutex> model_lock(me->mutex, std::try_to_lock);
+      if (model_lock.owns_lock() && me->e) // a model busy syncing is read at the next scrape
+        engines.emplace_back("model:" + id, me->e);
+    }
+    for (auto& [dir, e] : exports_)
+      engines.emplace_back("checkpoint:" + fs::path(dir).filename().string(), e);
+    out.syncs = syncs_.count;
+    out.sync_bytes = syncs_.bytes;
+    out.sync_seconds = syncs_.seconds;
+  }
+  for (auto& [name, e] : engines) {
+    auto answers = e->group.call_all("stats", caf::message{}, timeout);
+    if (!answers)
+      continue;
+    backend_stats::engine_cache c;
+    c.engine = name;
+    for (auto& a : *answers) {
+      if (!a.match_elements<std::string>())
+        continue;
+      auto j = nlohmann::json::parse(a.get_as<std::string>(0), nullptr, false);
+      if (j.is_discarded())
+        continue;
+      c.blocks += j.value("num_blocks", int64_t{0});
+      c.blocks_in_use += j.value("num_blocks", int64_t{0}) - j.value("free_blocks", int64_t{0});
+    }
+    out.engines.push_back(std::move(c));
+  }
+  return out;
 }
 
 void tinker_sampling::drop_model(const std::string& model_id) {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -11,6 +12,8 @@
 #include <caf/actor.hpp>
 
 #include "actors/actor_group.hpp"
+#include "actors/dispatcher.hpp"
+#include "actors/tinker_backend.hpp"
 #include "actors/tinker_groups.hpp"
 #include "actors/tinker_models.hpp"
 #include "tinker/datum_check.hpp"
@@ -72,6 +75,10 @@ public:
   /// name the sampler by `sampler_ref::name`, never by a server path.
   std::vector<tinker::sample_response> sample(const std::vector<tinker::sample_request>& requests);
 
+  /// What every engine alive now holds in its KV cache (asked now, `timeout` each; an engine that
+  /// does not answer in time is left out), and the snapshot syncs done so far.
+  backend_stats stats(std::chrono::milliseconds timeout);
+
 private:
   /// An engine behind its own dispatcher; stopped when the last user lets go.
   struct engine {
@@ -86,6 +93,7 @@ private:
     std::shared_ptr<engine> e;
     int64_t version = 0;       ///< the latest snapshot version (0: none yet)
     std::set<int64_t> evicted; ///< versions the engine no longer retains
+    sync_totals synced;        ///< the engine's dispatcher's totals when last read
   };
 
   std::shared_ptr<engine> base_engine();
@@ -105,6 +113,7 @@ private:
   std::set<std::string> deleted_;
   std::map<std::string, std::shared_ptr<engine>> exports_; ///< by export directory
   uint64_t clock_ = 0;
+  sync_totals syncs_; ///< every snapshot sync of every model, deleted ones too
 };
 
 } // namespace rlforge::actors

@@ -272,4 +272,14 @@ caf::expected<nlohmann::json> trainer_client::status() {
   return out;
 }
 
+caf::expected<sync_totals> trainer_client::syncs() {
+  caf::scoped_actor self{*sys_};
+  caf::expected<sync_totals> out{caf::error{}};
+  self->request(dispatcher_, timeout_ + std::chrono::seconds(5), dispatcher_syncs_atom::value)
+      .receive([&](int64_t count, int64_t bytes,
+                   double seconds) { out = sync_totals{count, bytes, seconds}; },
+               [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
 } // namespace rlforge::actors

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_group.hpp"
+#include "actors/dispatcher.hpp"
 #include "backends/algo/common.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/training_batch.hpp"
@@ -131,6 +132,9 @@ public:
   /// The dispatcher's view as JSON: roles, residency and the per-device memory ledger (see
   /// `dispatcher_status_atom`).
   caf::expected<nlohmann::json> status();
+
+  /// The syncs completed so far (`dispatcher_syncs_atom`).
+  caf::expected<sync_totals> syncs();
 
   /// LCM of the registered groups' DP sizes.
   caf::expected<int32_t> lcm_dp_size();

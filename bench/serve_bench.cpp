@@ -59,6 +59,7 @@ public:
   std::optional<std::string> tokenizer_id() const override { return std::nullopt; }
   int64_t max_context_length() const override { return 4096; }
   int64_t vocab_size() const override { return 32000; }
+  actors::backend_stats stats() override { return {}; }
 };
 
 tinker::forward_backward_request request(const std::string& model, int64_t seq, int tokens) {

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -26,6 +28,7 @@
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
 #include "runtime/tls.hpp"
+#include "service/metrics_server.hpp"
 
 namespace rlforge::cli {
 namespace {
@@ -88,10 +91,11 @@ std::string render(const caf::error& err) {
 }
 
 /// Parses a port flag (0..65535).
-bool parse_port(const std::string& text, uint16_t& out, std::string& error) {
+bool parse_port(const std::string& text, uint16_t& out, std::string& error,
+                const char* flag = "--port") {
   if (text.empty() || text.size() > 5 || text.find_first_not_of("0123456789") != std::string::npos
       || std::stoul(text) > 65535) {
-    error = "--port expects an integer in 0..65535, got '" + text + "'";
+    error = std::string(flag) + " expects an integer in 0..65535, got '" + text + "'";
     return false;
   }
   out = static_cast<uint16_t>(std::stoul(text));
@@ -125,11 +129,13 @@ bool check_bind(const char* prog, const std::string& address, bool tls, bool ins
 constexpr const char* head_usage =
   "usage: rlforge head [--port 6380] [--bind ADDR] [--tls DIR | --insecure] [--gpus N] "
   "[--cpus M] [--memory-gb X] [--node-id ID] [--heartbeat-ms MS] [--dead-after-ms MS] "
-  "[--pg-timeout S]\n       rlforge head --init-tls DIR";
+  "[--pg-timeout S] [--metrics-port P [--metrics-bind ADDR]]\n"
+  "       rlforge head --init-tls DIR";
 
 int run_head(const args& a) {
   const char* prog = "rlforge head";
-  auto f = split(a, {"--port", "--bind", "--init-tls"}, {"--insecure"});
+  auto f = split(a, {"--port", "--bind", "--init-tls", "--metrics-port", "--metrics-bind"},
+                 {"--insecure"});
   if (!f.error.empty()) {
     std::cerr << prog << ": " << f.error << "\n" << head_usage << "\n";
     return 2;
@@ -158,6 +164,19 @@ int run_head(const args& a) {
     return 2;
   }
   auto bind = f.own.count("--bind") ? f.own["--bind"] : std::string{"127.0.0.1"};
+  // Prometheus metrics over plain HTTP, loopback unless told otherwise (they read state only).
+  uint16_t metrics_port = 0;
+  const bool metrics = f.own.count("--metrics-port") > 0;
+  if (metrics && !parse_port(f.own["--metrics-port"], metrics_port, error, "--metrics-port")) {
+    std::cerr << prog << ": " << error << "\n";
+    return 2;
+  }
+  if (!metrics && f.own.count("--metrics-bind")) {
+    std::cerr << prog << ": --metrics-bind needs --metrics-port\n" << head_usage << "\n";
+    return 2;
+  }
+  auto metrics_bind =
+      f.own.count("--metrics-bind") ? f.own["--metrics-bind"] : std::string{"127.0.0.1"};
   bool local_node = given(f.rest, "--gpus", "RLFORGE_GPUS") || given(f.rest, "--cpus", "RLFORGE_CPUS");
   auto stop_signals = runtime::block_stop_signals();
   runtime::system_config cfg;
@@ -188,6 +207,30 @@ int run_head(const args& a) {
             << (cfg.tls() ? "TLS, cluster CA " + runtime::tls_files_in(cfg.tls_dir).ca_cert
                           : std::string{"plain TCP"})
             << ")" << std::endl;
+  std::unique_ptr<service::metrics_server> metrics_http;
+  if (metrics) {
+    metrics_http = std::make_unique<service::metrics_server>([&sys, head] {
+      caf::scoped_actor self{sys};
+      std::string text;
+      caf::error failure;
+      self->request(head, std::chrono::seconds(10), cluster_metrics_atom::value)
+        .receive([&](std::string& t) { text = std::move(t); },
+                 [&](caf::error& err) { failure = std::move(err); });
+      if (failure)
+        throw std::runtime_error(render(failure));
+      return text;
+    });
+    try {
+      auto at = metrics_http->start(metrics_bind, metrics_port);
+      std::cerr << "rlforge head: metrics on http://" << runtime::to_string({metrics_bind,
+                                                                             uint16_t(at)})
+                << "/metrics" << std::endl;
+    } catch (const std::exception& e) {
+      std::cerr << prog << ": --metrics-port: " << e.what() << "\n";
+      actors::stop_from_this_process(sys, head);
+      return 1;
+    }
+  }
   node_agent_actor agent;
   if (local_node) {
     actors::node_agent_options ao;
@@ -211,6 +254,8 @@ int run_head(const args& a) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   std::cerr << "rlforge head: signal " << sig << ", stopping\n";
+  if (metrics_http)
+    metrics_http->stop();
   if (agent)
     actors::stop_from_this_process(sys, agent);
   actors::stop_from_this_process(sys, head);

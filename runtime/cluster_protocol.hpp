@@ -50,6 +50,8 @@ using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using lookup_atom = caf::atom_constant<caf::atom("lookup")>;
 /// The cluster's state as JSON (`rlforge status`).
 using cluster_status_atom = caf::atom_constant<caf::atom("cstatus")>;
+/// The head's metrics as Prometheus text (actors/head_metrics.hpp).
+using cluster_metrics_atom = caf::atom_constant<caf::atom("cmetrics")>;
 /// A node agent spawns ranks for a driver.
 using spawn_ranks_atom = caf::atom_constant<caf::atom("rspawn")>;
 /// A driver announces / retires an actor group (for `rlforge status`).
@@ -163,15 +165,17 @@ struct group_record {
   std::string kind;
   std::string placement_group;
   std::vector<std::string> rank_nodes; ///< node id of rank i
+  double spawn_seconds = 0; ///< from the driver's spawn call to every rank up and initialised
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, group_record& x) {
-  return f(caf::meta::type_name("group_record"), x.name, x.kind, x.placement_group, x.rank_nodes);
+  return f(caf::meta::type_name("group_record"), x.name, x.kind, x.placement_group, x.rank_nodes,
+           x.spawn_seconds);
 }
 
 inline bool operator==(const group_record& a, const group_record& b) {
   return a.name == b.name && a.kind == b.kind && a.placement_group == b.placement_group &&
-         a.rank_nodes == b.rank_nodes;
+         a.rank_nodes == b.rank_nodes && a.spawn_seconds == b.spawn_seconds;
 }
 
 // -- typed interfaces --------------------------------------------------------------------------
@@ -218,6 +222,7 @@ using head_actor = caf::typed_actor<
   caf::reacts_to<group_up_atom, std::string, group_record>,
   caf::reacts_to<group_down_atom, std::string, std::string>,
   caf::replies_to<cluster_status_atom>::with<std::string>,
+  caf::replies_to<cluster_metrics_atom>::with<std::string>,
   caf::reacts_to<cluster_tick_atom>>;
 
 // -- versions ----------------------------------------------------------------------------------

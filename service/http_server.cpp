@@ -68,15 +68,23 @@ void add_authentication(server_state& s) {
     if (req.path == "/api/v1/healthz" || req.path.rfind("/api/v1/checkpoint_archives/", 0) == 0 ||
         s.opts.insecure_no_auth)
       return httplib::Server::HandlerResponse::Unhandled;
-    if (!req.has_header("X-API-Key")) {
+    auto refuse = [&](const std::string& why) {
       res.set_header("Connection", "close");
-      reply_error(res, 401, "missing X-API-Key header");
+      reply_error(res, 401, why);
+      count_request(s, "unauthenticated", 401);
       return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!constant_time_equal(req.get_header_value("X-API-Key"), s.opts.api_key)) {
-      res.set_header("Connection", "close");
-      reply_error(res, 401, "invalid API key");
-      return httplib::Server::HandlerResponse::Handled;
+    };
+    // The Tinker SDK sends X-API-Key; OpenAI clients and Prometheus send a bearer token.
+    const std::string bearer = "Bearer ";
+    const auto authorization = req.get_header_value("Authorization");
+    if (req.has_header("X-API-Key")) {
+      if (!constant_time_equal(req.get_header_value("X-API-Key"), s.opts.api_key))
+        return refuse("invalid API key");
+    } else if (authorization.rfind(bearer, 0) == 0) {
+      if (!constant_time_equal(authorization.substr(bearer.size()), s.opts.api_key))
+        return refuse("invalid API key");
+    } else {
+      return refuse("missing API key: send header X-API-Key: KEY or Authorization: Bearer KEY");
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
@@ -88,8 +96,10 @@ void add_authentication(server_state& s) {
       reply_error(res, 413,
                   "request body larger than the limit of " + std::to_string(s.opts.max_body_bytes) +
                       " bytes");
-    else if (res.status == 404)
+    else if (res.status == 404) {
       reply_error(res, 404, "no endpoint " + req.method + " " + req.path);
+      count_request(s, "unknown", 404);
+    }
     else
       reply_error(res, res.status, "HTTP " + std::to_string(res.status));
     return httplib::Server::HandlerResponse::Handled;
@@ -99,8 +109,9 @@ void add_authentication(server_state& s) {
 
 /// A handler whose exceptions become error replies: an HTTP error its status, a request error
 /// the status of its category, a store error its kind; anything else 500.
-httplib::Server::Handler guarded(server_state& s, handler fn) {
-  return [&s, fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+httplib::Server::Handler guarded(server_state& s, const std::string& route, handler fn) {
+  return [&s, endpoint = endpoint_label(route),
+          fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
     try {
       fn(req, res);
     } catch (const http_error& e) {
@@ -120,6 +131,7 @@ httplib::Server::Handler guarded(server_state& s, handler fn) {
     if (res.status >= 400)
       s.log->info("event=request_refused method={} path={} status={}", req.method, req.path,
                   res.status);
+    count_request(s, endpoint, res.status);
   };
 }
 
@@ -133,11 +145,23 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
   s.limits.max_body_bytes = s.opts.max_body_bytes;
   s.sched = std::make_unique<request_scheduler>(
       s.opts.scheduler,
-      [&backend](const std::vector<tinker::forward_backward_request>& batch) {
-        return backend.forward_backward(batch);
+      [&backend, &s](const std::vector<tinker::forward_backward_request>& batch) {
+        auto out = backend.forward_backward(batch);
+        double tokens = 0;
+        for (const auto& r : batch)
+          for (const auto& d : r.data)
+            tokens += static_cast<double>(d.tokens.size());
+        count_tokens(s, batch.front().forward_only ? "scored" : "trained", tokens);
+        return out;
       },
-      [&backend](const std::vector<tinker::sample_request>& requests) {
-        return backend.sample(requests);
+      [&backend, &s](const std::vector<tinker::sample_request>& requests) {
+        auto out = backend.sample(requests);
+        double tokens = 0;
+        for (const auto& r : out)
+          for (const auto& q : r.sequences)
+            tokens += static_cast<double>(q.tokens.size());
+        count_tokens(s, "generated", tokens);
+        return out;
       });
 
   auto& svr = s.svr;
@@ -158,22 +182,25 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
 
   routes r;
   r.post = [&s](const std::string& path, handler fn) {
-    s.svr.Post(std::string(api) + path, guarded(s, std::move(fn)));
+    s.svr.Post(std::string(api) + path, guarded(s, path, std::move(fn)));
   };
   r.get = [&s](const std::string& path, handler fn) {
-    s.svr.Get(std::string(api) + path, guarded(s, std::move(fn)));
+    s.svr.Get(std::string(api) + path, guarded(s, path, std::move(fn)));
   };
   r.put = [&s](const std::string& path, handler fn) {
-    s.svr.Put(std::string(api) + path, guarded(s, std::move(fn)));
+    s.svr.Put(std::string(api) + path, guarded(s, path, std::move(fn)));
   };
   r.del = [&s](const std::string& path, handler fn) {
-    s.svr.Delete(std::string(api) + path, guarded(s, std::move(fn)));
+    s.svr.Delete(std::string(api) + path, guarded(s, path, std::move(fn)));
   };
   add_session_endpoints(s, r);
   add_training_endpoints(s, r);
   add_checkpoint_endpoints(s, r);
   add_sampling_endpoints(s, r);
   add_future_endpoints(s, r);
+  add_metrics_endpoint(s, [&s](const std::string& path, handler fn) {
+    s.svr.Get(path, guarded(s, path, std::move(fn)));
+  });
 }
 
 http_server::~http_server() {

@@ -223,6 +223,18 @@ size_t request_scheduler::pending_samples() const {
   return pending_samples_;
 }
 
+request_scheduler::queue_depths request_scheduler::depths() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  queue_depths out;
+  for (const auto& [key, lane] : lanes_)
+    if (!lane.ops.empty())
+      out.sampling[key] = lane.ops.size();
+  for (const auto& [id, m] : models_)
+    if (m.ordered.size() + m.unordered.size() > 0)
+      out.training[id] = m.ordered.size() + m.unordered.size();
+  return out;
+}
+
 bool request_scheduler::take_job(job& out) {
   // Alternate between training and sampling work when both are ready, so neither starves.
   prefer_samples_ = !prefer_samples_;

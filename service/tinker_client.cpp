@@ -90,7 +90,8 @@ client_response tinker_client::get(const std::string& path,
   return convert(cli.Get(("/api/v1/" + path).c_str(), h));
 }
 
-client_response tinker_client::get_url(const std::string& url) const {
+client_response tinker_client::get_url(const std::string& url,
+                                       const std::map<std::string, std::string>& headers) const {
   const std::string scheme = "http://";
   if (url.rfind(scheme, 0) != 0)
     throw client_error(0, "", "not an http:// URL: " + url);
@@ -102,7 +103,8 @@ client_response tinker_client::get_url(const std::string& url) const {
   int port = colon == std::string::npos ? 80 : std::stoi(authority.substr(colon + 1));
   httplib::Client cli(host, port);
   cli.set_read_timeout(60, 0);
-  return convert(cli.Get(path.c_str()));
+  httplib::Headers h(headers.begin(), headers.end());
+  return convert(cli.Get(path.c_str(), h));
 }
 
 client_response tinker_client::del(const std::string& path) const {

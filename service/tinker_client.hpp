@@ -55,9 +55,10 @@ public:
   client_response get(const std::string& path,
                       const std::map<std::string, std::string>& headers = {}) const;
 
-  /// GETs an absolute `http://host:port/...` URL (e.g. an archive Location), body streamed into
-  /// the response.
-  client_response get_url(const std::string& url) const;
+  /// GETs an absolute `http://host:port/...` URL (e.g. an archive Location, or /metrics) with
+  /// only the given `headers` (no API key), body streamed into the response.
+  client_response get_url(const std::string& url,
+                          const std::map<std::string, std::string>& headers = {}) const;
 
   /// DELETEs `/api/v1/<path>`.
   client_response del(const std::string& path) const;

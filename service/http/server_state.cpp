@@ -146,6 +146,26 @@ void server_state::notify_final() {
   poll_cv.notify_all();
 }
 
+void server_state::future_final(const std::string& id, const std::string& outcome) {
+  std::pair<std::string, std::chrono::steady_clock::time_point> began;
+  {
+    std::lock_guard<std::mutex> guard(in_flight_mutex);
+    auto it = in_flight.find(id);
+    if (it == in_flight.end())
+      return;
+    began = it->second;
+    in_flight.erase(it);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - began.second).count();
+  metrics.observe("rlforge_future_latency_seconds",
+                  "From a request's arrival to its future's result, by request type.",
+                  {{"type", began.first}}, seconds, runtime::latency_buckets_seconds());
+  metrics.add("rlforge_futures_total", "Futures final, by request type and outcome (ok, or the "
+              "failure's category).",
+              {{"type", began.first}, {"outcome", outcome}});
+}
+
 void server_state::complete(const std::string& id, const std::string& bytes,
                             const std::string& type) {
   try {
@@ -153,15 +173,20 @@ void server_state::complete(const std::string& id, const std::string& bytes,
   } catch (const std::exception& e) {
     log->error("event=complete_failed request_id={} error=\"{}\"", id, e.what());
   }
+  future_final(id, "ok");
   notify_final();
 }
 
 void server_state::fail(const std::string& id, const failure& f) {
+  const std::string category = tinker::future_category(f.category);
   try {
-    store.fail(id, f.message, tinker::future_category(f.category));
+    store.fail(id, f.message, category);
   } catch (const std::exception& e) {
     log->error("event=fail_failed request_id={} error=\"{}\"", id, e.what());
   }
+  log->info("event=future_failed request_id={} category={} error=\"{}\"", id, category,
+            f.message);
+  future_final(id, category);
   notify_final();
 }
 
@@ -178,6 +203,10 @@ std::pair<std::string, bool> server_state::record(const std::string& type,
                         payload_hash(endpoint, req));
   if (r.conflict)
     throw http_error(409, r.message);
+  if (r.created) {
+    std::lock_guard<std::mutex> guard(in_flight_mutex);
+    in_flight[r.request_id] = {type, std::chrono::steady_clock::now()};
+  }
   return {r.request_id, r.created};
 }
 

@@ -19,6 +19,7 @@
 
 #include "actors/tinker_backend.hpp"
 #include "runtime/logging.hpp"
+#include "runtime/prometheus_text.hpp"
 #include "service/future_store.hpp"
 #include "service/http_server.hpp"
 #include "service/request_scheduler.hpp"
@@ -113,12 +114,24 @@ struct server_state {
   /// original sees either nothing or the queued original.
   std::mutex submit_mutex;
 
+  /// Metrics (GET /metrics): counters and histograms written as requests go; gauges read at
+  /// each scrape (metrics_endpoint.cpp). Thread-safe on its own.
+  runtime::metrics_registry metrics;
+  /// Futures recorded and not yet final → (type, when recorded) (in_flight_mutex), for the
+  /// latency histogram.
+  std::mutex in_flight_mutex;
+  std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> in_flight;
+
   /// Short-lived archive download tokens → (tinker path, expiry) (archive_mutex).
   std::mutex archive_mutex;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> archives;
 
   /// Wakes every long-poll: a future became final.
   void notify_final();
+
+  /// Counts future `id` final with `outcome` ("ok" or its failure category) and observes its
+  /// latency since it was recorded (once: later calls for the same id count nothing).
+  void future_final(const std::string& id, const std::string& outcome);
 
   /// Stores a result / a failure of future `id` and wakes the long-polls.
   void complete(const std::string& id, const std::string& bytes, const std::string& type);
@@ -190,6 +203,20 @@ struct seq_guard {
   void set(const std::string& m, int64_t q);
   ~seq_guard();
 };
+
+/// A route's label in the metrics: its path with each regular-expression group written `{}`
+/// ("training_runs/{}/checkpoints").
+std::string endpoint_label(const std::string& route);
+
+/// Counts one HTTP request answered with `status` (`rlforge_http_requests_total`).
+void count_request(server_state& s, const std::string& endpoint, int status);
+
+/// Adds `tokens` to `rlforge_tokens_total{kind}` ("generated", "trained", "scored").
+void count_tokens(server_state& s, const char* kind, double tokens);
+
+/// `GET /metrics` (Prometheus text), added through `get_at_root` (a path from the root).
+void add_metrics_endpoint(server_state& s,
+                          const std::function<void(const std::string&, handler)>& get_at_root);
 
 /// Adds the endpoints of each area (one source file each).
 void add_session_endpoints(server_state& s, routes& r);

@@ -22,6 +22,7 @@
 #include "service/wire/sample_codec.hpp"
 
 #include "tests/cli/serve_process.hpp"
+#include "tests/runtime/prometheus_parse.hpp"
 
 namespace {
 
@@ -111,10 +112,34 @@ TEST(ServeEndToEnd, TrainsSavesAndSamplesThroughHttp) {
     auto sid = client.create_sampling_session(session, 0, sampler, "");
     auto out = client.sample(sid, 0, {1, 17, 42}, 2, 4);
     ASSERT_EQ(out.sequences.size(), 2u);
+    double generated = 0;
     for (auto& s : out.sequences) {
       EXPECT_FALSE(s.tokens.empty());
       EXPECT_EQ(s.tokens.size(), s.logprobs.size());
+      generated += static_cast<double>(s.tokens.size());
     }
+    // An ephemeral sampler is a snapshot: one weight sync to the model's engine.
+    auto eph = client.post("save_weights_for_sampler",
+                           "{\"model_id\":\"" + model +
+                               "\",\"seq_id\":8,\"sampling_session_seq_id\":1}");
+    ASSERT_EQ(eph.status, 200) << eph.body;
+    ASSERT_EQ(client.wait_future(tinker_client::request_id_of(eph), false).status, 200);
+    // GET /metrics: what the real backend did, in Prometheus text.
+    auto m = client.get_url("http://127.0.0.1:" + std::to_string(serve.port()) + "/metrics",
+                            {{"Authorization", "Bearer e2e-key"}});
+    ASSERT_EQ(m.status, 200) << m.body;
+    auto scrape = rlforge::test::parse_prometheus(m.body);
+    ASSERT_TRUE(scrape.error.empty()) << scrape.error << "\n" << m.body;
+    EXPECT_EQ(scrape.value("rlforge_tokens_total{kind=\"generated\"}"), generated);
+    EXPECT_EQ(scrape.value("rlforge_tokens_total{kind=\"trained\"}"), 2 * 2 * 5.0) << m.body;
+    EXPECT_EQ(scrape.value("rlforge_weight_syncs_total"), 1) << m.body;
+    EXPECT_GT(scrape.value("rlforge_weight_sync_bytes_total"), 1e5) << m.body;
+    EXPECT_GT(scrape.value("rlforge_weight_sync_seconds_total"), 0) << m.body;
+    EXPECT_GT(scrape.value("rlforge_engine_kv_blocks{engine=\"checkpoint:s4\"}"), 0) << m.body;
+    EXPECT_GT(scrape.value("rlforge_engine_kv_blocks{engine=\"model:" + model + "\"}"), 0)
+        << m.body;
+    EXPECT_EQ(scrape.value("rlforge_engine_kv_blocks_in_use{engine=\"model:" + model + "\"}"), 0)
+        << m.body;
     EXPECT_EQ(serve.stop(), 0) << serve.output();
   }
   std::error_code ec;

@@ -7,12 +7,15 @@
 #include <signal.h>
 
 #include <cstring>
+#include <thread>
 
 #include <caf/all.hpp>
 
 #include "actors/actor_group.hpp"
 #include "runtime/errc.hpp"
+#include "service/tinker_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
+#include "tests/runtime/prometheus_parse.hpp"
 
 using namespace rlforge;
 using namespace rlforge::cluster_test;
@@ -259,4 +262,89 @@ TEST(ClusterHead, ANodeLeavesCleanlyOnSigterm) {
   ASSERT_FALSE(gone);
   EXPECT_NE(error_message(gone.error()).find("node 'n1' left the cluster"), std::string::npos)
     << error_message(gone.error());
+}
+
+// `rlforge head --metrics-port 0`: Prometheus text on loopback with the nodes, their heartbeats,
+// placement groups, actor groups and spawn latency; a node's death shows.
+TEST(ClusterHead, ServesPrometheusMetrics) {
+  test_cluster cluster{"metrics", {"--metrics-port", "0"}};
+  const std::string marker = "metrics on http://";
+  ASSERT_TRUE(cluster.head().wait_for_log(marker, 30s)) << cluster.logs();
+  auto log = cluster.head().log();
+  auto at = log.find(marker) + marker.size();
+  const auto url = "http://" + log.substr(at, log.find('\n', at) - at);
+  ASSERT_EQ(url.rfind("http://127.0.0.1:", 0), 0u) << url;
+  cluster.add_node("n1", 1, 1);
+  auto& n2 = cluster.add_node("n2", 1, 1);
+  test_driver driver{cluster.endpoint()};
+  ASSERT_TRUE(driver.error().empty()) << driver.error();
+  auto pg = driver.pgs().create({"two", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10});
+  ASSERT_TRUE(pg) << driver.sys().render(pg.error());
+  auto group = driver.spawn_group("g", "policy", *pg);
+  ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
+  service::tinker_client http("127.0.0.1", 0, "");
+  auto scrape = [&] {
+    auto r = http.get_url(url);
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.content_type, "text/plain; version=0.0.4; charset=utf-8");
+    auto p = rlforge::test::parse_prometheus(r.body);
+    EXPECT_TRUE(p.error.empty()) << p.error << "\n" << r.body;
+    return p;
+  };
+  // The group's announcement, and the nodes' census of their ranks (sent with heartbeats),
+  // reach the head after the spawn returns.
+  auto announced = [&] {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      auto p = scrape();
+      if ((p.value("rlforge_actor_group_spawn_seconds_count") >= 1 &&
+           p.value("rlforge_node_ranks{node=\"n1\"}") >= 1) ||
+          std::chrono::steady_clock::now() > deadline)
+        return p;
+      std::this_thread::sleep_for(100ms);
+    }
+  };
+  auto p = announced();
+  EXPECT_EQ(p.value("rlforge_cluster_nodes{state=\"alive\"}"), 2);
+  EXPECT_EQ(p.value("rlforge_cluster_nodes{state=\"dead\"}"), 0);
+  EXPECT_EQ(p.value("rlforge_placement_groups{state=\"placed\"}"), 1);
+  EXPECT_EQ(p.value("rlforge_actor_groups{state=\"alive\"}"), 1);
+  EXPECT_EQ(p.value("rlforge_cluster_drivers"), 1);
+  EXPECT_EQ(p.value("rlforge_actor_group_spawn_seconds_count"), 1);
+  EXPECT_GT(p.value("rlforge_actor_group_spawn_seconds_sum"), 0);
+  EXPECT_EQ(p.value("rlforge_node_ranks{node=\"n1\"}"), 1);
+  const double age = p.value("rlforge_node_heartbeat_age_seconds{node=\"n1\"}");
+  EXPECT_GE(age, 0);
+  EXPECT_LT(age, 5);
+  EXPECT_GE(p.value("rlforge_node_heartbeats_total"), 1);
+  EXPECT_EQ(p.value("rlforge_node_deaths_total"), 0);
+  // Anything but /metrics is a 404.
+  EXPECT_EQ(http.get_url(url.substr(0, url.rfind('/')) + "/other").status, 404);
+  n2.signal(SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (scrape().value("rlforge_node_deaths_total") < 1 &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(100ms);
+  p = scrape();
+  EXPECT_EQ(p.value("rlforge_node_deaths_total"), 1);
+  EXPECT_EQ(p.value("rlforge_cluster_nodes{state=\"dead\"}"), 1);
+  EXPECT_EQ(p.value("rlforge_node_heartbeat_age_seconds{node=\"n2\"}"), -1); // dead: no series
+  EXPECT_EQ(p.value("rlforge_actor_groups{state=\"failed\"}"), 1);
+  group->stop();
+}
+
+// Bad metrics flags are refused by name, and the head does not start.
+TEST(ClusterHead, RefusesBadMetricsFlags) {
+  const std::string dir = ::testing::TempDir();
+  for (const auto& [args, says] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--metrics-port", "99999"}, "--metrics-port expects an integer in 0..65535"},
+           {{"--metrics-port", "x"}, "--metrics-port expects"},
+           {{"--metrics-bind", "127.0.0.1"}, "--metrics-bind needs --metrics-port"}}) {
+    std::vector<std::string> argv = {rlforge_binary(), "head", "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    child_process head(argv, dir + "/bad-metrics.log");
+    EXPECT_EQ(head.wait_exit(30s), 2) << head.log();
+    EXPECT_NE(head.log().find(says), std::string::npos) << head.log();
+  }
 }

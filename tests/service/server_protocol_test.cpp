@@ -87,7 +87,8 @@ TEST_F(ServerProtocol, RefusesMissingOrWrongApiKeyAndRunsNothing) {
   tinker_client nokey("127.0.0.1", server->port(), "");
   auto r = nokey.post("create_model", body);
   EXPECT_EQ(r.status, 401);
-  EXPECT_EQ(error_of(r), "missing X-API-Key header");
+  EXPECT_EQ(error_of(r),
+            "missing API key: send header X-API-Key: KEY or Authorization: Bearer KEY");
   tinker_client wrong("127.0.0.1", server->port(), "test-key-124");
   r = wrong.post("create_model", body);
   EXPECT_EQ(r.status, 401);

@@ -135,6 +135,17 @@ public:
   }
   int64_t max_context_length() const override { return context; }
   int64_t vocab_size() const override { return vocab; }
+  /// One engine "base" of 64 blocks, 3 in use; one sync of 1000 bytes and 0.25 s per snapshot.
+  actors::backend_stats stats() override {
+    actors::backend_stats out;
+    out.engines.push_back({"base", 64, 3});
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto& [id, v] : versions_)
+      out.syncs += v;
+    out.sync_bytes = 1000 * out.syncs;
+    out.sync_seconds = 0.25 * static_cast<double>(out.syncs);
+    return out;
+  }
 
   /// Calls so far, in order.
   std::vector<std::string> calls() {
