@@ -16,14 +16,28 @@ if(RLFORGE_SANITIZE)
 endif()
 
 # rlforge_add_library(<folder> SOURCES ... DEPS ...): the library rlforge_<folder>, alias
-# rlforge::<folder>, includes written from the repository root.
+# rlforge::<folder>, includes written from the repository root. `cmake --install` puts it in
+# the rlforge package (cmake/package.cmake) as rlforge::<folder>, with the folder's headers
+# under include/<folder>/.
 function(rlforge_add_library name)
   cmake_parse_arguments(arg "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(rlforge_${name} STATIC ${arg_SOURCES})
   add_library(rlforge::${name} ALIAS rlforge_${name})
-  target_include_directories(rlforge_${name} PUBLIC ${PROJECT_SOURCE_DIR})
-  target_link_libraries(rlforge_${name} PUBLIC ${arg_DEPS} PRIVATE ${arg_PRIVATE_DEPS} rlforge_warnings)
-  set_target_properties(rlforge_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(rlforge_${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                             $<INSTALL_INTERFACE:include>)
+  target_link_libraries(rlforge_${name} PUBLIC ${arg_DEPS} PRIVATE ${arg_PRIVATE_DEPS}
+                        $<BUILD_INTERFACE:rlforge_warnings>)
+  set_target_properties(rlforge_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON EXPORT_NAME ${name})
+  rlforge_install_library(rlforge_${name} ${CMAKE_CURRENT_SOURCE_DIR} ${name})
+endfunction()
+
+# rlforge_install_library(<target> <header dir> <include subdir>): installs a library into the
+# export set of the rlforge package and the headers of <header dir> (its sub-folders too) under
+# include/<include subdir>/.
+function(rlforge_install_library target header_dir include_subdir)
+  install(TARGETS ${target} EXPORT rlforgeTargets ARCHIVE DESTINATION lib)
+  install(DIRECTORY ${header_dir}/ DESTINATION include/${include_subdir}
+          FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
 endfunction()
 
 # rlforge_add_test(<name> SOURCES ... DEPS ... LABELS ... [TIMEOUT s]): one GoogleTest binary;

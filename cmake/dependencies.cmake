@@ -4,39 +4,12 @@
 # with fmt, nlohmann-json, GoogleTest and libtorch (scripts/gpu-pack packs the Debian ones).
 find_package(Threads REQUIRED)
 
-# CAF 0.17.6: Debian ships no CMake config and no pkg-config file.
-find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
-find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
-find_library(CAF_IO_LIBRARY caf_io REQUIRED)
-file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" _rlforge_caf_ver REGEX "#define CAF_VERSION [0-9]+")
-string(REGEX REPLACE ".*CAF_VERSION ([0-9]+).*" "\\1" RLFORGE_CAF_VERSION "${_rlforge_caf_ver}")
-if(RLFORGE_CAF_VERSION LESS 1706 OR RLFORGE_CAF_VERSION GREATER_EQUAL 1800)
-  message(FATAL_ERROR "rlforge needs CAF 0.17.6 or a later 0.17 release, found ${RLFORGE_CAF_VERSION}")
-endif()
-add_library(rlforge_caf_core SHARED IMPORTED)
-set_target_properties(rlforge_caf_core PROPERTIES IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
-  INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}" INTERFACE_LINK_LIBRARIES Threads::Threads)
-add_library(rlforge_caf_io SHARED IMPORTED)
-set_target_properties(rlforge_caf_io PROPERTIES IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
-  INTERFACE_LINK_LIBRARIES rlforge_caf_core)
-add_library(CAF::core ALIAS rlforge_caf_core)
-add_library(CAF::io ALIAS rlforge_caf_io)
-# Cluster TLS (DESIGN.md "Cluster"): CAF's openssl module (libcaf-dev ships libcaf_openssl.so)
-# and OpenSSL itself (libssl-dev) for the certificate checks and `rlforge head --init-tls`.
+# CAF 0.17.6 (no CMake config, no pkg-config file), its TLS module with OpenSSL (cluster TLS,
+# DESIGN.md "Cluster"; libssl-dev also serves the certificate checks and `rlforge head
+# --init-tls`), msgpack-cxx and SentencePiece: targets defined in cmake/imported_targets.cmake,
+# which installed packages use too.
 find_package(OpenSSL REQUIRED)
-find_library(CAF_OPENSSL_LIBRARY caf_openssl REQUIRED)
-add_library(rlforge_caf_openssl SHARED IMPORTED)
-set_target_properties(rlforge_caf_openssl PROPERTIES IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
-  INTERFACE_LINK_LIBRARIES "rlforge_caf_io;OpenSSL::SSL;OpenSSL::Crypto")
-add_library(CAF::openssl ALIAS rlforge_caf_openssl)
-
-# msgpack-cxx is header-only. Its CMake config insists on Boost, which rlforge does not use:
-# the target msgpackc-cxx here is the headers alone, without Boost (MSGPACK_NO_BOOST), for every
-# build alike.
-find_path(MSGPACK_INCLUDE_DIR msgpack.hpp REQUIRED)
-add_library(msgpackc-cxx INTERFACE IMPORTED)
-set_target_properties(msgpackc-cxx PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${MSGPACK_INCLUDE_DIR}"
-  INTERFACE_COMPILE_DEFINITIONS "MSGPACK_NO_BOOST;MSGPACK_DEFAULT_API_VERSION=3")
+include(${CMAKE_CURRENT_LIST_DIR}/imported_targets.cmake)
 find_package(spdlog REQUIRED)         # target spdlog::spdlog (compiled, external fmt)
 find_package(nlohmann_json REQUIRED)  # target nlohmann_json::nlohmann_json
 
