@@ -309,7 +309,7 @@ int64_t abort_everything(rank_context& ctx, engine_state& st) {
     std::vector<std::vector<sample_output>> rows;
     for (auto& r : q.requests)
       rows.emplace_back(static_cast<size_t>(std::max<int64_t>(1, r.num_samples)),
-                        sample_output{{}, {}, "abort", {}, {}});
+                        sample_output{{}, {}, "abort", {}, {}, {}, {}});
     n += static_cast<int64_t>(q.requests.size());
     if (q.ticket) {
       std::vector<sample_output> flat;
@@ -368,7 +368,7 @@ void enforce_deadlines(rank_context& ctx, engine_state& st, bool can_step) {
       send_result(ctx, st, q->consumer, q->ids[i],
                   std::vector<sample_output>(
                       static_cast<size_t>(std::max<int64_t>(1, q->requests[i].num_samples)),
-                      sample_output{{}, {}, "abort", {}, {}}),
+                      sample_output{{}, {}, "abort", {}, {}, {}, {}}),
                   timed_out(st, q->ids[i], q->timeout_ms));
     q = st.queue.erase(q);
   }
@@ -580,7 +580,7 @@ caf::expected<caf::message> cancel(rank_context& ctx, const caf::message& args) 
       const auto i = static_cast<size_t>(pos - q->ids.begin());
       std::vector<sample_output> rows(
           static_cast<size_t>(std::max<int64_t>(1, q->requests[i].num_samples)),
-          sample_output{{}, {}, "abort", {}, {}});
+          sample_output{{}, {}, "abort", {}, {}, {}, {}});
       send_result(ctx, st, consumer, uid, std::move(rows), {});
       q->ids.erase(pos);
       q->requests.erase(q->requests.begin() + static_cast<std::ptrdiff_t>(i));

@@ -49,6 +49,7 @@ std::vector<be::engine_request> check_requests(const std::vector<sample_request>
       e.params.tokenizer = tok.tokenizer;
     }
     e.params.prompt_logprobs = r.prompt_logprobs;
+    e.params.topk_prompt_logprobs = r.topk_prompt_logprobs;
     for (int64_t j = 0; j < r.num_samples; ++j)
       e.seeds.push_back(r.has_seed ? std::optional<uint64_t>(be::sample_seed(
                                          r.seed, static_cast<uint64_t>(r.first_sample + j)))
@@ -76,7 +77,8 @@ std::vector<sample_output> to_outputs(be::engine_output&& out) {
   rows.reserve(out.samples.size());
   for (auto& s : out.samples)
     rows.push_back({std::move(s.tokens), std::move(s.logprobs), std::move(s.stop_reason),
-                    out.prompt_logprobs, std::move(s.versions)});
+                    out.prompt_logprobs, std::move(s.versions), out.topk_prompt_ids,
+                    out.topk_prompt_logprobs});
   return rows;
 }
 

@@ -40,6 +40,7 @@ sample_request engine_request(const tinker::sample_request& t) {
   r.stop_token_ids = t.params.stop_tokens;
   r.stop_strings = t.params.stop_strings;
   r.prompt_logprobs = t.prompt_logprobs;
+  r.topk_prompt_logprobs = t.topk_prompt_logprobs;
   r.num_samples = t.num_samples;
   r.first_sample = t.first_sample;
   r.weight_version = t.sampler.type == tinker::sampler_ref::kind::snapshot ? t.sampler.version : 0;
@@ -343,6 +344,17 @@ tinker_sampling::sample(const std::vector<tinker::sample_request>& requests) {
         resp.prompt_logprobs.push_back(std::numeric_limits<double>::quiet_NaN());
         resp.prompt_logprobs.insert(resp.prompt_logprobs.end(), o.prompt_logprobs.begin(),
                                     o.prompt_logprobs.end());
+      }
+      if (requests[i].topk_prompt_logprobs > 0 && s == 0) {
+        const auto k = requests[i].topk_prompt_logprobs;
+        resp.topk = k;
+        resp.topk_prompt_ids.assign(static_cast<size_t>(k), 0);
+        resp.topk_prompt_logprobs.assign(static_cast<size_t>(k), tinker::topk_empty_logprob);
+        resp.topk_prompt_ids.insert(resp.topk_prompt_ids.end(), o.topk_prompt_ids.begin(),
+                                    o.topk_prompt_ids.end());
+        resp.topk_prompt_logprobs.insert(resp.topk_prompt_logprobs.end(),
+                                         o.topk_prompt_logprobs.begin(),
+                                         o.topk_prompt_logprobs.end());
       }
       resp.sequences.push_back({o.stop_reason, std::move(o.tokens), std::move(o.logprobs)});
     }

@@ -20,6 +20,7 @@ json request_json(const sample_request& r) {
           {"stop_token_ids", r.stop_token_ids},
           {"stop_strings", r.stop_strings},
           {"prompt_logprobs", r.prompt_logprobs},
+          {"topk_prompt_logprobs", r.topk_prompt_logprobs},
           {"num_samples", r.num_samples},
           {"first_sample", r.first_sample},
           {"weight_version", r.weight_version}};
@@ -30,7 +31,9 @@ json sample_json(const sample_output& s) {
           {"logprobs", s.logprobs},
           {"stop_reason", s.stop_reason},
           {"prompt_logprobs", s.prompt_logprobs},
-          {"token_versions", s.token_versions}};
+          {"token_versions", s.token_versions},
+          {"topk_prompt_ids", s.topk_prompt_ids},
+          {"topk_prompt_logprobs", s.topk_prompt_logprobs}};
 }
 
 json rollout_json(const rollout& r) {
@@ -55,6 +58,11 @@ template <class T> T get(const json& j, const std::string& path, const char* key
   }
 }
 
+/// As `get`, or `fallback` when `key` is absent (state written before the key existed).
+template <class T> T get_or(const json& j, const std::string& path, const char* key, T fallback) {
+  return j.is_object() && j.contains(key) ? get<T>(j, path, key) : fallback;
+}
+
 rollout rollout_of(const json& j, const std::string& path) {
   rollout r;
   r.id = get<int64_t>(j, path, "id");
@@ -72,6 +80,7 @@ rollout rollout_of(const json& j, const std::string& path) {
   req.stop_token_ids = get<std::vector<int64_t>>(q, qp, "stop_token_ids");
   req.stop_strings = get<std::vector<std::string>>(q, qp, "stop_strings");
   req.prompt_logprobs = get<bool>(q, qp, "prompt_logprobs");
+  req.topk_prompt_logprobs = get_or<int64_t>(q, qp, "topk_prompt_logprobs", 0);
   req.num_samples = get<int64_t>(q, qp, "num_samples");
   req.first_sample = get<int64_t>(q, qp, "first_sample");
   req.weight_version = get<int64_t>(q, qp, "weight_version");
@@ -86,6 +95,9 @@ rollout rollout_of(const json& j, const std::string& path) {
     s.stop_reason = get<std::string>(samples[i], sp, "stop_reason");
     s.prompt_logprobs = get<std::vector<double>>(samples[i], sp, "prompt_logprobs");
     s.token_versions = get<std::vector<int64_t>>(samples[i], sp, "token_versions");
+    s.topk_prompt_ids = get_or<std::vector<int64_t>>(samples[i], sp, "topk_prompt_ids", {});
+    s.topk_prompt_logprobs =
+        get_or<std::vector<double>>(samples[i], sp, "topk_prompt_logprobs", {});
     r.samples.push_back(std::move(s));
   }
   return r;

@@ -376,6 +376,7 @@ struct sample_request {
   /// (backends/model/stop_strings.hpp); needs an engine whose model has a tokenizer.
   std::vector<std::string> stop_strings;
   bool prompt_logprobs = false;
+  int64_t topk_prompt_logprobs = 0; ///< > 0: the k most likely tokens at each prompt position
   int64_t num_samples = 1;
   int64_t first_sample = 0;
   int64_t weight_version = 0;
@@ -385,7 +386,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_request& x) {
   return f(caf::meta::type_name("sample_request"), x.prompt, x.max_tokens, x.temperature, x.top_k,
            x.top_p, x.has_seed, x.seed, x.stop_token_ids, x.stop_strings, x.prompt_logprobs,
-           x.num_samples, x.first_sample, x.weight_version);
+           x.topk_prompt_logprobs, x.num_samples, x.first_sample, x.weight_version);
 }
 
 inline bool operator==(const sample_request& a, const sample_request& b) {
@@ -408,16 +409,21 @@ struct sample_output {
   std::string stop_reason;
   std::vector<double> prompt_logprobs;
   std::vector<int64_t> token_versions;
+  /// (n-1) x k row-major when topk_prompt_logprobs = k (backends::sample_result says how).
+  std::vector<int64_t> topk_prompt_ids;
+  std::vector<double> topk_prompt_logprobs;
 };
 
 template <class Inspector> typename Inspector::result_type inspect(Inspector& f, sample_output& x) {
   return f(caf::meta::type_name("sample_output"), x.tokens, x.logprobs, x.stop_reason,
-           x.prompt_logprobs, x.token_versions);
+           x.prompt_logprobs, x.token_versions, x.topk_prompt_ids, x.topk_prompt_logprobs);
 }
 
 inline bool operator==(const sample_output& a, const sample_output& b) {
   return a.tokens == b.tokens && a.logprobs == b.logprobs && a.stop_reason == b.stop_reason &&
-         a.prompt_logprobs == b.prompt_logprobs && a.token_versions == b.token_versions;
+         a.prompt_logprobs == b.prompt_logprobs && a.token_versions == b.token_versions &&
+         a.topk_prompt_ids == b.topk_prompt_ids &&
+         a.topk_prompt_logprobs == b.topk_prompt_logprobs;
 }
 
 /// One request of a streaming submission (engine and dispatcher op `submit`), delivered to the

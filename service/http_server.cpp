@@ -198,6 +198,7 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
   add_checkpoint_endpoints(s, r);
   add_sampling_endpoints(s, r);
   add_future_endpoints(s, r);
+  add_refused_endpoints(s, r);
   add_metrics_endpoint(s, [&s](const std::string& path, handler fn) {
     s.svr.Get(path, guarded(s, path, std::move(fn)));
   });

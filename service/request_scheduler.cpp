@@ -401,8 +401,13 @@ void request_scheduler::run_samples(job& j) {
         continue;
       }
       auto& part = responses[i];
-      if (j.slices[i].request.first_sample == op->request.first_sample)
+      // The prompt's scores come with the request's first slice (they are the same for all).
+      if (j.slices[i].request.first_sample == op->request.first_sample) {
         op->result.prompt_logprobs = std::move(part.prompt_logprobs);
+        op->result.topk = part.topk;
+        op->result.topk_prompt_ids = std::move(part.topk_prompt_ids);
+        op->result.topk_prompt_logprobs = std::move(part.topk_prompt_logprobs);
+      }
       for (auto& seq : part.sequences)
         op->result.sequences.push_back(std::move(seq));
       op->finished += std::max<int64_t>(j.slices[i].request.num_samples, 1);

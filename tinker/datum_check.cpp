@@ -120,9 +120,10 @@ void check_sample(const sample_request& r, const model_limits& limits, const std
   for (size_t k = 0; k < p.stop_strings.size(); ++k)
     if (p.stop_strings[k].empty())
       fail_user(where + ": stop string " + std::to_string(k) + " is empty");
-  if (r.topk_prompt_logprobs != 0)
-    fail_user(where + ": topk_prompt_logprobs is not supported (got " +
-              std::to_string(r.topk_prompt_logprobs) + "); use prompt_logprobs");
+  if (r.topk_prompt_logprobs < 0 || r.topk_prompt_logprobs > limits.vocab_size)
+    fail_user(where + ": topk_prompt_logprobs must be in 0.." + std::to_string(limits.vocab_size) +
+              " (0 = off, at most the vocabulary size), got " +
+              std::to_string(r.topk_prompt_logprobs));
 }
 
 } // namespace rlforge::tinker

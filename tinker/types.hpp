@@ -139,6 +139,17 @@ struct sample_response {
   std::vector<sampled_sequence> sequences;
   bool has_prompt_logprobs = false;
   std::vector<double> prompt_logprobs; ///< one per prompt token; NaN at position 0
+  /// k > 0 when the request asked for `topk_prompt_logprobs` = k: `topk_prompt_ids` and
+  /// `topk_prompt_logprobs` are prompt_length x k row-major, row i the k most likely tokens at
+  /// prompt position i (most likely first, ties by lower id) and their log-probs under the raw
+  /// model distribution; row 0 (nothing predicts the first token) holds the empty cells, token 0
+  /// and log-prob -99999 (the SDK's sentinel).
+  int64_t topk = 0;
+  std::vector<int64_t> topk_prompt_ids;
+  std::vector<double> topk_prompt_logprobs;
 };
+
+/// The log-prob of an empty top-k cell (row 0 of `sample_response::topk_prompt_*`).
+inline constexpr double topk_empty_logprob = -99999.0;
 
 } // namespace rlforge::tinker

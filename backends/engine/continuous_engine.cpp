@@ -23,9 +23,23 @@ struct continuous_engine::request_state {
   /// (continuation included) in order; empty otherwise.
   std::vector<stop_string_matcher> stop_strings;
   std::vector<engine_sample> samples;
+  /// What the prompt's prefill scored (prompt_logprobs / topk_prompt_logprobs), complete once
+  /// `prompt_logprobs_done`.
   std::vector<double> prompt_logprobs;
+  std::vector<int64_t> topk_prompt_ids;
+  std::vector<double> topk_prompt_logprobs;
   bool prompt_logprobs_done = false;
   scheduled_group* group = nullptr; ///< owned by the scheduler
+
+  bool scores_prompt() const { return params.prompt_logprobs || params.topk_prompt_logprobs > 0; }
+  /// A preempted request prefills again: what its prompt scored so far is dropped.
+  void forget_partial_prompt() {
+    if (prompt_logprobs_done)
+      return;
+    prompt_logprobs.clear();
+    topk_prompt_ids.clear();
+    topk_prompt_logprobs.clear();
+  }
 };
 
 void validate(const engine_config& c, const model_config& config) {
@@ -163,7 +177,7 @@ void continuous_engine::add(uint64_t id, engine_request request) {
   }
   auto& group = scheduler_->add(id, request.key, std::move(request.prompt),
                                 std::move(request.generated), budget);
-  group.allow_prefix_hits = !state->params.prompt_logprobs;
+  group.allow_prefix_hits = !state->scores_prompt();
   state->group = &group;
   requests_[id] = std::move(state);
 }
@@ -176,8 +190,11 @@ engine_output continuous_engine::take_output(request_state& r, uint64_t id, bool
   for (size_t s = 0; s < out.samples.size(); ++s)
     if (out.samples[s].stop_reason.empty())
       out.samples[s].stop_reason = "abort";
-  if (r.prompt_logprobs_done)
+  if (r.prompt_logprobs_done) {
     out.prompt_logprobs = std::move(r.prompt_logprobs);
+    out.topk_prompt_ids = std::move(r.topk_prompt_ids);
+    out.topk_prompt_logprobs = std::move(r.topk_prompt_logprobs);
+  }
   return out;
 }
 
@@ -208,17 +225,25 @@ void continuous_engine::add_prompt_logprobs(const step_plan& plan, const at::Ten
   for (auto& it : plan.items) {
     auto& r = *requests_.at(it.group->id);
     const auto p = static_cast<int64_t>(it.group->prompt.size());
-    if (it.seq < 0 && r.params.prompt_logprobs && !r.prompt_logprobs_done) {
+    if (it.seq < 0 && r.scores_prompt() && !r.prompt_logprobs_done) {
       std::vector<int64_t> rows, targets;
       for (int64_t j = 0; j < it.count && it.first + j + 1 < p; ++j) {
         rows.push_back(row + j);
         targets.push_back(it.group->prompt[static_cast<size_t>(it.first + j + 1)]);
       }
       if (!rows.empty()) {
-        auto lp = token_logprobs(
-            model_.logits(hidden.index_select(0, at::tensor(rows, at::kLong).to(hidden.device()))),
-            targets);
-        r.prompt_logprobs.insert(r.prompt_logprobs.end(), lp.begin(), lp.end());
+        auto logits =
+            model_.logits(hidden.index_select(0, at::tensor(rows, at::kLong).to(hidden.device())));
+        if (r.params.prompt_logprobs) {
+          auto lp = token_logprobs(logits, targets);
+          r.prompt_logprobs.insert(r.prompt_logprobs.end(), lp.begin(), lp.end());
+        }
+        if (r.params.topk_prompt_logprobs > 0) {
+          auto top = top_token_logprobs(logits, r.params.topk_prompt_logprobs);
+          r.topk_prompt_ids.insert(r.topk_prompt_ids.end(), top.ids.begin(), top.ids.end());
+          r.topk_prompt_logprobs.insert(r.topk_prompt_logprobs.end(), top.logprobs.begin(),
+                                        top.logprobs.end());
+        }
       }
       if (it.first + it.count == p) {
         r.prompt_logprobs_done = true;
@@ -235,9 +260,7 @@ std::vector<engine_output> continuous_engine::step(int64_t key, int64_t version)
   const int64_t salt[2] = {key, version};
   auto plan = scheduler_->schedule(key, block_hash(0x6b762d6361636865ull, salt, 2));
   for (auto id : plan.preempted) {
-    auto& r = *requests_.at(id);
-    if (!r.prompt_logprobs_done)
-      r.prompt_logprobs.clear();
+    requests_.at(id)->forget_partial_prompt();
   }
   if (plan.items.empty())
     return {};
@@ -286,9 +309,7 @@ std::vector<engine_output> continuous_engine::step(int64_t key, int64_t version)
     // The step's blocks may hold positions that were never written: recompute those requests.
     for (auto& it : plan.items) {
       scheduler_->preempt_group(it.group->id);
-      auto& r = *requests_.at(it.group->id);
-      if (!r.prompt_logprobs_done)
-        r.prompt_logprobs.clear();
+      requests_.at(it.group->id)->forget_partial_prompt();
     }
     throw;
   }
@@ -366,9 +387,7 @@ std::vector<uint64_t> continuous_engine::ids() const {
 
 void continuous_engine::release_cache() {
   for (auto id : scheduler_->preempt_all()) {
-    auto& r = *requests_.at(id);
-    if (!r.prompt_logprobs_done)
-      r.prompt_logprobs.clear();
+    requests_.at(id)->forget_partial_prompt();
   }
   scheduler_->invalidate_prefix_cache();
   cache_.release();

@@ -61,6 +61,10 @@ struct engine_output {
   uint64_t id = 0;
   std::vector<engine_sample> samples;
   std::vector<double> prompt_logprobs; ///< n-1 entries when asked for (empty when aborted early)
+  /// (n-1) x k when topk_prompt_logprobs = k was asked for (sample_result says how; empty when
+  /// aborted early).
+  std::vector<int64_t> topk_prompt_ids;
+  std::vector<double> topk_prompt_logprobs;
   bool aborted = false;
 };
 

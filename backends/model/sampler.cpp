@@ -113,21 +113,30 @@ void sample_step(const at::Tensor& logits, std::vector<row_state>& rows,
   }
 }
 
-// log p(prompt[j] | prompt[<j]) for every row that asked, from the prefill's hidden states.
+// log p(prompt[j] | prompt[<j]) and the top-k at each prompt position, for every row that
+// asked, from the prefill's hidden states.
 void fill_prompt_logprobs(causal_lm& model, const at::Tensor& hidden,
                           std::vector<row_state>& rows) {
   const int64_t width = hidden.size(1);
   for (size_t r = 0; r < rows.size(); ++r) {
     auto& row = rows[r];
-    if (!row.params->prompt_logprobs)
+    const int64_t k = row.params->topk_prompt_logprobs;
+    if (!row.params->prompt_logprobs && k == 0)
       continue;
     const auto n = static_cast<int64_t>(row.prompt->size());
     if (n < 2)
       continue;
     // Positions width-n .. width-2 predict prompt tokens 1 .. n-1.
-    auto h = hidden.select(0, static_cast<int64_t>(r)).narrow(0, width - n, n - 1);
-    row.result.prompt_logprobs = token_logprobs(
-        model.logits(h), std::vector<int64_t>(row.prompt->begin() + 1, row.prompt->end()));
+    auto logits =
+        model.logits(hidden.select(0, static_cast<int64_t>(r)).narrow(0, width - n, n - 1));
+    if (row.params->prompt_logprobs)
+      row.result.prompt_logprobs = token_logprobs(
+          logits, std::vector<int64_t>(row.prompt->begin() + 1, row.prompt->end()));
+    if (k > 0) {
+      auto top = top_token_logprobs(logits, k);
+      row.result.topk_prompt_ids = std::move(top.ids);
+      row.result.topk_prompt_logprobs = std::move(top.logprobs);
+    }
   }
 }
 

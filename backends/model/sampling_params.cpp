@@ -74,6 +74,9 @@ void validate(const sampling_params& p, int64_t vocab_size) {
       bad("stop string " + std::to_string(i) + " is empty");
   if (!p.stop_strings.empty() && !p.tokenizer)
     bad("stop strings need the model's tokenizer, and none was given");
+  if (p.topk_prompt_logprobs < 0 || p.topk_prompt_logprobs > vocab_size)
+    bad("topk_prompt_logprobs must be in 0.." + std::to_string(vocab_size) +
+        " (the vocabulary size), got " + std::to_string(p.topk_prompt_logprobs));
 }
 
 void filter_log_probs(double* log_probs, int64_t vocab_size, int64_t top_k, double top_p) {

@@ -31,6 +31,9 @@ struct sampling_params {
   /// there are any, unused otherwise. Copies share the loaded tokenizer.
   std::shared_ptr<const detokenizer> tokenizer;
   bool prompt_logprobs = false; ///< also report log p(prompt[i] | prompt[<i])
+  /// > 0: also report the k most likely tokens at each prompt position i >= 1, with their
+  /// log-probs (0 = off; at most the vocabulary size).
+  int64_t topk_prompt_logprobs = 0;
 };
 
 /// What one request produced.
@@ -48,6 +51,11 @@ struct sample_result {
   /// When requested: n-1 entries for a prompt of n tokens, entry i-1 = log p(prompt[i] |
   /// prompt[<i]) under the raw model distribution (temperature 1, no filtering).
   std::vector<double> prompt_logprobs;
+  /// When `topk_prompt_logprobs` = k > 0: (n-1) x k row-major, row i-1 the k most likely tokens
+  /// at prompt position i (most likely first, ties by lower id) and their log-probs under the raw
+  /// model distribution.
+  std::vector<int64_t> topk_prompt_ids;
+  std::vector<double> topk_prompt_logprobs;
 };
 
 /// The seed of sample `sample_index` of a request seeded with `seed`: a splitmix64 mix of both,
@@ -58,7 +66,8 @@ uint64_t sample_seed(uint64_t seed, uint64_t sample_index) noexcept;
 /// Throws `backends::error(invalid_argument)` naming the field and value when `p` is not a
 /// valid request for a model with `vocab_size` tokens: max_tokens <= 0, temperature negative or
 /// not finite, top_k == 0 or < -1, top_p not in (0, 1], a stop token id outside [0, vocab_size),
-/// an empty stop string, stop strings without a tokenizer.
+/// an empty stop string, stop strings without a tokenizer, topk_prompt_logprobs outside
+/// [0, vocab_size].
 void validate(const sampling_params& p, int64_t vocab_size);
 
 /// Filters a row of normalised log-probabilities in place to the top-k / top-p set and

@@ -183,4 +183,19 @@ std::vector<double> token_logprobs(const at::Tensor& logits, const std::vector<i
   return std::vector<double>(lp.data_ptr<double>(), lp.data_ptr<double>() + lp.numel());
 }
 
+topk_logprobs top_token_logprobs(const at::Tensor& logits, int64_t k) {
+  if (!logits.defined() || logits.dim() != 2 || k < 1 || k > logits.size(1))
+    fail(error_code::internal, "top_token_logprobs: k = " + std::to_string(k) +
+                                   " for logits that are not [R, vocab >= k]");
+  auto lp = tempered_log_softmax(logits.to(at::kFloat), 1.0);
+  // A stable descending sort keeps the lower id first among equal log-probs.
+  auto sorted = lp.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true);
+  auto values = std::get<0>(sorted).narrow(1, 0, k).to(at::kCPU, at::kDouble).contiguous();
+  auto ids = std::get<1>(sorted).narrow(1, 0, k).to(at::kCPU, at::kLong).contiguous();
+  topk_logprobs out;
+  out.ids.assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+  out.logprobs.assign(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+  return out;
+}
+
 } // namespace rlforge::backends

@@ -48,4 +48,13 @@ std::vector<sampled_token> sample_tokens(const at::Tensor& logits,
 /// `tempered_log_softmax`): prompt log-probabilities.
 std::vector<double> token_logprobs(const at::Tensor& logits, const std::vector<int64_t>& tokens);
 
+/// The `k` most likely tokens of each row of `logits` (`[R, vocab]`, k <= vocab) under the raw
+/// model distribution, as `token_logprobs` computes it: row-major `R x k` ids and log-probs, most
+/// likely first, ties broken by the lower token id.
+struct topk_logprobs {
+  std::vector<int64_t> ids;
+  std::vector<double> logprobs;
+};
+topk_logprobs top_token_logprobs(const at::Tensor& logits, int64_t k);
+
 } // namespace rlforge::backends

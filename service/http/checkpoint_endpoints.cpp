@@ -194,6 +194,10 @@ model_record require_run(server_state& s, const std::string& id) {
 }
 
 void list_training_runs(server_state& s, const httplib::Request& req, httplib::Response& res) {
+  // One API key owns everything here: access scopes "owned" and "accessible" list the same
+  // runs. There are no projects, so a project filter cannot be honoured: it is refused.
+  if (req.has_param("project_id"))
+    throw http_error(400, "project_id: rlforge serve has no projects; list without it");
   auto limit = query_int(req, "limit", 20, 10000);
   auto offset = query_int(req, "offset", 0, std::numeric_limits<int32_t>::max());
   auto models = s.store.list_models();

@@ -224,5 +224,6 @@ void add_training_endpoints(server_state& s, routes& r);
 void add_checkpoint_endpoints(server_state& s, routes& r);
 void add_sampling_endpoints(server_state& s, routes& r);
 void add_future_endpoints(server_state& s, routes& r);
+void add_refused_endpoints(server_state& s, routes& r);
 
 } // namespace rlforge::service::http

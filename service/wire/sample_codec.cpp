@@ -30,6 +30,12 @@ void check_sequences(const tinker::sample_response& r) {
         server_error("sample response: sequence " + std::to_string(i) + " token " +
                      std::to_string(t) + " does not fit in int32");
   }
+  if (r.topk < 0 || (r.topk > 0 && (r.topk_prompt_ids.size() % static_cast<size_t>(r.topk) != 0 ||
+                                    r.topk_prompt_ids.size() != r.topk_prompt_logprobs.size())))
+    server_error("sample response: top-k prompt log-probs of " +
+                 std::to_string(r.topk_prompt_ids.size()) + " ids and " +
+                 std::to_string(r.topk_prompt_logprobs.size()) + " log-probs are not rows of k = " +
+                 std::to_string(r.topk));
 }
 
 } // namespace
@@ -121,6 +127,18 @@ std::string encode_sample_response_proto(const tinker::sample_response& r) {
                           : static_cast<float>(r.prompt_logprobs[k]));
     msg.set_prompt_logprobs(std::move(bytes));
   }
+  if (r.topk > 0) {
+    auto* top = msg.mutable_topk_prompt_logprobs();
+    std::string ids, logprobs;
+    for (auto id : r.topk_prompt_ids)
+      store(ids, static_cast<int32_t>(id));
+    for (auto lp : r.topk_prompt_logprobs)
+      store(logprobs, static_cast<float>(lp));
+    top->set_token_ids(std::move(ids));
+    top->set_logprobs(std::move(logprobs));
+    top->set_k(static_cast<uint32_t>(r.topk));
+    top->set_prompt_length(static_cast<uint32_t>(r.topk_prompt_ids.size() / r.topk));
+  }
   return msg.SerializeAsString();
 }
 
@@ -157,6 +175,22 @@ tinker::sample_response decode_sample_response_proto(std::string_view body) {
     out.has_prompt_logprobs = true;
     out.prompt_logprobs = std::move(lp.floats);
   }
+  if (msg.has_topk_prompt_logprobs()) {
+    const auto& top = msg.topk_prompt_logprobs();
+    const uint64_t cells = uint64_t{top.k()} * top.prompt_length();
+    whole_elements(top.token_ids(), dtype::int32, ep, "topk_prompt_logprobs.token_ids");
+    whole_elements(top.logprobs(), dtype::float32, ep, "topk_prompt_logprobs.logprobs");
+    tinker::tensor_data ids, lps;
+    append_elements(dtype::int32, top.token_ids(), ids);
+    append_elements(dtype::float32, top.logprobs(), lps);
+    if (ids.ints.size() != cells || lps.floats.size() != cells)
+      user_error(ep + ": topk_prompt_logprobs holds " + std::to_string(ids.ints.size()) +
+                 " ids and " + std::to_string(lps.floats.size()) + " log-probs for " +
+                 std::to_string(top.prompt_length()) + " x " + std::to_string(top.k()) + " cells");
+    out.topk = top.k();
+    out.topk_prompt_ids = std::move(ids.ints);
+    out.topk_prompt_logprobs = std::move(lps.floats);
+  }
   return out;
 }
 
@@ -176,6 +210,22 @@ std::string encode_sample_response_json(const tinker::sample_response& r) {
     for (size_t k = 0; k < r.prompt_logprobs.size(); ++k)
       lp.push_back(k == 0 ? json(nullptr) : float_json(r.prompt_logprobs[k]));
     j["prompt_logprobs"] = std::move(lp);
+  }
+  if (r.topk > 0) {
+    // Per prompt position: null (nothing predicts the first token), else [[id, log-prob], ...].
+    json rows = json::array();
+    const auto k = static_cast<size_t>(r.topk);
+    for (size_t row = 0; row * k < r.topk_prompt_ids.size(); ++row) {
+      if (row == 0) {
+        rows.push_back(nullptr);
+        continue;
+      }
+      json cells = json::array();
+      for (size_t c = row * k; c < (row + 1) * k; ++c)
+        cells.push_back({r.topk_prompt_ids[c], float_json(r.topk_prompt_logprobs[c])});
+      rows.push_back(std::move(cells));
+    }
+    j["topk_prompt_logprobs"] = std::move(rows);
   }
   j["type"] = "sample";
   return j.dump();

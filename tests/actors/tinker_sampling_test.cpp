@@ -78,6 +78,55 @@ TEST_F(TinkerSampling, SnapshotsAndExportsMatchTheTrainer) {
 
 // Tinker binds every sampler to the weights it was created from: a snapshot keeps sampling them
 // after later steps and saves, for as long as the engine retains it.
+// topk_prompt_logprobs = k: a prompt_length x k matrix, row 0 empty (the SDK's sentinel). With
+// k = the vocabulary every row is the whole distribution: it sums to 1, is sorted, and holds the
+// prompt token at the log-prob prompt_logprobs reports; a smaller k is its prefix.
+TEST_F(TinkerSampling, TopkPromptLogprobsAreThePromptsDistribution) {
+  auto s = request_on(base_ref(), 1, 2);
+  s.topk_prompt_logprobs = 512;
+  auto full = sample_one(s);
+  const size_t n = s.prompt.size(), k = 512;
+  ASSERT_EQ(full.topk, 512);
+  ASSERT_EQ(full.topk_prompt_ids.size(), n * k);
+  ASSERT_EQ(full.topk_prompt_logprobs.size(), n * k);
+  for (size_t c = 0; c < k; ++c) {
+    EXPECT_EQ(full.topk_prompt_ids[c], 0);
+    EXPECT_EQ(full.topk_prompt_logprobs[c], tk::topk_empty_logprob);
+  }
+  for (size_t row = 1; row < n; ++row) {
+    double mass = 0;
+    bool found = false;
+    for (size_t c = 0; c < k; ++c) {
+      const double lp = full.topk_prompt_logprobs[row * k + c];
+      mass += std::exp(lp);
+      if (c > 0) {
+        EXPECT_LE(lp, full.topk_prompt_logprobs[row * k + c - 1]);
+      }
+      if (full.topk_prompt_ids[row * k + c] == s.prompt[row]) {
+        found = true;
+        EXPECT_NEAR(lp, full.prompt_logprobs[row], 1e-6) << row;
+      }
+    }
+    EXPECT_NEAR(mass, 1.0, 1e-4) << row;
+    EXPECT_TRUE(found) << row;
+  }
+  s.topk_prompt_logprobs = 3;
+  auto top3 = sample_one(s);
+  ASSERT_EQ(top3.topk_prompt_ids.size(), n * 3);
+  for (size_t row = 1; row < n; ++row)
+    for (size_t c = 0; c < 3; ++c) {
+      EXPECT_EQ(top3.topk_prompt_ids[row * 3 + c], full.topk_prompt_ids[row * k + c]);
+      EXPECT_NEAR(top3.topk_prompt_logprobs[row * 3 + c], full.topk_prompt_logprobs[row * k + c],
+                  1e-6);
+    }
+  // The sequences are those of the same request without top-k.
+  s.topk_prompt_logprobs = 0;
+  auto plain = sample_one(s);
+  EXPECT_EQ(plain.sequences[0].tokens, full.sequences[0].tokens);
+  EXPECT_EQ(plain.topk, 0);
+  EXPECT_TRUE(plain.topk_prompt_ids.empty());
+}
+
 TEST_F(TinkerSampling, ASnapshotKeepsItsWeightsAfterLaterStepsAndSaves) {
   backend_->create_model("p", lora(4), policy);
   sft_step("p", 1e-2);
@@ -241,8 +290,8 @@ TEST_F(TinkerSampling, BadRequestsAreRefusedNamingTheValue) {
   expect_refused(
       [&] { backend_->sample(with([](auto& r) { r.params.stop_strings = {"x", ""}; })); }, user,
       "stop string 1 is empty");
-  expect_refused([&] { backend_->sample(with([](auto& r) { r.topk_prompt_logprobs = 2; })); }, user,
-                 "topk_prompt_logprobs");
+  expect_refused([&] { backend_->sample(with([](auto& r) { r.topk_prompt_logprobs = 513; })); },
+                 user, "topk_prompt_logprobs must be in 0..512");
   expect_refused([&] { backend_->sample(with([](auto& r) {
                          r.prompt = {1, 600};
                        })); }, user,

@@ -60,6 +60,7 @@ std::vector<sample_spec> mixed() {
   out.push_back({{9, 1, 2, 3, 4, 8, 8, 8, 8, 1}, params(12, 1.0), {11}});
   auto p = params(7, 0.8, 20, 0.9);
   p.prompt_logprobs = true;
+  p.topk_prompt_logprobs = 4;
   out.push_back({{44, 45, 46, 47, 48, 49, 50}, p, {12}});
   auto s = params(20, 1.2);
   s.stop_token_ids = {7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};
@@ -145,6 +146,11 @@ protected:
           for (size_t t = 0; t < want.prompt_logprobs.size(); ++t)
             EXPECT_NEAR(out[i].prompt_logprobs[t], want.prompt_logprobs[t], logprob_tolerance);
         }
+        EXPECT_EQ(out[i].topk_prompt_ids, want.topk_prompt_ids) << "request " << i;
+        ASSERT_EQ(out[i].topk_prompt_logprobs.size(), want.topk_prompt_logprobs.size());
+        for (size_t t = 0; t < want.topk_prompt_logprobs.size(); ++t)
+          EXPECT_NEAR(out[i].topk_prompt_logprobs[t], want.topk_prompt_logprobs[t],
+                      logprob_tolerance);
       }
     }
   }

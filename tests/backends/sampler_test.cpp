@@ -1,4 +1,5 @@
 #include "backends/model/sampler.hpp"
+#include "backends/model/token_sampler.hpp"
 
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
@@ -562,6 +563,33 @@ TEST(Generate, PromptLogprobsMatchFullForward) {
   for (int64_t j = 1; j < 5; ++j)
     EXPECT_NEAR(out[0].prompt_logprobs[static_cast<size_t>(j - 1)],
                 lp[j - 1][prompts[0][static_cast<size_t>(j)]].item<double>(), 1e-5);
+}
+
+// The k most likely tokens at each prompt position: the full forward's log-softmax sorted
+// (ties by the lower id), k columns per position 1..n-1.
+TEST(Generate, TopkPromptLogprobsAreTheFullForwardsBest) {
+  auto model = tiny_model();
+  const prompt_list prompts{{10, 20, 30, 40, 50}, {7}};
+  std::vector<sampling_params> params(2, make_params(2, 0.0, std::nullopt));
+  params[0].topk_prompt_logprobs = params[1].topk_prompt_logprobs = 3;
+  auto out = generate(*model, prompts, params);
+  EXPECT_TRUE(out[0].prompt_logprobs.empty()); // not requested: only the top-k
+  EXPECT_TRUE(out[1].topk_prompt_ids.empty()); // one token: nothing to predict
+  ASSERT_EQ(out[0].topk_prompt_ids.size(), 4u * 3);
+  ASSERT_EQ(out[0].topk_prompt_logprobs.size(), 4u * 3);
+  auto lp = at::log_softmax(full_logits(*model, prompts[0]), 1);
+  for (int64_t j = 0; j < 4; ++j) {
+    auto sorted = lp[j].sort(/*stable=*/true, 0, /*descending=*/true);
+    for (int64_t c = 0; c < 3; ++c) {
+      const auto at = static_cast<size_t>(j * 3 + c);
+      EXPECT_EQ(out[0].topk_prompt_ids[at], std::get<1>(sorted)[c].item<int64_t>()) << j;
+      EXPECT_NEAR(out[0].topk_prompt_logprobs[at], std::get<0>(sorted)[c].item<double>(), 1e-5);
+    }
+  }
+  // Ties go to the lower id: equal logits.
+  auto flat = top_token_logprobs(at::zeros({1, 5}), 3);
+  EXPECT_EQ(flat.ids, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_NEAR(flat.logprobs[0], -std::log(5.0), 1e-6);
 }
 
 TEST(Generate, EmptyBatchGivesNoResults) {

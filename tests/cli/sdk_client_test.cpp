@@ -256,6 +256,16 @@ TEST_F(SdkClient, DpoThroughForwardBackwardCustomEqualsTheLossByHand) {
   check("dpo.py");
 }
 
+// Issue 23: prompt log-probs, their top-k and compute_logprobs as SDK 0.25 exposes them.
+TEST_F(SdkClient, PromptLogprobsTopkAndComputeLogprobs) {
+  check("prompt_logprobs.py");
+}
+
+// Issue 23: the RestClient methods the server does not support fail at once, naming why.
+TEST_F(SdkClient, UnsupportedRestMethodsAreRefusedNamingThem) {
+  check("rest_refusals.py");
+}
+
 // Issue 14: stop strings on the base model, a LoRA sampler and a sampler checkpoint.
 TEST_F(SdkClient, StopStringsEndSequencesWhereTheirTextFirstHoldsOne) {
   check("stop_strings.py");

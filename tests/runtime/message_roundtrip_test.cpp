@@ -107,10 +107,12 @@ tensor_map sample(tensor_map*) {
           {"norm.weight", tensor_blob{dtype::f32, {2}, std::string(8, '\x02')}}};
 }
 sample_request sample(sample_request*) {
-  return {{5, 9, 2}, 12, 0.7, 40, 0.9, true, 1234567890123ULL, {0, 3}, {"\n\n", "Ende ¶"}, true, 4};
+  return {{5, 9, 2}, 12, 0.7, 40, 0.9, true, 1234567890123ULL, {0, 3}, {"\n\n", "Ende ¶"},
+          true, 3, 4};
 }
 sample_output sample(sample_output*) {
-  return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}, {4, 4, 5}};
+  return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}, {4, 4, 5}, {9, 1, 6, 2},
+          {-0.5, -1.5, -0.75, -2.5}};
 }
 generation_result sample(generation_result*) {
   return {42, {sample(static_cast<sample_output*>(nullptr))}, "stopped", 7, 1};

@@ -155,6 +155,44 @@ TEST(TinkerWireSample, EncodesTheProtoResponse) {
   EXPECT_FALSE(msg.has_prompt_logprobs());
 }
 
+// topk_prompt_logprobs: a prompt_length x k matrix in the proto (row 0 the empty cells), rows of
+// [id, log-prob] pairs in JSON (null for row 0), as the SDK reads them.
+TEST(TinkerWireSample, EncodesAndDecodesTopkPromptLogprobs) {
+  auto r = two_sequences();
+  r.topk = 2;
+  r.topk_prompt_ids = {0, 0, 9, 4, 3, 7};
+  r.topk_prompt_logprobs = {tinker::topk_empty_logprob, tinker::topk_empty_logprob, -0.5, -1.5,
+                            -0.25, -2.0};
+  tinker_public::SampleResponse msg;
+  ASSERT_TRUE(msg.ParseFromString(encode_sample_response_proto(r)));
+  ASSERT_TRUE(msg.has_topk_prompt_logprobs());
+  EXPECT_EQ(msg.topk_prompt_logprobs().k(), 2u);
+  EXPECT_EQ(msg.topk_prompt_logprobs().prompt_length(), 3u);
+  EXPECT_EQ(from_raw<int32_t>(msg.topk_prompt_logprobs().token_ids()),
+            (std::vector<int32_t>{0, 0, 9, 4, 3, 7}));
+  EXPECT_EQ(from_raw<float>(msg.topk_prompt_logprobs().logprobs()),
+            (std::vector<float>{-99999.0f, -99999.0f, -0.5f, -1.5f, -0.25f, -2.0f}));
+  auto back = decode_sample_response_proto(encode_sample_response_proto(r));
+  EXPECT_EQ(back.topk, 2);
+  EXPECT_EQ(back.topk_prompt_ids, r.topk_prompt_ids);
+  EXPECT_EQ(back.topk_prompt_logprobs, r.topk_prompt_logprobs);
+  auto j = json::parse(encode_sample_response_json(r));
+  EXPECT_EQ(j.at("topk_prompt_logprobs"),
+            json::parse("[null, [[9, -0.5], [4, -1.5]], [[3, -0.25], [7, -2.0]]]"));
+  // A response whose matrix is not rows of k is the server's bug, refused by name.
+  r.topk_prompt_ids.pop_back();
+  EXPECT_THROW(encode_sample_response_proto(r), tinker::request_error);
+  // A proto whose cells disagree with k x prompt_length is refused naming it.
+  msg.mutable_topk_prompt_logprobs()->set_k(3);
+  try {
+    decode_sample_response_proto(msg.SerializeAsString());
+    ADD_FAILURE() << "accepted";
+  } catch (const tinker::request_error& e) {
+    EXPECT_NE(std::string(e.what()).find("topk_prompt_logprobs holds 6 ids"), std::string::npos)
+        << e.what();
+  }
+}
+
 // SampleResponse sequences=1; SampledSequence stop_reason=1 (LENGTH=1), tokens=2 (int32),
 // logprobs=3 (float32), assembled by hand from the SDK descriptor.
 TEST(TinkerWireSample, EncodesHandCheckedBytes) {

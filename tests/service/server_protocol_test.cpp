@@ -206,6 +206,9 @@ TEST_F(ServerProtocol, BadInputIsAClientErrorAndTheServerKeepsServing) {
   EXPECT_EQ(client->get("no_such_endpoint").status, 404);
   EXPECT_EQ(client->get("samplers/samp-unknown").status, 404);
   EXPECT_EQ(client->get("training_runs?limit=-1").status, 400);
+  auto projects = client->get("training_runs?project_id=p1");
+  EXPECT_EQ(projects.status, 400);
+  EXPECT_EQ(error_of(projects), "project_id: rlforge serve has no projects; list without it");
   // Nothing reached the backend. The refused requests used seq_id 1 up (the SDK counts it), so
   // the model goes on with seq_id 2 at once, without waiting for the gap timeout.
   EXPECT_EQ(backend.calls().size(), before);
@@ -618,6 +621,35 @@ TEST_F(ServerProtocol, SetsAndClearsACheckpointTtl) {
   EXPECT_TRUE(cps.empty()) << cps.dump();
   tinker_client anonymous("127.0.0.1", server->port(), "");
   EXPECT_EQ(anonymous.put(ttl_path, R"({"ttl_seconds": 60})").status, 401);
+}
+
+// The SDK's REST methods the server does not support answer 400 naming the method and why (a 4xx:
+// the SDK retries every 5xx), never a 404; the server keeps serving.
+TEST_F(ServerProtocol, UnsupportedSdkMethodsAreRefusedNamingThem) {
+  start();
+  const std::string ckpt = "training_runs/run-1/checkpoints/weights/w1/publish";
+  struct call {
+    client_response r;
+    std::string method;
+  };
+  std::vector<call> calls = {
+      {client->get("audit?event_type=all"), "get_audit_log"},
+      {client->post(ckpt, ""), "publish_checkpoint_from_tinker_path"},
+      {client->del(ckpt), "unpublish_checkpoint_from_tinker_path"},
+      {client->put("sessions/s1/project", R"({"project_id":"p"})"), "assign_session_project"},
+      {client->get("sessions/s1/trace_export"), "export_session_trace"},
+      {client->get("billing/usage/events?starting_on=2026-01-01T00:00:00Z"), "get_billing_usage"},
+  };
+  for (auto& c : calls) {
+    EXPECT_EQ(c.r.status, 400) << c.method << ": " << c.r.body;
+    EXPECT_EQ(c.r.headers["x-should-retry"], "false") << c.method;
+    EXPECT_EQ(error_of(c.r).rfind(c.method + " is not supported by rlforge serve: ", 0), 0u)
+        << error_of(c.r);
+  }
+  // Without the key they are refused before anything else.
+  tinker_client nokey("127.0.0.1", server->port(), "");
+  EXPECT_EQ(nokey.get("audit").status, 401);
+  EXPECT_EQ(client->get("get_server_capabilities").status, 200);
 }
 
 TEST_F(ServerProtocol, UnloadModelFreesItAndLaterCallsAre404) {

@@ -182,8 +182,10 @@ TEST(TinkerSampleCheck, AcceptsValidRequestsAndRefusesBadOnesNamingTheValue) {
          r.params.seed = -5;
        },
        "seed must be >= 0"},
-      {[](sample_request& r) { r.topk_prompt_logprobs = 5; },
-       "topk_prompt_logprobs is not supported (got 5)"},
+      {[](sample_request& r) { r.topk_prompt_logprobs = 17; },
+       "topk_prompt_logprobs must be in 0..16 (0 = off, at most the vocabulary size), got 17"},
+      {[](sample_request& r) { r.topk_prompt_logprobs = -1; },
+       "topk_prompt_logprobs must be in 0..16"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE("case " + std::to_string(i));
