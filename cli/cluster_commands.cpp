@@ -33,53 +33,10 @@
 namespace rlforge::cli {
 namespace {
 
-/// The command's own flags, and the rest (rlforge's and CAF's options, for system_config).
-struct split_flags {
-  std::map<std::string, std::string> own;
-  args rest;
-  std::string error;
-};
-
-split_flags split(const args& a, const std::vector<std::string>& value_flags,
-                  const std::vector<std::string>& bool_flags) {
-  split_flags out;
-  auto has = [](const std::vector<std::string>& xs, const std::string& x) {
-    return std::find(xs.begin(), xs.end(), x) != xs.end();
-  };
-  for (size_t i = 0; i < a.size(); ++i) {
-    auto name = a[i];
-    std::string value;
-    bool inline_value = false;
-    if (auto eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      inline_value = true;
-    }
-    if (has(bool_flags, name)) {
-      if (inline_value) {
-        out.error = "flag " + name + " takes no value";
-        return out;
-      }
-      out.own[name] = "true";
-    } else if (has(value_flags, name)) {
-      if (!inline_value) {
-        if (i + 1 >= a.size()) {
-          out.error = "flag " + name + " needs a value";
-          return out;
-        }
-        value = a[++i];
-      }
-      out.own[name] = value;
-    } else {
-      out.rest.push_back(a[i]);
-    }
-  }
-  return out;
-}
-
-bool given(const args& a, const std::string& flag, const char* env) {
-  for (auto& x : a)
-    if (x == flag || x.rfind(flag + "=", 0) == 0)
+/// True when the node option `flag` is among `node_args` ("--flag=value") or `env` is set.
+bool given(const std::vector<std::string>& node_args, const std::string& flag, const char* env) {
+  for (auto& x : node_args)
+    if (x.rfind(flag + "=", 0) == 0)
       return true;
   const char* v = std::getenv(env);
   return v != nullptr && *v != '\0';
@@ -126,65 +83,54 @@ bool check_bind(const char* prog, const std::string& address, bool tls, bool ins
 
 // -- rlforge head -------------------------------------------------------------------------------
 
-constexpr const char* head_usage =
-  "usage: rlforge head [--port 6380] [--bind ADDR] [--tls DIR | --insecure] [--gpus N] "
-  "[--cpus M] [--memory-gb X] [--node-id ID] [--heartbeat-ms MS] [--dead-after-ms MS] "
-  "[--pg-timeout S] [--metrics-port P [--metrics-bind ADDR]]\n"
-  "       rlforge head --init-tls DIR";
-
-int run_head(const args& a) {
+int run_head(const parsed_flags& f) {
   const char* prog = "rlforge head";
-  auto f = split(a, {"--port", "--bind", "--init-tls", "--metrics-port", "--metrics-bind"},
-                 {"--insecure"});
-  if (!f.error.empty()) {
-    std::cerr << prog << ": " << f.error << "\n" << head_usage << "\n";
-    return 2;
-  }
-  if (auto dir = f.own.find("--init-tls"); dir != f.own.end()) {
-    if (f.own.size() > 1 || !f.rest.empty()) {
+  if (auto dir = f.get("--init-tls")) {
+    if (f.has("--port") || f.has("--bind") || f.has("--insecure") || f.has("--metrics-port") ||
+        f.has("--metrics-bind") || !f.node_args().empty()) {
       std::cerr << prog << ": --init-tls DIR takes no other flags\n";
       return 2;
     }
-    if (auto err = runtime::init_tls(dir->second)) {
+    if (auto err = runtime::init_tls(*dir)) {
       std::cerr << prog << ": " << render(err) << "\n";
       return 1;
     }
     std::cout << "rlforge head: wrote the cluster CA (ca.pem, ca-key.pem) and certificate "
                  "(cert.pem, key.pem) to "
-              << dir->second
+              << *dir
               << "; copy the directory to every machine of the cluster (keep ca-key.pem "
                  "off them) and start every head, node and driver with --tls "
-              << dir->second << "\n";
+              << *dir << "\n";
     return 0;
   }
   uint16_t port = 6380;
   std::string error;
-  if (auto p = f.own.find("--port"); p != f.own.end() && !parse_port(p->second, port, error)) {
+  if (auto p = f.get("--port"); p && !parse_port(*p, port, error)) {
     std::cerr << prog << ": " << error << "\n";
     return 2;
   }
-  auto bind = f.own.count("--bind") ? f.own["--bind"] : std::string{"127.0.0.1"};
+  auto bind = f.get("--bind").value_or("127.0.0.1");
   // Prometheus metrics over plain HTTP, loopback unless told otherwise (they read state only).
   uint16_t metrics_port = 0;
-  const bool metrics = f.own.count("--metrics-port") > 0;
-  if (metrics && !parse_port(f.own["--metrics-port"], metrics_port, error, "--metrics-port")) {
+  const bool metrics = f.has("--metrics-port");
+  if (metrics && !parse_port(*f.get("--metrics-port"), metrics_port, error, "--metrics-port")) {
     std::cerr << prog << ": " << error << "\n";
     return 2;
   }
-  if (!metrics && f.own.count("--metrics-bind")) {
-    std::cerr << prog << ": --metrics-bind needs --metrics-port\n" << head_usage << "\n";
+  if (!metrics && f.has("--metrics-bind")) {
+    std::cerr << prog << ": --metrics-bind needs --metrics-port (see `rlforge head --help`)\n";
     return 2;
   }
-  auto metrics_bind =
-      f.own.count("--metrics-bind") ? f.own["--metrics-bind"] : std::string{"127.0.0.1"};
-  bool local_node = given(f.rest, "--gpus", "RLFORGE_GPUS") || given(f.rest, "--cpus", "RLFORGE_CPUS");
+  auto metrics_bind = f.get("--metrics-bind").value_or("127.0.0.1");
+  bool local_node = given(f.node_args(), "--gpus", "RLFORGE_GPUS") ||
+                    given(f.node_args(), "--cpus", "RLFORGE_CPUS");
   auto stop_signals = runtime::block_stop_signals();
   runtime::system_config cfg;
-  if (auto err = cfg.parse_args(f.rest)) {
-    std::cerr << prog << ": " << render(err) << "\n" << head_usage << "\n";
+  if (auto err = cfg.parse_args(f.node_args())) {
+    std::cerr << prog << ": " << render(err) << " (see `rlforge head --help`)\n";
     return 2;
   }
-  if (!check_bind(prog, bind, cfg.tls(), f.own.count("--insecure") > 0))
+  if (!check_bind(prog, bind, cfg.tls(), f.has("--insecure")))
     return 2;
   cfg.enable_cluster_transport();
   actors::register_worker_kinds();
@@ -264,61 +210,46 @@ int run_head(const args& a) {
 
 // -- rlforge node -------------------------------------------------------------------------------
 
-constexpr const char* node_usage =
-  "usage: rlforge node --head HOST:PORT [--gpus N] [--cpus M] [--memory-gb X] [--node-id ID] "
-  "[--node-ip ADDR] [--port P] [--tls DIR | --insecure] [--connect-timeout S] [--heartbeat-ms MS] "
-  "[--dead-after-ms MS]";
-
 std::string host_name() {
   char name[256] = {};
   ::gethostname(name, sizeof(name) - 1);
   return name;
 }
 
-int run_node(const args& a) {
+int run_node(const parsed_flags& f) {
   const char* prog = "rlforge node";
-  auto f = split(a, {"--head", "--node-ip", "--port", "--connect-timeout"}, {"--insecure"});
-  if (!f.error.empty()) {
-    std::cerr << prog << ": " << f.error << "\n" << node_usage << "\n";
-    return 2;
-  }
-  if (!f.own.count("--head")) {
-    std::cerr << prog << ": --head HOST:PORT is required\n" << node_usage << "\n";
-    return 2;
-  }
-  auto head = runtime::parse_endpoint(f.own["--head"]);
+  auto head = runtime::parse_endpoint(*f.get("--head"));
   if (!head) {
     std::cerr << prog << ": --head: " << render(head.error()) << "\n";
     return 2;
   }
   uint16_t port = 0;
   std::string error;
-  if (auto p = f.own.find("--port"); p != f.own.end() && !parse_port(p->second, port, error)) {
+  if (auto p = f.get("--port"); p && !parse_port(*p, port, error)) {
     std::cerr << prog << ": " << error << "\n";
     return 2;
   }
   double connect_timeout = 15;
-  if (auto c = f.own.find("--connect-timeout"); c != f.own.end()) {
+  if (auto c = f.get("--connect-timeout")) {
     char* end = nullptr;
-    connect_timeout = std::strtod(c->second.c_str(), &end);
-    if (end == c->second.c_str() || *end != '\0' || !(connect_timeout > 0)
-        || connect_timeout > 86400) {
-      std::cerr << prog << ": --connect-timeout expects seconds in (0, 86400], got '"
-                << c->second << "'\n";
+    connect_timeout = std::strtod(c->c_str(), &end);
+    if (end == c->c_str() || *end != '\0' || !(connect_timeout > 0) || connect_timeout > 86400) {
+      std::cerr << prog << ": --connect-timeout expects seconds in (0, 86400], got '" << *c
+                << "'\n";
       return 2;
     }
   }
-  auto address = f.own.count("--node-ip") ? f.own["--node-ip"] : std::string{"127.0.0.1"};
-  bool named = given(f.rest, "--node-id", "RLFORGE_NODE_ID");
+  auto address = f.get("--node-ip").value_or("127.0.0.1");
+  bool named = given(f.node_args(), "--node-id", "RLFORGE_NODE_ID");
   auto stop_signals = runtime::block_stop_signals();
   runtime::system_config cfg;
-  if (auto err = cfg.parse_args(f.rest)) {
-    std::cerr << prog << ": " << render(err) << "\n" << node_usage << "\n";
+  if (auto err = cfg.parse_args(f.node_args())) {
+    std::cerr << prog << ": " << render(err) << " (see `rlforge node --help`)\n";
     return 2;
   }
   if (!named)
     cfg.node_id = host_name() + "-" + std::to_string(::getpid());
-  if (!check_bind(prog, address, cfg.tls(), f.own.count("--insecure") > 0))
+  if (!check_bind(prog, address, cfg.tls(), f.has("--insecure")))
     return 2;
   cfg.enable_cluster_transport();
   actors::register_worker_kinds();
@@ -338,9 +269,6 @@ int run_node(const args& a) {
 }
 
 // -- rlforge status -----------------------------------------------------------------------------
-
-constexpr const char* status_usage =
-  "usage: rlforge status --cluster HOST:PORT [--json] [--tls DIR]";
 
 std::string amounts(const nlohmann::json& used_from, const nlohmann::json& total,
                     const std::string& name) {
@@ -406,21 +334,15 @@ void print_table(const nlohmann::json& s) {
     std::cout << "  " << d["id"].get<std::string>() << "\n";
 }
 
-int run_status(const args& a) {
+int run_status(const parsed_flags& f) {
   const char* prog = "rlforge status";
-  auto f = split(a, {}, {"--json"});
-  if (!f.error.empty()) {
-    std::cerr << prog << ": " << f.error << "\n" << status_usage << "\n";
-    return 2;
-  }
   runtime::system_config cfg;
-  if (auto err = cfg.parse_args(f.rest)) {
-    std::cerr << prog << ": " << render(err) << "\n" << status_usage << "\n";
+  if (auto err = cfg.parse_args(f.node_args())) {
+    std::cerr << prog << ": " << render(err) << " (see `rlforge status --help`)\n";
     return 2;
   }
   if (cfg.cluster.empty()) {
-    std::cerr << prog << ": --cluster HOST:PORT (or RLFORGE_CLUSTER) is required\n"
-              << status_usage << "\n";
+    std::cerr << prog << ": --cluster HOST:PORT (or RLFORGE_CLUSTER) is required\n";
     return 2;
   }
   caf::actor_system sys{cfg};
@@ -439,7 +361,7 @@ int run_status(const args& a) {
         if (doc.is_discarded()) {
           std::cerr << prog << ": the head answered something that is not JSON\n";
           rc = 1;
-        } else if (f.own.count("--json")) {
+        } else if (f.has("--json")) {
           doc["endpoint"] = cfg.cluster;
           std::cout << doc.dump(2) << "\n";
         } else {
@@ -454,11 +376,47 @@ int run_status(const args& a) {
   return rc;
 }
 
-const command_registrar head_reg{"head", "run a cluster head (placement and node registry)",
-                                 run_head};
-const command_registrar node_reg{"node", "run a node that joins a cluster head", run_node};
-const command_registrar status_reg{"status", "show a cluster's nodes, placement and actor groups",
-                                   run_status};
+const flag insecure_flag = switch_flag(
+    "--insecure", "listen on a non-loopback address without TLS (trusted networks only)");
+
+const command_registrar head_reg{
+    "head",
+    {"run a cluster head (placement and node registry); with --gpus/--cpus also a node",
+     {optional_flag("--port", "port to listen on (0 = an ephemeral one)", "6380"),
+      optional_flag("--bind", "address to listen on (not loopback: needs --tls or --insecure)",
+                    "127.0.0.1"),
+      insecure_flag,
+      optional_flag("--init-tls", "write a cluster CA and certificate into DIR, then exit"),
+      optional_flag("--metrics-port", "serve Prometheus metrics on this port (0 = ephemeral)"),
+      optional_flag("--metrics-bind", "address of the metrics endpoint", "127.0.0.1")},
+     "rlforge head --port 6380 --tls ~/rlforge-tls --metrics-port 9090",
+     {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--pg-timeout", "--log-level", "--tls",
+       "--heartbeat-ms", "--dead-after-ms"},
+      true},
+     run_head}};
+
+const command_registrar node_reg{
+    "node",
+    {"run a node that joins a cluster head and hosts ranks",
+     {required_flag("--head", "HOST:PORT of the head"),
+      optional_flag("--node-ip", "the address this node advertises (and binds)", "127.0.0.1"),
+      optional_flag("--port", "port of the node's agent (0 = an ephemeral one)", "0"),
+      insecure_flag,
+      optional_flag("--connect-timeout", "seconds to wait for the head at start (0..86400]",
+                    "15")},
+     "rlforge node --head 10.0.0.1:6380 --node-ip 10.0.0.2 --gpus 8 --tls ~/rlforge-tls",
+     {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--log-level", "--tls", "--heartbeat-ms",
+       "--dead-after-ms"},
+      true},
+     run_node}};
+
+const command_registrar status_reg{
+    "status",
+    {"show a cluster's nodes, placement groups and actor groups",
+     {switch_flag("--json", "print the head's status document as JSON")},
+     "rlforge status --cluster 10.0.0.1:6380 --tls ~/rlforge-tls",
+     {{"--cluster", "--tls", "--log-level"}, true},
+     run_status}};
 
 } // namespace
 } // namespace rlforge::cli

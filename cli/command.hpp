@@ -9,18 +9,73 @@
 #include <utility>
 #include <vector>
 
+/// The `rlforge` binary's subcommands and their flags, declared once and parsed with CLI11
+/// (cli/main.cpp builds the command tree from these declarations): every command answers
+/// `--help` with its flags, their meaning and defaults, and one example, and exits 0.
 namespace rlforge::cli {
 
-/// Command-line arguments after the subcommand name, e.g. {"--model", "DIR"}.
-using args = std::vector<std::string>;
+/// One flag of a command: `--name VALUE` (or `--name=VALUE`), or a switch without a value.
+/// Made by `required_flag`, `optional_flag` and `switch_flag`.
+struct flag {
+  enum class kind { required, optional, toggle };
+  std::string name;         ///< with the dashes: "--model"
+  std::string help;         ///< what it means, shown by --help
+  std::string default_text; ///< the default --help shows ("" = none)
+  kind type = kind::optional;
+};
+
+/// A flag the command cannot run without (missing: refused, naming it).
+inline flag required_flag(std::string name, std::string help) {
+  return {std::move(name), std::move(help), "", flag::kind::required};
+}
+/// A flag with a value and, where it has one, the default --help shows.
+inline flag optional_flag(std::string name, std::string help, std::string default_text = "") {
+  return {std::move(name), std::move(help), std::move(default_text), flag::kind::optional};
+}
+/// A switch: present or not.
+inline flag switch_flag(std::string name, std::string help) {
+  return {std::move(name), std::move(help), "", flag::kind::toggle};
+}
+
+/// The rlforge node and cluster options a command accepts beyond its own flags, handed to
+/// `runtime::system_config` (same validation, environment variables and INI file as every
+/// rlforge process): any of "--gpus", "--cpus", "--memory-gb", "--node-id", "--pg-timeout",
+/// "--call-timeout", "--log-level", "--cluster", "--tls", "--heartbeat-ms", "--dead-after-ms".
+/// With `caf_options`, CAF's own options (`--scheduler.max-threads=2`, ...) pass through too.
+struct node_options {
+  std::vector<std::string> names;
+  bool caf_options = false;
+};
+
+/// What the command line gave a command: its flags by name, and the node options (and CAF's)
+/// as `--name=value` arguments for `system_config::parse_args`.
+class parsed_flags {
+public:
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::optional<std::string> get(const std::string& name) const {
+    auto i = values_.find(name);
+    return i == values_.end() ? std::nullopt : std::optional<std::string>(i->second);
+  }
+  const std::vector<std::string>& node_args() const { return node_args_; }
+
+  void set(const std::string& name, std::string value) { values_[name] = std::move(value); }
+  void add_node_arg(std::string arg) { node_args_.push_back(std::move(arg)); }
+
+private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> node_args_;
+};
 
 /// A subcommand returns the process exit code: 0 ok, 1 runtime failure, 2 bad usage. Errors are
 /// printed to stderr as one line naming what was wrong.
-using command_fn = std::function<int(const args&)>;
+using command_fn = std::function<int(const parsed_flags&)>;
 
 struct command {
+  std::string summary;        ///< one line for `rlforge --help`
+  std::vector<flag> flags;    ///< its own flags
+  std::string example;        ///< one example command line, shown by its --help
+  node_options node;          ///< the node/cluster options it also takes
   command_fn run;
-  std::string summary; ///< one line for `rlforge --help`
 };
 
 /// All subcommands, by name. Each `cli/*_command.cpp` registers its own with a
@@ -28,9 +83,7 @@ struct command {
 std::map<std::string, command>& commands();
 
 struct command_registrar {
-  command_registrar(std::string name, std::string summary, command_fn fn) {
-    commands()[std::move(name)] = command{std::move(fn), std::move(summary)};
-  }
+  command_registrar(std::string name, command c) { commands()[std::move(name)] = std::move(c); }
 };
 
 /// A refusal a command reports as one line on stderr with its exit code: 2 for bad usage (a
@@ -63,24 +116,7 @@ template <class Body> int run_reporting(const char* name, Body body) {
   }
 }
 
-/// Small flag parser for `--name value` and `--flag` arguments. Unknown flags are an error.
-class flag_parser {
-public:
-  /// `value_flags` take a value, `bool_flags` do not.
-  flag_parser(std::vector<std::string> value_flags, std::vector<std::string> bool_flags = {});
-
-  /// Parses `a`; on failure returns false and sets `error()`.
-  bool parse(const args& a);
-
-  const std::string& error() const { return error_; }
-  bool has(const std::string& name) const;
-  std::optional<std::string> get(const std::string& name) const;
-
-private:
-  std::vector<std::string> value_flags_;
-  std::vector<std::string> bool_flags_;
-  std::map<std::string, std::string> values_;
-  std::string error_;
-};
+/// `rlforge --version`: the version, the build's features and the wire signature's digest.
+std::string version_text();
 
 } // namespace rlforge::cli

@@ -26,11 +26,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr const char* usage_line =
-    "usage: rlforge generate --model DIR (--prompt-tokens 1,2,3 | --prompt TEXT [--chat] | "
-    "--messages JSON) --max-tokens N [--temperature T] [--top-k K] [--top-p P] [--seed S] "
-    "[--stop-tokens a,b] [--threads N] [--dtype fp32|bf16]";
-
 // What to sample from: the prompt ids and, when the model has one, its tokenizer.
 struct prompt_input {
   std::vector<int64_t> ids;
@@ -39,17 +34,13 @@ struct prompt_input {
   bool chat = false;      // rendered with the chat template
 };
 
-prompt_input read_prompt(const flag_parser& flags) {
+prompt_input read_prompt(const parsed_flags& flags) {
   const int given = static_cast<int>(flags.has("--prompt-tokens")) +
                     static_cast<int>(flags.has("--prompt")) +
                     static_cast<int>(flags.has("--messages"));
   if (given != 1)
-    throw usage_error(std::string(given == 0 ? "missing --prompt-tokens"
-                                             : "give only one of "
-                                               "--prompt-tokens, "
-                                               "--prompt and "
-                                               "--messages") +
-                      " (" + usage_line + ")");
+    throw usage_error(given == 0 ? "missing --prompt-tokens, --prompt or --messages"
+                                 : "give only one of --prompt-tokens, --prompt and --messages");
   if (flags.has("--chat") && !flags.has("--prompt"))
     throw usage_error("--chat applies to --prompt (--messages is always a chat)");
   const auto dir = *flags.get("--model");
@@ -83,17 +74,8 @@ prompt_input read_prompt(const flag_parser& flags) {
   return in;
 }
 
-int run_generate(const args& a) {
+int run_generate(const parsed_flags& flags) {
   return run_reporting("generate", [&] {
-    flag_parser flags({"--model", "--prompt-tokens", "--prompt", "--messages", "--max-tokens",
-                       "--temperature", "--top-k", "--top-p", "--seed", "--stop-tokens",
-                       "--threads", "--dtype"},
-                      {"--chat"});
-    if (!flags.parse(a))
-      throw usage_error(flags.error() + " (" + usage_line + ")");
-    for (const char* required : {"--model", "--max-tokens"})
-      if (!flags.has(required))
-        throw usage_error(std::string("missing ") + required + " (" + usage_line + ")");
     backends::sampling_params params;
     int threads = 2;
     params.max_tokens = parse_int("--max-tokens", *flags.get("--max-tokens"));
@@ -157,8 +139,24 @@ int run_generate(const args& a) {
 }
 
 const command_registrar reg{
-    "generate", "sample tokens from an HF checkpoint (KV cache; prints JSON with the text)",
-    run_generate};
+    "generate",
+    {"sample tokens from an HF checkpoint (KV cache; prints JSON with the text)",
+     {required_flag("--model", "HF checkpoint directory"),
+      optional_flag("--prompt-tokens", "the prompt as comma-separated token ids"),
+      optional_flag("--prompt", "the prompt as a text (with --chat: a user message)"),
+      switch_flag("--chat", "render --prompt with the model's chat template"),
+      optional_flag("--messages", "the prompt as chat messages, a JSON list of {role, content}"),
+      required_flag("--max-tokens", "most tokens to generate (>= 1)"),
+      optional_flag("--temperature", "sampling temperature (0 = greedy)", "1"),
+      optional_flag("--top-k", "keep the k most likely tokens (-1 = off)", "-1"),
+      optional_flag("--top-p", "keep the smallest set of probability >= p (1 = off)", "1"),
+      optional_flag("--seed", "sampling seed (unseeded: random)"),
+      optional_flag("--stop-tokens", "comma-separated token ids that end the sequence"),
+      optional_flag("--threads", "torch threads (1..1024)", "2"),
+      optional_flag("--dtype", "compute dtype: fp32 or bf16", "fp32")},
+     "rlforge generate --model /tmp/base --prompt 'Hello' --chat --max-tokens 16 --seed 1",
+     {},
+     run_generate}};
 
 } // namespace
 } // namespace rlforge::cli

@@ -7,10 +7,13 @@
 #include "actors/node.hpp"
 #include "backends/devices.hpp"
 #include "backends/error.hpp"
+#include "runtime/cluster_protocol.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
 
+#include <caf/actor_system.hpp>
 #include <caf/config.hpp>
+#include <openssl/sha.h>
 
 #include <cstdio>
 #include <iostream>
@@ -121,23 +124,14 @@ void print_node_text(const nlohmann::json& s, std::ostream& out) {
 
 // -- the command --------------------------------------------------------------------------------
 
-int run_info(const args& a) {
-  flag_parser flags({"--gpus", "--cpus", "--memory-gb", "--node-id"}, {"--json"});
-  if (!flags.parse(a)) {
-    std::cerr << "rlforge info: " << flags.error() << "\n";
-    return 2;
-  }
+int run_info(const parsed_flags& flags) {
   // Node flags go through the runtime's configuration (same validation, env and INI file).
-  std::vector<std::string> node_args;
-  for (auto name : {"--gpus", "--cpus", "--memory-gb", "--node-id"})
-    if (auto v = flags.get(name))
-      node_args.push_back(std::string{name} + "=" + *v);
   runtime::system_config cfg;
-  if (auto err = cfg.parse_args(node_args)) {
+  if (auto err = cfg.parse_args(flags.node_args())) {
     std::cerr << "rlforge info: " << error_message(err) << "\n";
     return 2;
   }
-  nlohmann::json report = {{"version", "0.1.0"}};
+  nlohmann::json report = {{"version", rlforge_version()}};
   report.update(node_section(cfg));
   try {
     report.update(blas_section());
@@ -158,8 +152,36 @@ int run_info(const args& a) {
   return 0;
 }
 
-const command_registrar reg{"info", "node resources, BLAS in use and GEMM GFLOP/s, build features",
-                            run_info};
+const command_registrar reg{
+    "info",
+    {"node resources, BLAS in use and GEMM GFLOP/s, build features",
+     {switch_flag("--json", "print the report as JSON")},
+     "rlforge info --gpus 4 --json",
+     {{"--gpus", "--cpus", "--memory-gb", "--node-id"}, false},
+     run_info}};
 
 } // namespace
+
+std::string version_text() {
+  runtime::system_config cfg;
+  caf::actor_system sys{cfg};
+  const auto wire = wire_signature(sys);
+  std::string joined;
+  for (const auto& line : wire)
+    joined += line + "\n";
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(joined.data()), joined.size(), digest);
+  char hex[17];
+  for (int i = 0; i < 8; ++i)
+    std::snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+  const auto f = node_section(cfg)["features"];
+  return std::string("rlforge ") + rlforge_version() + "\nbuild: cuda " +
+         (f["cuda"].get<bool>() ? "on" : "off") + ", collectives " +
+         f["collectives"].get<std::string>() + ", CAF " +
+         std::to_string(f["caf_version"].get<int>()) + ", " +
+         f["wire_format"].get<std::string>() + "\nwire signature: " + hex + " (sha256 prefix of " +
+         std::to_string(wire.size()) + " message types and interfaces; nodes of another "
+         "signature are refused)";
+}
+
 } // namespace rlforge::cli

@@ -1,8 +1,11 @@
-// The `rlforge` binary: one subcommand per capability (`rlforge --help` lists them).
+// The `rlforge` binary: one subcommand per capability (`rlforge --help` lists them), its command
+// line parsed by CLI11 from the declarations in cli/*_command.cpp (cli/command.hpp).
 #include "cli/command.hpp"
 
-#include <algorithm>
+#include <CLI/CLI.hpp>
+
 #include <iostream>
+#include <map>
 
 namespace rlforge::cli {
 
@@ -11,81 +14,106 @@ std::map<std::string, command>& commands() {
   return table;
 }
 
-flag_parser::flag_parser(std::vector<std::string> value_flags, std::vector<std::string> bool_flags)
-  : value_flags_(std::move(value_flags)), bool_flags_(std::move(bool_flags)) {
-}
+namespace {
 
-bool flag_parser::parse(const args& a) {
-  auto contains = [](const std::vector<std::string>& xs, const std::string& x) {
-    return std::find(xs.begin(), xs.end(), x) != xs.end();
+/// The node and cluster options of runtime::system_config, as --help describes them.
+const std::map<std::string, std::pair<std::string, std::string>>& node_option_help() {
+  static const std::map<std::string, std::pair<std::string, std::string>> help = {
+      {"--gpus", {"GPUs this node declares (virtual ones, computing on the CPU, without CUDA)", "0"}},
+      {"--cpus", {"CPUs this node declares (0 = the machine's cores)", "0"}},
+      {"--memory-gb", {"memory this node declares, GiB (0 = the machine's)", "0"}},
+      {"--node-id", {"this node's id", "node0; <host>-<pid> for rlforge node"}},
+      {"--pg-timeout", {"seconds a placement group may wait for resources", "180"}},
+      {"--call-timeout", {"seconds a call to a rank may take", "600"}},
+      {"--log-level", {"trace, debug, info, warn, error or off", "warn"}},
+      {"--cluster", {"HOST:PORT of the cluster head (env RLFORGE_CLUSTER)", ""}},
+      {"--tls", {"directory with the cluster's TLS files (rlforge head --init-tls DIR)", ""}},
+      {"--heartbeat-ms", {"heartbeat interval between cluster processes, ms", "200"}},
+      {"--dead-after-ms", {"a peer silent this long is declared dead, ms", "1000"}},
   };
-  for (size_t i = 0; i < a.size(); ++i) {
-    std::string name = a[i];
-    std::string value;
-    bool has_inline_value = false;
-    if (auto eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_inline_value = true;
+  return help;
+}
+
+/// Adds `name`'s flags to `sub`, writing what the command line gives into `p`.
+void declare(CLI::App& sub, const std::string& name, const command& cmd, parsed_flags& p) {
+  sub.footer("example:\n  " + cmd.example);
+  for (const auto& f : cmd.flags) {
+    if (f.type == flag::kind::toggle) {
+      sub.add_flag_callback(f.name, [&p, n = f.name] { p.set(n, "true"); }, f.help);
+      continue;
     }
-    if (contains(bool_flags_, name)) {
-      if (has_inline_value) {
-        error_ = "flag " + name + " takes no value";
-        return false;
-      }
-      values_[name] = "true";
-    } else if (contains(value_flags_, name)) {
-      if (!has_inline_value) {
-        if (i + 1 >= a.size()) {
-          error_ = "flag " + name + " needs a value";
-          return false;
-        }
-        value = a[++i];
-      }
-      values_[name] = value;
-    } else {
-      error_ = "unknown argument '" + a[i] + "'";
-      return false;
-    }
+    auto* o = sub.add_option_function<std::string>(
+        f.name, [&p, n = f.name](const std::string& v) { p.set(n, v); }, f.help);
+    o->type_name("VALUE");
+    if (f.type == flag::kind::required)
+      o->required();
+    if (!f.default_text.empty())
+      o->default_str(f.default_text);
   }
-  return true;
+  for (const auto& n : cmd.node.names) {
+    const auto& [help, def] = node_option_help().at(n);
+    auto* o = sub.add_option_function<std::string>(
+        n, [&p, n](const std::string& v) { p.add_node_arg(n + "=" + v); }, help);
+    o->type_name("VALUE")->group("Node and cluster options");
+    if (!def.empty())
+      o->default_str(def);
+  }
+  if (cmd.node.caf_options)
+    sub.allow_extras();
+  (void)name;
 }
 
-bool flag_parser::has(const std::string& name) const {
-  return values_.count(name) > 0;
-}
-
-std::optional<std::string> flag_parser::get(const std::string& name) const {
-  auto i = values_.find(name);
-  if (i == values_.end())
-    return std::nullopt;
-  return i->second;
-}
-
+} // namespace
 } // namespace rlforge::cli
 
 int main(int argc, char** argv) {
   using namespace rlforge::cli;
-  auto usage = [] {
-    std::cout << "usage: rlforge <command> [flags]\n\ncommands:\n";
-    for (auto& [name, cmd] : commands())
-      std::cout << "  " << name << std::string(name.size() < 14 ? 14 - name.size() : 1, ' ')
-                << cmd.summary << "\n";
-  };
+  CLI::App app{"rlforge: an actor runtime for RL post-training of language models"};
+  app.set_version_flag("--version", [] { return version_text(); });
+  app.require_subcommand(0, 1);
+  app.footer("`rlforge COMMAND --help` describes a command's flags, with an example.");
+  std::map<std::string, parsed_flags> parsed;
+  std::map<std::string, CLI::App*> subs;
+  for (auto& [name, cmd] : commands()) {
+    subs[name] = app.add_subcommand(name, cmd.summary);
+    declare(*subs[name], name, cmd, parsed[name]);
+  }
   if (argc < 2) {
-    usage();
+    std::cout << app.help();
     return 2;
   }
-  std::string name = argv[1];
-  if (name == "--help" || name == "-h" || name == "help") {
-    usage();
+  const std::string first = argv[1];
+  if (first == "help") {
+    std::cout << app.help();
     return 0;
   }
-  auto i = commands().find(name);
-  if (i == commands().end()) {
-    std::cerr << "rlforge: unknown command '" << name << "' (see rlforge --help)\n";
+  if (first.rfind("-", 0) != 0 && commands().count(first) == 0) {
+    std::cerr << "rlforge: unknown command '" << first << "' (see rlforge --help)\n";
     return 2;
   }
-  args rest(argv + 2, argv + argc);
-  return i->second.run(rest);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string where = "rlforge";
+    for (auto* s : app.get_subcommands())
+      where += " " + s->get_name();
+    std::cerr << where << ": " << e.what() << " (see `" << where << " --help`)\n";
+    return 2;
+  }
+  for (auto& [name, sub] : subs) {
+    if (!sub->parsed())
+      continue;
+    auto& p = parsed[name];
+    for (auto& extra : sub->remaining())
+      p.add_node_arg(extra);
+    return commands().at(name).run(p);
+  }
+  std::cout << app.help();
+  return 2;
 }

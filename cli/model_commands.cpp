@@ -45,14 +45,10 @@ command_error creation_error(const be::error& e) {
   return command_error{e.code() == be::error_code::io_error ? 1 : 2, e.what()};
 }
 
-int run_score(const args& a) {
+int run_score(const parsed_flags& flags) {
   return run_reporting("score", [&] {
-    flag_parser flags({"--model", "--tokens", "--text", "--temperature", "--dtype"});
-    if (!flags.parse(a))
-      throw usage_error(flags.error());
-    if (!flags.has("--model") || flags.has("--tokens") == flags.has("--text"))
-      throw usage_error("usage: rlforge score --model DIR (--tokens ID,ID,... | --text TEXT) "
-                        "[--temperature T] [--dtype fp32|bf16]");
+    if (flags.has("--tokens") == flags.has("--text"))
+      throw usage_error("give exactly one of --tokens and --text");
     // fp32 by default: exact Hugging Face numerics.
     const auto dtype = flags.has("--dtype") ? parse_dtype("--dtype", *flags.get("--dtype"))
                                             : be::compute_dtype::fp32;
@@ -116,14 +112,10 @@ nlohmann::json write_model_tokenizer(const fs::path& out, int64_t vocab_size) {
       {"vocab_size", tok.vocab_size()}, {"special_tokens", specials}, {"chat_template", "chatml"}};
 }
 
-int run_init_model(const args& a) {
+int run_init_model(const parsed_flags& flags) {
   return run_reporting("init-model", [&] {
-    flag_parser flags({"--config", "--preset", "--out", "--seed"});
-    if (!flags.parse(a))
-      throw usage_error(flags.error());
-    if (flags.has("--config") == flags.has("--preset") || !flags.has("--out"))
-      throw usage_error("usage: rlforge init-model (--config FILE | --preset NAME) --out DIR "
-                        "[--seed S]");
+    if (flags.has("--config") == flags.has("--preset"))
+      throw usage_error("give exactly one of --config and --preset");
     int64_t seed = 0;
     if (auto s = flags.get("--seed")) {
       seed = parse_int("--seed", *s);
@@ -174,14 +166,26 @@ int run_init_model(const args& a) {
 
 const command_registrar score_reg{
     "score",
-    "log-probs of tokens or a text under an HF checkpoint (--model DIR --tokens 1,2,3 | --text T)",
-    run_score};
+    {"log-probs of tokens or a text under an HF checkpoint",
+     {required_flag("--model", "HF checkpoint directory (config.json, safetensors)"),
+      optional_flag("--tokens", "comma-separated token ids to score (or --text)"),
+      optional_flag("--text", "a text, encoded with the model's tokenizer (or --tokens)"),
+      optional_flag("--temperature", "divides the logits (> 0)", "1"),
+      optional_flag("--dtype", "compute dtype: fp32 or bf16", "fp32")},
+     "rlforge score --model /tmp/base --tokens 1,17,42,99",
+     {},
+     run_score}};
 
 const command_registrar init_reg{
     "init-model",
-    "write a random HF checkpoint and a tokenizer of its size (--preset NAME | --config FILE) "
-    "--out DIR",
-    run_init_model};
+    {"write a random HF checkpoint and a tokenizer of its size",
+     {optional_flag("--preset", "a model shape: tiny, qwen2.5-0.5b, ... (or --config)"),
+      optional_flag("--config", "an HF config.json to take the shape from (or --preset)"),
+      required_flag("--out", "directory to write the checkpoint to"),
+      optional_flag("--seed", "initialisation seed (>= 0)", "0")},
+     "rlforge init-model --preset tiny --out /tmp/base --seed 1",
+     {},
+     run_init_model}};
 
 } // namespace
 } // namespace rlforge::cli

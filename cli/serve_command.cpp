@@ -29,15 +29,6 @@
 namespace rlforge::cli {
 namespace {
 
-constexpr const char* usage_line =
-    "usage: rlforge serve --base-model DIR [--host 127.0.0.1] [--port 8000] [--db FILE] "
-    "[--checkpoint-dir DIR] [--workers N] [--max-pending-samples N] [--max-num-samples N] "
-    "[--sample-slice N] [--max-sampler-snapshots N] [--max-body-mb N] [--long-poll-s S] "
-    "[--gap-timeout-s S] [--threads N] [--dtype fp32|bf16] [--batch-invariant] "
-    "[--max-tokens-per-micro-batch N] "
-    "[--insecure-no-auth]   "
-    "(API key: env RLFORGE_API_KEY)";
-
 struct usage_error {
   std::string message;
 };
@@ -94,26 +85,14 @@ serve_backend make_backend(const serve_config& c) {
   return b;
 }
 
-int run_serve(const args& a) {
-  for (auto& x : a)
-    if (x == "--api-key" || x.rfind("--api-key=", 0) == 0) {
-      std::cerr << "rlforge serve: the API key is read from the environment variable "
-                   "RLFORGE_API_KEY, never from the command line\n";
-      return 2;
-    }
-  flag_parser flags({"--base-model", "--host", "--port", "--db", "--checkpoint-dir", "--workers",
-                     "--max-pending-samples", "--max-num-samples", "--sample-slice",
-                     "--max-sampler-snapshots", "--max-body-mb", "--long-poll-s", "--gap-timeout-s",
-                     "--threads", "--dtype", "--max-tokens-per-micro-batch"},
-                    {"--insecure-no-auth", "--batch-invariant"});
-  if (!flags.parse(a)) {
-    std::cerr << "rlforge serve: " << flags.error() << " (" << usage_line << ")\n";
+int run_serve(const parsed_flags& flags) {
+  if (flags.has("--api-key")) {
+    std::cerr << "rlforge serve: the API key is read from the environment variable "
+                 "RLFORGE_API_KEY, never from the command line\n";
     return 2;
   }
   serve_config c;
   try {
-    if (!flags.has("--base-model"))
-      throw usage_error{"--base-model DIR is required"};
     c.base_model_dir = *flags.get("--base-model");
     if (!std::filesystem::is_directory(c.base_model_dir))
       throw usage_error{"--base-model '" + c.base_model_dir + "' is not a directory"};
@@ -160,7 +139,7 @@ int run_serve(const args& a) {
     if (!o.api_key.empty() && o.insecure_no_auth)
       throw usage_error{"--insecure-no-auth and RLFORGE_API_KEY contradict each other; unset one"};
   } catch (const usage_error& e) {
-    std::cerr << "rlforge serve: " << e.message << " (" << usage_line << ")\n";
+    std::cerr << "rlforge serve: " << e.message << " (see `rlforge serve --help`)\n";
     return 2;
   }
 
@@ -189,7 +168,34 @@ int run_serve(const args& a) {
   }
 }
 
-const command_registrar reg{"serve", "Tinker-compatible training service over HTTP", run_serve};
+const command_registrar reg{
+    "serve",
+    {"Tinker-compatible training service over HTTP (API key: env RLFORGE_API_KEY)",
+     {required_flag("--base-model", "HF checkpoint directory every model is created on"),
+      optional_flag("--host", "address to bind", "127.0.0.1"),
+      optional_flag("--port", "TCP port (0 = an ephemeral one)", "8000"),
+      optional_flag("--db", "SQLite file of sessions, models, futures and checkpoints",
+                    "rlforge-serve.db"),
+      optional_flag("--checkpoint-dir", "where checkpoints are written", "rlforge-checkpoints"),
+      optional_flag("--workers", "scheduler worker threads (1..256)", "2"),
+      optional_flag("--max-pending-samples", "sample requests queued before 429", "256"),
+      optional_flag("--max-num-samples", "most samples one request may ask for", "4096"),
+      optional_flag("--sample-slice", "samples of a request per engine call (fairness)", "32"),
+      optional_flag("--max-sampler-snapshots", "sampler snapshots each model keeps", "8"),
+      optional_flag("--max-body-mb", "largest request body, MiB", "64"),
+      optional_flag("--long-poll-s", "how long retrieve_future holds a pending future (1..40)",
+                    "25"),
+      optional_flag("--gap-timeout-s", "wait for a missing seq_id before failing later ones",
+                    "120"),
+      optional_flag("--threads", "torch threads of each model's rank (1..256)", "1"),
+      optional_flag("--dtype", "compute dtype of models and engines: fp32 or bf16", "fp32"),
+      switch_flag("--batch-invariant", "batch-invariant numerics (bit-identical replays)"),
+      optional_flag("--max-tokens-per-micro-batch", "padding-free micro-batch budget", "16384"),
+      switch_flag("--insecure-no-auth", "serve without an API key (development only)"),
+      optional_flag("--api-key", "refused: the key comes from RLFORGE_API_KEY, never argv")},
+     "RLFORGE_API_KEY=tml-key rlforge serve --base-model /tmp/base --port 8000",
+     {},
+     run_serve}};
 
 } // namespace
 } // namespace rlforge::cli

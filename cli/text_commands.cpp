@@ -14,14 +14,8 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-int run_tokenize(const args& a) {
+int run_tokenize(const parsed_flags& flags) {
   return run_reporting("tokenize", [&] {
-    flag_parser flags({"--model", "--text"}, {"--add-special-tokens", "--json"});
-    if (!flags.parse(a))
-      throw usage_error(flags.error());
-    if (!flags.has("--model") || !flags.has("--text"))
-      throw usage_error("usage: rlforge tokenize --model DIR --text TEXT [--add-special-tokens] "
-                        "[--json]");
     const auto text = *flags.get("--text");
     require_utf8("--text", text);
     const auto chat = load_model_text(*flags.get("--model"));
@@ -39,14 +33,8 @@ int run_tokenize(const args& a) {
   });
 }
 
-int run_detokenize(const args& a) {
+int run_detokenize(const parsed_flags& flags) {
   return run_reporting("detokenize", [&] {
-    flag_parser flags({"--model", "--tokens"}, {"--skip-special-tokens", "--json"});
-    if (!flags.parse(a))
-      throw usage_error(flags.error());
-    if (!flags.has("--model") || !flags.has("--tokens"))
-      throw usage_error("usage: rlforge detokenize --model DIR --tokens ID,ID,... "
-                        "[--skip-special-tokens] [--json]");
     const auto ids = parse_int_list("--tokens", *flags.get("--tokens"));
     const auto chat = load_model_text(*flags.get("--model"));
     require_known_ids(chat.tokenizer(), ids, "--tokens");
@@ -60,12 +48,26 @@ int run_detokenize(const args& a) {
 }
 
 const command_registrar tokenize_reg{
-    "tokenize", "token ids of a text with a model's tokenizer (--model DIR --text TEXT)",
-    run_tokenize};
+    "tokenize",
+    {"token ids of a text with a model's tokenizer",
+     {required_flag("--model", "model directory with tokenizer.json or tokenizer.model"),
+      required_flag("--text", "the text to encode, UTF-8"),
+      switch_flag("--add-special-tokens", "add the special tokens the post-processor adds"),
+      switch_flag("--json", "print {\"ids\": [...], \"tokens\": [...]} instead of the ids")},
+     "rlforge tokenize --model /tmp/base --text 'Hello world' --json",
+     {},
+     run_tokenize}};
 
 const command_registrar detokenize_reg{
-    "detokenize", "the text of token ids with a model's tokenizer (--model DIR --tokens 1,2,3)",
-    run_detokenize};
+    "detokenize",
+    {"the text of token ids with a model's tokenizer",
+     {required_flag("--model", "model directory with tokenizer.json or tokenizer.model"),
+      required_flag("--tokens", "comma-separated token ids"),
+      switch_flag("--skip-special-tokens", "leave special tokens out of the text"),
+      switch_flag("--json", "print {\"text\": ...}")},
+     "rlforge detokenize --model /tmp/base --tokens 72,101,108",
+     {},
+     run_detokenize}};
 
 } // namespace
 } // namespace rlforge::cli

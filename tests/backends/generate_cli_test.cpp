@@ -110,10 +110,10 @@ TEST_F(GenerateCli, StopTokenEndsWithStop) {
 TEST_F(GenerateCli, MissingOrUnknownFlagsAreUsageErrors) {
   const std::string m = model_flag();
   expect_rejected({
-      {"--prompt-tokens 1 --max-tokens 2", 2, "missing --model"},
+      {"--prompt-tokens 1 --max-tokens 2", 2, "--model is required"},
       {m + " --max-tokens 2", 2, "missing --prompt-tokens"},
-      {m + " --prompt-tokens 1", 2, "missing --max-tokens"},
-      {m + " --prompt-tokens 1 --max-tokens 2 --bogus 1", 2, "unknown argument '--bogus'"},
+      {m + " --prompt-tokens 1", 2, "--max-tokens is required"},
+      {m + " --prompt-tokens 1 --max-tokens 2 --bogus 1", 2, "--bogus"},
   });
 }
 

@@ -66,7 +66,7 @@ TEST(ModelCli, ScoreRejectsBadArgumentsWithOneLineOnStderr) {
   ASSERT_EQ(run_cli("init-model --preset tiny --out '" + dir.path.string() + "'").code, 0);
   auto m = "--model '" + dir.path.string() + "' ";
   expect_rejected({
-    {"score --tokens 1,2", 2, "usage"},
+    {"score --tokens 1,2", 2, "--model is required"},
     {"score " + m + "--tokens 1,x,3", 2, "'x'"},
     {"score " + m + "--tokens 1,512", 2, "512"},
     {"score " + m + "--tokens 7", 2, "at least 2"},
@@ -103,8 +103,9 @@ TEST(ModelCli, ScoreInBf16IsWithinTwoHundredthsOfFp32) {
 TEST(ModelCli, InitModelRejectsBadArgumentsWithOneLineOnStderr) {
   model_dir dir;
   expect_rejected({
-    {"init-model --preset tiny", 2, "usage"},
-    {"init-model --preset tiny --config x.json --out '" + dir.path.string() + "'", 2, "usage"},
+    {"init-model --preset tiny", 2, "--out is required"},
+    {"init-model --preset tiny --config x.json --out '" + dir.path.string() + "'", 2,
+     "give exactly one of --config and --preset"},
     {"init-model --preset nope --out '" + dir.path.string() + "'", 2, "nope"},
     {"init-model --preset tiny --seed -4 --out '" + dir.path.string() + "'", 2, "-4"},
     {"init-model --config /nonexistent/config.json --out '" + dir.path.string() + "'", 1,
@@ -292,7 +293,7 @@ TEST_F(TextCli, BadTextInputIsRefusedWithOneLine) {
   std::filesystem::create_directories(no_tokenizer.path);
   const std::string n = "--model '" + no_tokenizer.path.string() + "' ";
   expect_rejected({
-      {"tokenize " + m, 2, "usage: rlforge tokenize"},
+      {"tokenize " + m, 2, "--text is required"},
       {"tokenize " + m + "--text x --frobnicate", 2, "--frobnicate"},
       {"tokenize " + m + "--text \"$(printf 'ab\\377c')\"", 2,
        "--text is not valid UTF-8: byte 2 (0xFF)"},
@@ -300,13 +301,13 @@ TEST_F(TextCli, BadTextInputIsRefusedWithOneLine) {
        "'" + no_tokenizer.path.string() + "' has no tokenizer (neither tokenizer.json"},
       {"tokenize --model /nonexistent/rlforge --text hi", 1, "/nonexistent/rlforge"},
       {"tokenize " + b + "--text hi", 1, "tokenizer.json"},
-      {"detokenize " + m, 2, "usage: rlforge detokenize"},
+      {"detokenize " + m, 2, "--tokens is required"},
       {"detokenize " + m + "--tokens 1,x", 2, "--tokens expects an integer, got 'x'"},
       {"detokenize " + m + "--tokens 3,512", 2,
        "--tokens: id 512 (entry 1) is outside the tokenizer's vocabulary [0, 512)"},
       {"detokenize " + m + "--tokens -1", 2, "id -1"},
       {"detokenize " + n + "--tokens 1", 1, "has no tokenizer"},
-      {"score " + m + "--tokens 1,2 --text hi", 2, "usage"},
+      {"score " + m + "--tokens 1,2 --text hi", 2, "give exactly one of --tokens and --text"},
       {"score " + m + "--text \"$(printf '\\300')\"", 2, "--text is not valid UTF-8"},
       {"score " + m + "--text a", 2, "--text encodes to 1 ids; scoring needs at least 2"},
       {"score " + n + "--text hello", 1, "has no tokenizer"},
