@@ -120,15 +120,26 @@ inline bool parse_flags(int argc, char** argv, const char* prog, const std::stri
 
 /// Parses `count_flag N`, `--batch B`, `--ranks R`, `--lr X`, `--seed S`, `--metrics FILE`,
 /// `--quiet`, `--cluster HOST:PORT` and `--tls DIR` into `o`; on a bad argument prints "<prog>:
-/// ..." and the usage line to stderr and returns false.
+/// ..." and the usage line to stderr and returns false. `--help` (or `-h`) prints the usage,
+/// `about` and each flag's default (those in `o`) to stdout and ends the process with status 0
+/// (nothing has started yet).
 inline bool parse_options(int argc, char** argv, const char* prog, const std::string& count_flag,
-                          driver_options& o) {
+                          driver_options& o, const char* about = "") {
+  const auto usage = std::string("usage: ") + prog + " [" + count_flag +
+                     " N] [--batch B] [--ranks R] [--lr X] [--seed S] [--metrics FILE] "
+                     "[--quiet] [--cluster HOST:PORT] [--tls DIR]\n";
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf("%s%s%s\ndefaults: %s %d, --batch %d, --ranks %d, --lr %g, --seed %llu, "
+                  "--metrics %s; embedded (one process) unless --cluster\n",
+                  usage.c_str(), about, *about ? "\n" : "", count_flag.c_str(), o.count, o.batch,
+                  o.ranks, o.lr, static_cast<unsigned long long>(o.seed),
+                  o.metrics.empty() ? "(none)" : o.metrics.c_str());
+      std::exit(0);
+    }
   if (detail::parse_flags(argc, argv, prog, count_flag, o))
     return true;
-  std::fprintf(stderr,
-               "usage: %s [%s N] [--batch B] [--ranks R] [--lr X] [--seed S] [--metrics FILE] "
-               "[--quiet] [--cluster HOST:PORT] [--tls DIR]\n",
-               prog, count_flag.c_str());
+  std::fprintf(stderr, "%s", usage.c_str());
   return false;
 }
 

@@ -75,7 +75,9 @@ int main(int argc, char** argv) {
   examples::driver_options opt;
   opt.count = 30;
   opt.lr = 1e-2;
-  if (!examples::parse_options(argc, argv, "ppo_example", "--iterations", opt))
+  if (!examples::parse_options(argc, argv, "ppo_example", "--iterations", opt,
+                               "PPO with policy, critic and reference groups sharing virtual "
+                               "GPUs; prints the reward per iteration."))
     return 2;
   const int iterations = opt.count;
   std::ofstream metrics;

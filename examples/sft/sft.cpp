@@ -89,7 +89,9 @@ int main(int argc, char** argv) {
   opt.count = 80;
   opt.lr = 3e-3;
   opt.metrics = "sft_metrics.jsonl";
-  if (!examples::parse_options(argc, argv, "sft_example", "--steps", opt))
+  if (!examples::parse_options(argc, argv, "sft_example", "--steps", opt,
+                               "Supervised fine-tuning of a tiny Llama on a toy task across "
+                               "--ranks data-parallel ranks; prints the loss per token."))
     return 2;
   const int steps = opt.count;
   std::ofstream metrics;

@@ -2,7 +2,8 @@
 # cli.help: `rlforge --help` lists the commands; every command answers --help (its flags, their
 # defaults, one example) with status 0 and starts nothing (`rlforge head --help` used to start a
 # head); `rlforge --version` prints the version, the build and the wire signature; an unknown
-# flag is refused by name with status 2.
+# flag is refused by name with status 2; `rlforge completion --shell bash` completes commands
+# and flags.
 #   help.sh <rlforge binary>
 set -uo pipefail
 rlforge=$1
@@ -37,4 +38,16 @@ grep -q -- "--frobnicate" <<< "$err" || bad "an unknown flag is refused without 
 err=$(timeout 10 "$rlforge" tokenize --text hi 2>&1 >/dev/null)
 [ $? -eq 2 ] && grep -q -- "--model is required" <<< "$err" ||
   bad "a missing required flag is not refused by name: $err"
+# Bash completion from the same declarations: commands, then each command's flags.
+script=$(timeout 10 "$rlforge" completion --shell bash) || bad "rlforge completion exited $?"
+complete_words() {
+  bash -c 'eval "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _rlforge;
+           echo "${COMPREPLY[*]}"' _ "$script" "$@"
+}
+[ "$(complete_words rlforge toke)" = "tokenize" ] ||
+  bad "completing 'rlforge toke' gives '$(complete_words rlforge toke)'"
+grep -qw -- "--metrics-port" <<< "$(complete_words rlforge head --met)" ||
+  bad "completing 'rlforge head --met' gives '$(complete_words rlforge head --met)'"
+err=$(timeout 10 "$rlforge" completion --shell fish 2>&1 >/dev/null)
+[ $? -eq 2 ] && grep -q "bash" <<< "$err" || bad "completion --shell fish: $err"
 exit $fail
