@@ -5,30 +5,34 @@
 #include <limits>
 #include <random>
 
+#include <openssl/sha.h>
+
 #include "service/http/request_ids.hpp"
 
 namespace rlforge::service::http {
 
 namespace {
 
-/// FNV-1a over the endpoint, content type and body: equal retries hash equal, across restarts.
+/// SHA-256 over the endpoint, content type, content encoding and body, each prefixed by its
+/// length (so no two different requests frame to the same bytes): equal retries hash equal,
+/// across restarts, and a different request cannot pass for a retry (a 64-bit FNV-1a could
+/// collide and hand one request another's future). "sha256:" + 64 hex digits.
 std::string payload_hash(const std::string& endpoint, const httplib::Request& req) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const std::string& s) {
-    for (unsigned char c : s) {
-      h ^= c;
-      h *= 1099511628211ull;
-    }
-    h ^= 0xff;
-    h *= 1099511628211ull;
-  };
-  mix(endpoint);
-  mix(req.get_header_value("Content-Type"));
-  mix(req.get_header_value("Content-Encoding"));
-  mix(req.body);
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  std::string framed;
+  for (const std::string& part : {endpoint, req.get_header_value("Content-Type"),
+                                  req.get_header_value("Content-Encoding"), req.body}) {
+    framed += std::to_string(part.size()) + ":";
+    framed += part;
+  }
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(framed.data()), framed.size(), digest);
+  std::string out = "sha256:";
+  char hex[3];
+  for (unsigned char b : digest) {
+    std::snprintf(hex, sizeof(hex), "%02x", b);
+    out += hex;
+  }
+  return out;
 }
 
 } // namespace

@@ -74,6 +74,11 @@ TEST_F(ServerFutures, RetriesAreIdempotentAndConflictingRetriesAre409) {
   // Same (model_id, seq_id) and body without the key: also the original future.
   auto plain = client->post("forward_backward", body, "application/x-protobuf");
   EXPECT_EQ(tinker_client::request_id_of(plain), tinker_client::request_id_of(first));
+  // Requests are told apart by a SHA-256 of what they sent (a 64-bit hash could collide).
+  auto stored = store->get(tinker_client::request_id_of(first));
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->payload_hash.rfind("sha256:", 0), 0u) << stored->payload_hash;
+  EXPECT_EQ(stored->payload_hash.size(), 7u + 64);
   client->wait_future(tinker_client::request_id_of(first), true);
   // Another body under the same key, or the same seq_id with another body: 409.
   auto other = proto_body(fb(model, 1, {4, 5}));
