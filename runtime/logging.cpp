@@ -28,6 +28,22 @@ std::shared_ptr<spdlog::logger> logger(const std::string& name) {
   return created;
 }
 
+const std::vector<std::string>& log_level_names() {
+  static const std::vector<std::string> names = {"trace", "debug",    "info", "warn",
+                                                 "error", "critical", "off"};
+  return names;
+}
+
+std::string check_log_level(const std::string& level) {
+  std::string known;
+  for (const auto& l : log_level_names()) {
+    if (l == level)
+      return "";
+    known += (known.empty() ? "" : ", ") + l;
+  }
+  return "log-level must be one of " + known + "; got '" + level + "'";
+}
+
 void init_logging(const std::string& default_level) {
   std::lock_guard<std::mutex> guard{logger_mutex()};
   spdlog::set_level(spdlog::level::from_str(default_level));

@@ -178,13 +178,8 @@ caf::error system_config::validate() const {
   if (dead_after_ms < 2 * heartbeat_ms || dead_after_ms > 600000)
     return bad("dead-after-ms must be at least twice heartbeat-ms (" + std::to_string(heartbeat_ms)
                + ") and at most 600000, got " + std::to_string(dead_after_ms));
-  static const char* levels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
-  bool known = false;
-  for (auto* l : levels)
-    known = known || log_level == l;
-  if (!known)
-    return bad("log-level must be one of trace, debug, info, warn, error, critical, off; got '"
-               + log_level + "'");
+  if (auto why = check_log_level(log_level); !why.empty())
+    return bad(why);
   return caf::none;
 }
 

@@ -31,6 +31,7 @@
 #include "actors/dispatcher.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/trainer_client.hpp"
+#include "runtime/logging.hpp"
 #include "runtime/stop_signals.hpp"
 #include "runtime/system_config.hpp"
 
@@ -47,6 +48,7 @@ struct driver_options {
   bool quiet = false;
   std::string cluster; ///< HOST:PORT of a cluster head (--cluster); empty = embedded
   std::string tls;     ///< the cluster's TLS directory (--tls)
+  std::string log_level; ///< --log-level (empty: the default, or SPDLOG_LEVEL)
 };
 
 namespace detail {
@@ -103,11 +105,17 @@ inline bool parse_flags(int argc, char** argv, const char* prog, const std::stri
       o.metrics = v;
     } else if (a == "--quiet") {
       o.quiet = true;
-    } else if (a == "--cluster" || a == "--tls") {
+    } else if (a == "--cluster" || a == "--tls" || a == "--log-level") {
       auto v = value();
       if (!v)
         return false;
-      (a == "--cluster" ? o.cluster : o.tls) = v;
+      (a == "--cluster" ? o.cluster : a == "--tls" ? o.tls : o.log_level) = v;
+      if (a == "--log-level") {
+        if (auto why = runtime::check_log_level(v); !why.empty()) {
+          std::fprintf(stderr, "%s: --%s\n", prog, why.c_str());
+          return false;
+        }
+      }
     } else {
       std::fprintf(stderr, "%s: unknown argument '%s'\n", prog, a.c_str());
       return false;
@@ -119,7 +127,7 @@ inline bool parse_flags(int argc, char** argv, const char* prog, const std::stri
 } // namespace detail
 
 /// Parses `count_flag N`, `--batch B`, `--ranks R`, `--lr X`, `--seed S`, `--metrics FILE`,
-/// `--quiet`, `--cluster HOST:PORT` and `--tls DIR` into `o`; on a bad argument prints "<prog>:
+/// `--quiet`, `--cluster HOST:PORT`, `--tls DIR` and `--log-level L` into `o`; on a bad argument prints "<prog>:
 /// ..." and the usage line to stderr and returns false. `--help` (or `-h`) prints the usage,
 /// `about` and each flag's default (those in `o`) to stdout and ends the process with status 0
 /// (nothing has started yet).
@@ -127,7 +135,7 @@ inline bool parse_options(int argc, char** argv, const char* prog, const std::st
                           driver_options& o, const char* about = "") {
   const auto usage = std::string("usage: ") + prog + " [" + count_flag +
                      " N] [--batch B] [--ranks R] [--lr X] [--seed S] [--metrics FILE] "
-                     "[--quiet] [--cluster HOST:PORT] [--tls DIR]\n";
+                     "[--quiet] [--cluster HOST:PORT] [--tls DIR] [--log-level L]\n";
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::printf("%s%s%s\ndefaults: %s %d, --batch %d, --ranks %d, --lr %g, --seed %llu, "
@@ -155,11 +163,14 @@ inline bool open_metrics(std::ofstream& out, const std::string& path, const char
 
 /// Sets `gpus` virtual GPUs on `cfg` and applies the defaults (and the environment); with
 /// `cluster` (or RLFORGE_CLUSTER) the driver attaches to that cluster instead of running the
-/// embedded default, over TLS with `tls`. Prints the error on failure. Also blocks SIGINT and
+/// embedded default, over TLS with `tls`; `log_level` (when not empty) is rlforge's
+/// `--log-level` (checked there: a bad level is refused naming the valid ones). Prints the error
+/// on failure. Also blocks SIGINT and
 /// SIGTERM in this thread and the threads it starts (the actor system's), so `run_driver` takes
 /// them as requests to stop the job: call it before creating the actor system.
 inline bool configure(runtime::system_config& cfg, int gpus, const char* prog,
-                      const std::string& cluster = {}, const std::string& tls = {}) {
+                      const std::string& cluster = {}, const std::string& tls = {},
+                      const std::string& log_level = {}) {
   runtime::block_stop_signals();
   cfg.gpus = gpus;
   std::vector<std::string> args;
@@ -168,6 +179,10 @@ inline bool configure(runtime::system_config& cfg, int gpus, const char* prog,
   if (!tls.empty()) {
     args.push_back("--tls");
     args.push_back(tls);
+  }
+  if (!log_level.empty()) {
+    args.push_back("--log-level");
+    args.push_back(log_level);
   }
   if (auto err = cfg.parse_args(args)) {
     std::fprintf(stderr, "%s: %s\n", prog, caf::to_string(err).c_str());

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/logging.hpp"
+
 namespace rlforge::examples::grpo {
 
 namespace {
@@ -164,7 +166,8 @@ parse_result parse_options(const std::vector<std::string>& args) {
                                             {"--mode", &o.mode},       {"--pause", &o.pause},
                                             {"--tis", &o.tis},         {"--env", &o.env_command},
                                             {"--checkpoint-dir", &o.checkpoint_dir},
-                                            {"--model", &o.model},     {"--task", &o.task}};
+                                            {"--model", &o.model},     {"--task", &o.task},
+                                            {"--log-level", &o.log_level}};
   // Flags whose value is one of a few words.
   const std::map<std::string, std::vector<std::string>> choices{
       {"--placement", {"colocated", "split"}},
@@ -241,6 +244,12 @@ parse_result parse_options(const std::vector<std::string>& args) {
           r.error += (k ? ", " : " ") + c->second[k];
         r.error += "; got '" + v + "'";
         return r;
+      }
+      if (a == "--log-level") {
+        if (auto why = runtime::check_log_level(v); !why.empty()) {
+          r.error = "--" + why;
+          return r;
+        }
       }
       *pt->second = v;
     } else { // --seed
@@ -319,6 +328,7 @@ std::string usage(const std::string& prog) {
          "       [--pause keep|abort] [--tis none|token|sequence] [--eval-every N]\n"
          "       [--checkpoint-dir DIR [--checkpoint-every N] [--resume]]\n"
          "       [--max-restarts N [--recovery-timeout S]] [--cluster HOST:PORT] [--tls DIR]\n"
+         "       [--log-level trace|debug|info|warn|error|critical|off]\n"
          "       [--env CMD --model DIR [--task JSON] [--max-turns N] [--turn-tokens N]\n"
          "        [--env-timeout S] [--min-final-reward R]]\n"
          "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"

@@ -42,6 +42,7 @@ struct options {
   // Where the job runs.
   std::string cluster;            ///< HOST:PORT of a cluster head (--cluster; empty = embedded)
   std::string tls;                ///< the cluster's TLS directory (--tls)
+  std::string log_level;          ///< --log-level (empty: the default, or SPDLOG_LEVEL)
   /// "colocated" (--placement; default): policy, ref and engines share both GPUs at 0.2 each
   /// and take turns (SkyRL's colocate_all). "split": two placement groups of one bundle each,
   /// the policy (1 rank) and the ref (1 rank) in the first at 0.5 GPU each, the engines (1 rank)

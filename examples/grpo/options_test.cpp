@@ -140,8 +140,10 @@ TEST(GrpoOptions, ModesAndPlacement) {
 
 TEST(GrpoOptions, HelpAndUsage) {
   EXPECT_TRUE(parse_options({"--help"}).help);
+  EXPECT_EQ(parse_options({"--log-level", "debug"}).opts.log_level, "debug");
   auto u = usage("grpo");
-  for (auto flag : {"--steps", "--seed", "--metrics", "--plot", "--quiet", "--quick"})
+  for (auto flag : {"--steps", "--seed", "--metrics", "--plot", "--quiet", "--quick",
+                    "--log-level"})
     EXPECT_THAT(u, HasSubstr(flag));
 }
 
