@@ -34,8 +34,8 @@ const std::map<std::string, std::pair<std::string, std::string>>& node_option_he
   return help;
 }
 
-/// Adds `name`'s flags to `sub`, writing what the command line gives into `p`.
-void declare(CLI::App& sub, const std::string& name, const command& cmd, parsed_flags& p) {
+/// Adds `cmd`'s flags to `sub`, writing what the command line gives into `p`.
+void declare(CLI::App& sub, const command& cmd, parsed_flags& p) {
   sub.footer("example:\n  " + cmd.example);
   for (const auto& f : cmd.flags) {
     if (f.type == flag::kind::toggle) {
@@ -60,7 +60,6 @@ void declare(CLI::App& sub, const std::string& name, const command& cmd, parsed_
   }
   if (cmd.node.caf_options)
     sub.allow_extras();
-  (void)name;
 }
 
 } // namespace
@@ -76,7 +75,7 @@ int main(int argc, char** argv) {
   std::map<std::string, CLI::App*> subs;
   for (auto& [name, cmd] : commands()) {
     subs[name] = app.add_subcommand(name, cmd.summary);
-    declare(*subs[name], name, cmd, parsed[name]);
+    declare(*subs[name], cmd, parsed[name]);
   }
   if (argc < 2) {
     std::cout << app.help();
