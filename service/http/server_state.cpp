@@ -3,9 +3,11 @@
 #include <cstdio>
 #include <ctime>
 #include <limits>
+#include <memory>
 #include <random>
+#include <stdexcept>
 
-#include <openssl/sha.h>
+#include <openssl/evp.h>
 
 #include "service/http/request_ids.hpp"
 
@@ -18,18 +20,24 @@ namespace {
 /// across restarts, and a different request cannot pass for a retry (a 64-bit FNV-1a could
 /// collide and hand one request another's future). "sha256:" + 64 hex digits.
 std::string payload_hash(const std::string& endpoint, const httplib::Request& req) {
-  std::string framed;
-  for (const std::string& part : {endpoint, req.get_header_value("Content-Type"),
-                                  req.get_header_value("Content-Encoding"), req.body}) {
-    framed += std::to_string(part.size()) + ":";
-    framed += part;
+  // Digested part by part: a body of many MiB is not copied.
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    throw std::runtime_error("payload_hash: OpenSSL cannot start a SHA-256 digest");
+  const std::string content_type = req.get_header_value("Content-Type");
+  const std::string encoding = req.get_header_value("Content-Encoding");
+  for (const std::string* part : {&endpoint, &content_type, &encoding, &req.body}) {
+    const std::string length = std::to_string(part->size()) + ":";
+    EVP_DigestUpdate(ctx.get(), length.data(), length.size());
+    EVP_DigestUpdate(ctx.get(), part->data(), part->size());
   }
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(framed.data()), framed.size(), digest);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &size);
   std::string out = "sha256:";
   char hex[3];
-  for (unsigned char b : digest) {
-    std::snprintf(hex, sizeof(hex), "%02x", b);
+  for (unsigned int i = 0; i < size; ++i) {
+    std::snprintf(hex, sizeof(hex), "%02x", digest[i]);
     out += hex;
   }
   return out;
