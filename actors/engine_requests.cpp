@@ -30,6 +30,10 @@ std::vector<be::engine_request> check_requests(const std::vector<sample_request>
     if (r.first_sample < 0)
       be::fail(error_code::invalid_argument,
                where + "first_sample must be >= 0, got " + std::to_string(r.first_sample));
+    if (!r.generated.empty() && r.num_samples != 1)
+      be::fail(error_code::invalid_argument,
+               where + "a continuation (generated tokens) needs num_samples 1, got " +
+                   std::to_string(r.num_samples));
     for (size_t k = 0; k < r.stop_strings.size(); ++k)
       if (r.stop_strings[k].empty())
         be::fail(error_code::invalid_argument,
@@ -54,6 +58,8 @@ std::vector<be::engine_request> check_requests(const std::vector<sample_request>
       e.seeds.push_back(r.has_seed ? std::optional<uint64_t>(be::sample_seed(
                                          r.seed, static_cast<uint64_t>(r.first_sample + j)))
                                    : std::nullopt);
+    if (!r.generated.empty())
+      e.generated.push_back(r.generated);
     e.key = r.weight_version;
     try {
       engine.check(e);

@@ -44,6 +44,7 @@ sample_request engine_request(const tinker::sample_request& t) {
   r.num_samples = t.num_samples;
   r.first_sample = t.first_sample;
   r.weight_version = t.sampler.type == tinker::sampler_ref::kind::snapshot ? t.sampler.version : 0;
+  r.generated = t.generated;
   return r;
 }
 

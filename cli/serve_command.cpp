@@ -110,6 +110,8 @@ int run_serve(const parsed_flags& flags) {
       o.max_num_samples = parse_int("--max-num-samples", *v, 1, 1 << 24);
     if (auto v = flags.get("--sample-slice"))
       o.scheduler.sample_slice = parse_int("--sample-slice", *v, 1, 1 << 20);
+    if (auto v = flags.get("--stream-chunk-tokens"))
+      o.stream_chunk_tokens = parse_int("--stream-chunk-tokens", *v, 1, 4096);
     if (auto v = flags.get("--max-sampler-snapshots"))
       c.max_sampler_snapshots =
           static_cast<size_t>(parse_int("--max-sampler-snapshots", *v, 1, 4096));
@@ -170,7 +172,8 @@ int run_serve(const parsed_flags& flags) {
 
 const command_registrar reg{
     "serve",
-    {"Tinker-compatible training service over HTTP (API key: env RLFORGE_API_KEY)",
+    {"Tinker-compatible training service over HTTP, with OpenAI-compatible /v1 endpoints "
+     "(API key: env RLFORGE_API_KEY)",
      {required_flag("--base-model", "HF checkpoint directory every model is created on"),
       optional_flag("--host", "address to bind", "127.0.0.1"),
       optional_flag("--port", "TCP port (0 = an ephemeral one)", "8000"),
@@ -181,6 +184,8 @@ const command_registrar reg{
       optional_flag("--max-pending-samples", "sample requests queued before 429", "256"),
       optional_flag("--max-num-samples", "most samples one request may ask for", "4096"),
       optional_flag("--sample-slice", "samples of a request per engine call (fairness)", "32"),
+      optional_flag("--stream-chunk-tokens",
+                    "tokens a streamed OpenAI sample generates per turn (1..4096)", "8"),
       optional_flag("--max-sampler-snapshots", "sampler snapshots each model keeps", "8"),
       optional_flag("--max-body-mb", "largest request body, MiB", "64"),
       optional_flag("--long-poll-s", "how long retrieve_future holds a pending future (1..40)",

@@ -380,13 +380,18 @@ struct sample_request {
   int64_t num_samples = 1;
   int64_t first_sample = 0;
   int64_t weight_version = 0;
+  /// A continuation: the tokens the request's one sample (num_samples must be 1) already
+  /// generated in an earlier call. They are re-fed and count towards max_tokens, and a seeded
+  /// sample skips the draws they took, so the call generates what the uninterrupted run would
+  /// have next. Empty: a fresh start.
+  std::vector<int64_t> generated;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_request& x) {
   return f(caf::meta::type_name("sample_request"), x.prompt, x.max_tokens, x.temperature, x.top_k,
            x.top_p, x.has_seed, x.seed, x.stop_token_ids, x.stop_strings, x.prompt_logprobs,
-           x.topk_prompt_logprobs, x.num_samples, x.first_sample, x.weight_version);
+           x.topk_prompt_logprobs, x.num_samples, x.first_sample, x.weight_version, x.generated);
 }
 
 inline bool operator==(const sample_request& a, const sample_request& b) {
@@ -394,8 +399,8 @@ inline bool operator==(const sample_request& a, const sample_request& b) {
          a.top_k == b.top_k && a.top_p == b.top_p && a.has_seed == b.has_seed && a.seed == b.seed &&
          a.stop_token_ids == b.stop_token_ids && a.stop_strings == b.stop_strings &&
          a.prompt_logprobs == b.prompt_logprobs &&
-         a.num_samples == b.num_samples && a.first_sample == b.first_sample &&
-         a.weight_version == b.weight_version;
+         a.topk_prompt_logprobs == b.topk_prompt_logprobs && a.num_samples == b.num_samples && a.first_sample == b.first_sample &&
+         a.weight_version == b.weight_version && a.generated == b.generated;
 }
 
 /// What one generated row produced: tokens, their log-probabilities, "stop", "length" or

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "service/http/server_state.hpp"
-#include "service/tar_archive.hpp"
 
 namespace rlforge::service {
 
@@ -27,20 +26,6 @@ bool constant_time_equal(const std::string& presented, const std::string& expect
 
 namespace {
 
-int status_for_store(store_errc code) {
-  switch (code) {
-  case store_errc::not_found:
-    return 404;
-  case store_errc::conflict:
-    return 409;
-  case store_errc::invalid:
-    return 400;
-  case store_errc::database:
-    return 500;
-  }
-  return 500;
-}
-
 void check_options(const server_options& opts) {
   if (opts.api_key.empty() && !opts.insecure_no_auth)
     throw std::invalid_argument("http_server: api_key is empty (set one, or insecure_no_auth to "
@@ -56,6 +41,9 @@ void check_options(const server_options& opts) {
   if (opts.max_num_samples < 1)
     throw std::invalid_argument("http_server: max_num_samples must be >= 1, got " +
                                 std::to_string(opts.max_num_samples));
+  if (opts.stream_chunk_tokens < 1)
+    throw std::invalid_argument("http_server: stream_chunk_tokens must be >= 1, got " +
+                                std::to_string(opts.stream_chunk_tokens));
   if (opts.port < 0 || opts.port > 65535)
     throw std::invalid_argument("http_server: port must be in 0..65535, got " +
                                 std::to_string(opts.port));
@@ -70,7 +58,10 @@ void add_authentication(server_state& s) {
       return httplib::Server::HandlerResponse::Unhandled;
     auto refuse = [&](const std::string& why) {
       res.set_header("Connection", "close");
-      reply_error(res, 401, why);
+      if (req.path.rfind("/v1/", 0) == 0)
+        reply_openai_unauthorized(res, why);
+      else
+        reply_error(res, 401, why);
       count_request(s, "unauthenticated", 401);
       return httplib::Server::HandlerResponse::Handled;
     };
@@ -107,31 +98,18 @@ void add_authentication(server_state& s) {
   s.svr.set_error_handler(std::move(on_error));
 }
 
-/// A handler whose exceptions become error replies: an HTTP error its status, a request error
-/// the status of its category, a store error its kind; anything else 500.
+/// A handler whose exceptions become error replies (`current_http_failure`), counted in the
+/// metrics.
 httplib::Server::Handler guarded(server_state& s, const std::string& route, handler fn) {
   return [&s, endpoint = endpoint_label(route),
           fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
     try {
       fn(req, res);
-    } catch (const http_error& e) {
-      reply_error(res, e.status, e.what());
-    } catch (const tinker::request_error& e) {
-      reply_error(res, tinker::http_status(e.category()), e.what());
-    } catch (const store_error& e) {
-      reply_error(res, status_for_store(e.code()), e.what());
-    } catch (const tar_error& e) {
-      reply_error(res, 500, e.what());
-    } catch (const json::exception& e) {
-      reply_error(res, 500, std::string("stored JSON is unreadable: ") + e.what());
-    } catch (const std::exception& e) {
-      s.log->error("event=handler_failed path={} error=\"{}\"", req.path, e.what());
-      reply_error(res, 500, e.what());
+    } catch (...) {
+      auto f = current_http_failure(s, req);
+      reply_error(res, f.status, f.message);
     }
-    if (res.status >= 400)
-      s.log->info("event=request_refused method={} path={} status={}", req.method, req.path,
-                  res.status);
-    count_request(s, endpoint, res.status);
+    finish_request(s, req, res, endpoint);
   };
 }
 
@@ -202,6 +180,7 @@ http_server::http_server(server_options opts, actors::tinker_backend& backend,
   add_metrics_endpoint(s, [&s](const std::string& path, handler fn) {
     s.svr.Get(path, guarded(s, path, std::move(fn)));
   });
+  add_openai_endpoints(s);
 }
 
 http_server::~http_server() {
@@ -224,6 +203,9 @@ int http_server::start() {
   }
   s.bound_port = port;
   s.started = true;
+  s.started_seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   s.listener = std::thread([&s] { s.svr.listen_after_bind(); });
   // cpp-httplib's stop() does nothing until the accept loop runs: wait for it, so that a stop()
   // right after start() cannot leave the loop running forever.

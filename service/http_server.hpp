@@ -41,6 +41,10 @@ struct server_options {
   std::chrono::seconds archive_url_ttl{900};
   /// Most samples one `asample` request may ask for (`num_samples`); more is refused (400).
   int64_t max_num_samples = 4096;
+  /// Tokens each streamed sample (OpenAI `stream: true`) generates per turn in its sampling lane:
+  /// a chunk is sent to the client as soon as it is generated, and a client that disconnects
+  /// stops its generation within a chunk or two (>= 1).
+  int64_t stream_chunk_tokens = 8;
   /// Worker pool, seq_id gap timeout, batch size, sample queue bound (429 beyond it) and the
   /// sample slice of fair scheduling.
   request_scheduler::options scheduler;

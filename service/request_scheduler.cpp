@@ -68,8 +68,8 @@ request_scheduler::~request_scheduler() {
     }
     for (auto& [key, lane] : lanes_) {
       for (auto& op : lane.ops)
-        if (!op->failed) {
-          op->failed = true;
+        if (!op->over) {
+          op->over = true;
           failed.emplace_back(op->done.failed, f);
         }
       lane.ops.clear();
@@ -171,21 +171,63 @@ std::string request_scheduler::lane_of(const tinker::sampler_ref& ref) {
 
 bool request_scheduler::try_submit_sample(tinker::sample_request r,
                                           completion<tinker::sample_response> c) {
+  auto op = std::make_shared<sample_op>();
+  op->request = std::move(r);
+  op->done = std::move(c);
+  op->result.has_prompt_logprobs = op->request.prompt_logprobs;
+  return enqueue_sample(std::move(op));
+}
+
+bool request_scheduler::enqueue_sample(std::shared_ptr<sample_op> op) {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (stopping_)
       tinker::fail_server("server shutting down");
     if (pending_samples_ >= opts_.max_pending_samples)
       return false;
-    auto op = std::make_shared<sample_op>();
-    op->request = std::move(r);
-    op->done = std::move(c);
-    op->result.has_prompt_logprobs = op->request.prompt_logprobs;
     lanes_[lane_of(op->request.sampler)].ops.push_back(std::move(op));
     ++pending_samples_;
   }
   work_cv_.notify_one();
   return true;
+}
+
+bool request_scheduler::try_submit_stream(tinker::sample_request r, int64_t chunk_tokens,
+                                          stream_sink sink) {
+  if (chunk_tokens < 1)
+    throw std::invalid_argument("request_scheduler: chunk_tokens must be >= 1, got " +
+                                std::to_string(chunk_tokens));
+  if (r.num_samples < 1)
+    throw std::invalid_argument("request_scheduler: a streamed request needs num_samples >= 1, "
+                                "got " +
+                                std::to_string(r.num_samples));
+  if (r.prompt_logprobs || r.topk_prompt_logprobs != 0 || !r.generated.empty())
+    throw std::invalid_argument("request_scheduler: a streamed request takes no prompt log-probs "
+                                "and no continuation");
+  if (!sink.tokens || !sink.failed || !sink.cancelled)
+    throw std::invalid_argument("request_scheduler: a stream sink needs tokens, failed and "
+                                "cancelled");
+  auto op = std::make_shared<sample_op>();
+  op->request = std::move(r);
+  op->done.failed = sink.failed;
+  op->streamed = true;
+  op->chunk_tokens = chunk_tokens;
+  op->sink = std::move(sink);
+  const auto n = static_cast<size_t>(op->request.num_samples);
+  op->generated.resize(n);
+  op->sample_done.assign(n, false);
+  return enqueue_sample(std::move(op));
+}
+
+void request_scheduler::wake() {
+  work_cv_.notify_all();
+}
+
+void request_scheduler::retire(sample_op& op) {
+  if (op.over)
+    return;
+  op.over = true;
+  --pending_samples_;
 }
 
 void request_scheduler::close_model(const std::string& model_id) {
@@ -300,8 +342,16 @@ bool request_scheduler::take_sample_job(job& out) {
     while (!lane.ops.empty() && out.slices.size() < opts_.max_batch) {
       auto op = std::move(lane.ops.front());
       lane.ops.pop_front();
-      if (op->failed)
+      if (op->streamed && !op->over && op->sink.cancelled->load())
+        retire(*op);
+      if (op->over)
         continue;
+      if (op->streamed) {
+        if (!op->sink.ready || op->sink.ready())
+          take_stream_chunks(op, out);
+        rest.push_back(op);
+        continue;
+      }
       const int64_t total = op->request.num_samples;
       // A request with no valid sample count goes whole: the backend refuses it.
       const int64_t count =
@@ -324,6 +374,68 @@ bool request_scheduler::take_sample_job(job& out) {
     return true;
   }
   return false;
+}
+
+void request_scheduler::take_stream_chunks(const std::shared_ptr<sample_op>& op, job& out) {
+  const int64_t n = op->request.num_samples;
+  const int64_t max_tokens = op->request.params.max_tokens;
+  int64_t taken = 0;
+  const int64_t first = op->next_sample;
+  for (int64_t k = 0; k < n && taken < opts_.sample_slice && out.slices.size() < opts_.max_batch;
+       ++k) {
+    const int64_t i = (first + k) % n;
+    if (op->sample_done[static_cast<size_t>(i)])
+      continue;
+    const auto& have = op->generated[static_cast<size_t>(i)];
+    const auto len = static_cast<int64_t>(have.size());
+    slice s{op, op->request, i, 0};
+    s.request.first_sample = op->request.first_sample + i;
+    s.request.num_samples = 1;
+    s.request.generated = have;
+    // A bad max_tokens goes as it is: the backend refuses it, naming it.
+    s.request.params.max_tokens =
+        max_tokens < 1 ? max_tokens : std::min(max_tokens, len + op->chunk_tokens);
+    s.allowance = s.request.params.max_tokens - len;
+    out.slices.push_back(std::move(s));
+    ++taken;
+    op->next_sample = (i + 1) % n;
+  }
+}
+
+void request_scheduler::finish_stream_chunk(const slice& s, tinker::sample_response& part,
+                                            std::vector<std::function<void()>>& callbacks) {
+  auto& op = *s.op;
+  const auto i = static_cast<size_t>(s.stream_index);
+  if (op.sink.cancelled->load()) {
+    retire(op);
+    return;
+  }
+  if (part.sequences.size() != 1) {
+    retire(op);
+    failure f{tinker::error_category::server,
+              "backend returned " + std::to_string(part.sequences.size()) +
+                  " sequences for one streamed chunk"};
+    callbacks.push_back([fn = op.done.failed, f] { fn(f); });
+    return;
+  }
+  auto delta = std::move(part.sequences.front());
+  auto& have = op.generated[i];
+  have.insert(have.end(), delta.tokens.begin(), delta.tokens.end());
+  const auto produced = static_cast<int64_t>(delta.tokens.size());
+  // "length" before max_tokens with the whole allowance used is only the chunk's end; with less
+  // than the allowance, the context ran out.
+  const bool finished = delta.stop_reason != "length" ||
+                        static_cast<int64_t>(have.size()) >= op.request.params.max_tokens ||
+                        produced < s.allowance;
+  if (!finished)
+    delta.stop_reason.clear();
+  if (finished) {
+    op.sample_done[i] = true;
+    if (++op.finished >= op.request.num_samples)
+      retire(op);
+  }
+  callbacks.push_back([fn = op.sink.tokens, index = s.stream_index, d = std::move(delta),
+                       finished]() mutable { fn(index, std::move(d), finished); });
 }
 
 void request_scheduler::run_job(job& j) {
@@ -392,15 +504,18 @@ void request_scheduler::run_samples(job& j) {
     std::lock_guard<std::mutex> guard(mutex_);
     for (size_t i = 0; i < j.slices.size(); ++i) {
       auto& op = j.slices[i].op;
-      if (op->failed)
+      if (op->over)
         continue;
       if (!ok) {
-        op->failed = true;
-        --pending_samples_;
+        retire(*op);
         callbacks.push_back([op, f] { op->done.failed(f); });
         continue;
       }
       auto& part = responses[i];
+      if (op->streamed) {
+        finish_stream_chunk(j.slices[i], part, callbacks);
+        continue;
+      }
       // The prompt's scores come with the request's first slice (they are the same for all).
       if (j.slices[i].request.first_sample == op->request.first_sample) {
         op->result.prompt_logprobs = std::move(part.prompt_logprobs);
@@ -412,7 +527,7 @@ void request_scheduler::run_samples(job& j) {
         op->result.sequences.push_back(std::move(seq));
       op->finished += std::max<int64_t>(j.slices[i].request.num_samples, 1);
       if (op->finished >= op->request.num_samples) {
-        --pending_samples_;
+        retire(*op);
         callbacks.push_back([op] { op->done.done(std::move(op->result)); });
       }
     }

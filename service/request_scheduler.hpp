@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -52,8 +53,15 @@ struct failure {
 ///   slice per call, and a small request that arrives meanwhile joins the next call instead of
 ///   waiting for the large one. A request completes when all its slices have; sample j's result
 ///   depends only on (seed, j) (see `tinker::sample_request`), so slicing changes no sample.
+/// - Streamed requests (`try_submit_stream`, the OpenAI endpoints' `stream: true`) queue on the
+///   same lanes. Each call advances each of a streamed request's unfinished samples (at most
+///   `sample_slice` of them) by one chunk of `chunk_tokens` tokens, a continuation of what it
+///   generated before (`tinker::sample_request::generated`), and hands the new tokens to the
+///   sink at once; the request then goes to the back of its lane. So a stream takes turns with
+///   the lane's other requests instead of holding the engine for its whole generation, and a
+///   cancelled stream stops generating within one chunk.
 /// - At most `max_pending_samples` requests wait or run at once: beyond that `try_submit_sample`
-///   refuses (the server answers 429).
+///   and `try_submit_stream` refuse (the server answers 429).
 /// - Workers alternate between training and sampling work when both are ready.
 ///
 /// Completion callbacks run on a worker thread, exactly once per accepted submission, and must
@@ -121,6 +129,35 @@ public:
   /// `max_pending_samples` requests already wait.
   bool try_submit_sample(tinker::sample_request r, completion<tinker::sample_response> c);
 
+  /// Where a streamed request's tokens go. `tokens` and `failed` run on a worker thread, one
+  /// call at a time per request, in generation order, and must not call back into the scheduler.
+  struct stream_sink {
+    /// Sample `index` (0-based in the request) generated `delta.tokens` (with their log-probs)
+    /// since the last call for it; `finished` on its last call, `delta.stop_reason` then says why
+    /// ("stop" or "length"; empty before).
+    std::function<void(int64_t index, tinker::sampled_sequence delta, bool finished)> tokens;
+    /// The request failed; no call follows.
+    std::function<void(const failure&)> failed;
+    /// Read before and after each chunk: once true, the request generates nothing more and the
+    /// sink gets no further call (a client that went away).
+    std::shared_ptr<std::atomic<bool>> cancelled;
+    /// Optional pacing, read (under the scheduler's lock: it must be quick and must not call
+    /// back) before each chunk: false holds the stream's next chunk, e.g. until its client has
+    /// taken the last one, so a stream runs at most one chunk ahead of its reader. Call `wake()`
+    /// when it turns true.
+    std::function<bool()> ready;
+  };
+
+  /// Queues `r` (prompt log-probs off, `generated` empty) to be generated in chunks of
+  /// `chunk_tokens` (>= 1) tokens per sample and streamed to `sink`; sample j's tokens equal those
+  /// of sample j of the same request run whole (a seeded sample draws from the same stream).
+  /// Returns false, queueing nothing, when `max_pending_samples` requests already wait. Throws
+  /// `std::invalid_argument` for a request the streaming form cannot take.
+  bool try_submit_stream(tinker::sample_request r, int64_t chunk_tokens, stream_sink sink);
+
+  /// Looks for work again: a held stream's `ready` turned true.
+  void wake();
+
   /// Fails every queued training operation of `model_id` (category not_found, naming the model)
   /// and forgets its seq_id state. An operation running now finishes normally; an operation of
   /// the model itself may call this (unload does).
@@ -157,14 +194,21 @@ private:
     std::function<std::string()> run;
     completion<std::string> done;
   };
-  /// A sample request being served slice by slice.
+  /// A sample request being served slice by slice (or, streamed, chunk by chunk).
   struct sample_op {
     tinker::sample_request request;
-    completion<tinker::sample_response> done;
-    int64_t next_sample = 0; ///< first sample not yet handed to a call
-    int64_t finished = 0;    ///< samples whose slice completed
-    bool failed = false;
+    completion<tinker::sample_response> done; ///< streamed: only `failed` (the sink's)
+    int64_t next_sample = 0; ///< first sample not yet handed to a call (streamed: the next to
+                             ///< advance, round robin)
+    int64_t finished = 0;    ///< samples whose slice completed (streamed: that finished)
+    bool over = false;       ///< completed, failed or cancelled: nothing more runs
     tinker::sample_response result;
+    // Streamed requests only.
+    bool streamed = false;
+    int64_t chunk_tokens = 0;
+    stream_sink sink;
+    std::vector<std::vector<int64_t>> generated; ///< per sample, the tokens so far
+    std::vector<bool> sample_done;               ///< per sample
   };
   struct model_state {
     int64_t next_seq = 1;
@@ -177,10 +221,12 @@ private:
     bool busy = false;
     std::deque<std::shared_ptr<sample_op>> ops; ///< round-robin order
   };
-  /// One slice of a sample op in a job.
+  /// One slice of a sample op in a job (streamed: one chunk of one of its samples).
   struct slice {
     std::shared_ptr<sample_op> op;
     tinker::sample_request request;
+    int64_t stream_index = -1; ///< streamed: which sample
+    int64_t allowance = 0;     ///< streamed: tokens this chunk may add
   };
   /// A unit of work taken by a worker under the lock and run outside it.
   struct job {
@@ -196,6 +242,14 @@ private:
   bool take_job(job& out);
   bool take_training_job(job& out);
   bool take_sample_job(job& out);
+  void take_stream_chunks(const std::shared_ptr<sample_op>& op, job& out);
+  /// Queues `op` on its lane unless `max_pending_samples` wait (false) or the scheduler stops.
+  bool enqueue_sample(std::shared_ptr<sample_op> op);
+  /// Records the chunk of slice `s` (`part` its response); queues the sink's calls.
+  void finish_stream_chunk(const slice& s, tinker::sample_response& part,
+                           std::vector<std::function<void()>>& callbacks);
+  /// Marks `op` over and releases its place in the sample bound (mutex_ held).
+  void retire(sample_op& op);
   void run_job(job& j);
   void run_samples(job& j);
   void expire_gaps(std::chrono::steady_clock::time_point now);

@@ -124,6 +124,17 @@ void check_sample(const sample_request& r, const model_limits& limits, const std
     fail_user(where + ": topk_prompt_logprobs must be in 0.." + std::to_string(limits.vocab_size) +
               " (0 = off, at most the vocabulary size), got " +
               std::to_string(r.topk_prompt_logprobs));
+  if (!r.generated.empty()) {
+    if (r.num_samples != 1)
+      fail_user(where + ": a continuation (generated tokens) needs num_samples 1, got " +
+                std::to_string(r.num_samples));
+    if (static_cast<int64_t>(r.generated.size()) >= p.max_tokens)
+      fail_user(where + ": a continuation of " + std::to_string(r.generated.size()) +
+                " tokens leaves nothing to generate under max_tokens " +
+                std::to_string(p.max_tokens));
+    for (size_t k = 0; k < r.generated.size(); ++k)
+      check_id(r.generated[k], limits, where + ": continuation token " + std::to_string(k));
+  }
 }
 
 } // namespace rlforge::tinker

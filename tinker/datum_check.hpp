@@ -37,7 +37,8 @@ void check_datums(const std::vector<datum>& data, const resolved_loss& loss,
 /// beyond the context (naming both lengths and the context); num_samples < 1; first_sample < 0;
 /// temperature not finite or < 0; top_p outside (0, 1]; top_k other than -1 or >= 1; a stop token
 /// outside the vocabulary; an empty stop string; topk_prompt_logprobs outside
-/// [0, vocab_size]. Throws `request_error` (user).
+/// [0, vocab_size]; a continuation (`generated`) with num_samples other than 1, of max_tokens
+/// tokens or more, or with an id outside the vocabulary. Throws `request_error` (user).
 void check_sample(const sample_request& request, const model_limits& limits,
                   const std::string& where);
 

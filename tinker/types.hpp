@@ -125,6 +125,11 @@ struct sample_request {
   bool prompt_logprobs = false;
   int64_t topk_prompt_logprobs = 0;
   sampler_ref sampler; ///< which weights (set by the service from the session or path)
+  /// A continuation, set by the service when it streams a sample in chunks (never on the Tinker
+  /// wire): the tokens sample `first_sample` (num_samples must be 1) generated in earlier calls.
+  /// The call returns only the tokens that follow them, the ones the uninterrupted sample would
+  /// have drawn next (same seed stream); they count towards `params.max_tokens`.
+  std::vector<int64_t> generated;
 };
 
 /// One generated sequence: tokens and the log-prob of each (same length).

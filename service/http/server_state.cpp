@@ -10,6 +10,7 @@
 #include <openssl/evp.h>
 
 #include "service/http/request_ids.hpp"
+#include "service/tar_archive.hpp"
 
 namespace rlforge::service::http {
 
@@ -309,6 +310,54 @@ void seq_guard::set(const std::string& m, int64_t q) {
 seq_guard::~seq_guard() {
   if (armed && s.sched)
     s.sched->skip(model_id, seq_id);
+}
+
+namespace {
+
+int status_for_store(store_errc code) {
+  switch (code) {
+  case store_errc::not_found:
+    return 404;
+  case store_errc::conflict:
+    return 409;
+  case store_errc::invalid:
+    return 400;
+  case store_errc::database:
+    return 500;
+  }
+  return 500;
+}
+
+} // namespace
+
+http_failure current_http_failure(server_state& s, const httplib::Request& req) {
+  try {
+    throw;
+  } catch (const http_error& e) {
+    return {e.status, e.what()};
+  } catch (const tinker::request_error& e) {
+    return {tinker::http_status(e.category()), e.what()};
+  } catch (const store_error& e) {
+    return {status_for_store(e.code()), e.what()};
+  } catch (const tar_error& e) {
+    return {500, e.what()};
+  } catch (const json::exception& e) {
+    return {500, std::string("stored JSON is unreadable: ") + e.what()};
+  } catch (const std::exception& e) {
+    s.log->error("event=handler_failed path={} error=\"{}\"", req.path, e.what());
+    return {500, e.what()};
+  } catch (...) {
+    s.log->error("event=handler_failed path={} error=\"unknown exception\"", req.path);
+    return {500, "unknown exception"};
+  }
+}
+
+void finish_request(server_state& s, const httplib::Request& req, const httplib::Response& res,
+                    const std::string& endpoint) {
+  if (res.status >= 400)
+    s.log->info("event=request_refused method={} path={} status={}", req.method, req.path,
+                res.status);
+  count_request(s, endpoint, res.status);
 }
 
 } // namespace rlforge::service::http

@@ -25,6 +25,10 @@
 #include "service/request_scheduler.hpp"
 #include "service/wire/limits.hpp"
 
+namespace rlforge::prompt {
+class chat_prompt;
+}
+
 /// What the endpoint areas of `http_server` (service/http/*_endpoints.cpp) share: the server's
 /// state and the helpers every heavy endpoint uses (recording futures, scheduling, seq_id
 /// bookkeeping, checkpoint lookup). Internal to service/.
@@ -122,6 +126,14 @@ struct server_state {
   std::mutex in_flight_mutex;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> in_flight;
 
+  /// The base model's tokenizer and chat template for the OpenAI endpoints, loaded on their first
+  /// use (chat_mutex).
+  std::mutex chat_mutex;
+  std::shared_ptr<const prompt::chat_prompt> chat;
+  /// When the server started (Unix seconds; GET /v1/models reports it as the base model's
+  /// `created`).
+  int64_t started_seconds = 0;
+
   /// Short-lived archive download tokens → (tinker path, expiry) (archive_mutex).
   std::mutex archive_mutex;
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> archives;
@@ -204,6 +216,20 @@ struct seq_guard {
   ~seq_guard();
 };
 
+/// What a handler's exception answers, decided in one place for the whole server: an
+/// `http_error` its status, a `tinker::request_error` its category's, a store error its kind's
+/// (404, 409, 400, 500), anything else 500 (logged with the request's path). Call it inside a
+/// catch block: it rethrows the exception in flight to look at it.
+struct http_failure {
+  int status = 500;
+  std::string message;
+};
+http_failure current_http_failure(server_state& s, const httplib::Request& req);
+
+/// After a handler: logs a refusal (status >= 400) and counts the request under `endpoint`.
+void finish_request(server_state& s, const httplib::Request& req, const httplib::Response& res,
+                    const std::string& endpoint);
+
 /// A route's label in the metrics: its path with each regular-expression group written `{}`
 /// ("training_runs/{}/checkpoints").
 std::string endpoint_label(const std::string& route);
@@ -225,5 +251,12 @@ void add_checkpoint_endpoints(server_state& s, routes& r);
 void add_sampling_endpoints(server_state& s, routes& r);
 void add_future_endpoints(server_state& s, routes& r);
 void add_refused_endpoints(server_state& s, routes& r);
+
+/// The OpenAI-compatible endpoints (/v1/completions, /v1/chat/completions, /v1/models), at the
+/// root, with OpenAI's error bodies (openai_endpoints.cpp).
+void add_openai_endpoints(server_state& s);
+
+/// A 401 in OpenAI's error body, for requests to /v1/ without a valid key.
+void reply_openai_unauthorized(httplib::Response& res, const std::string& message);
 
 } // namespace rlforge::service::http

@@ -14,8 +14,9 @@
 #   actors/     all three below, nothing above (rl, cli, examples, bench, service), no text/,
 #               chat/, env/ or prompt/
 #   rl/         the RL loop: actors/ and below, nothing above (cli, examples, bench, service)
-#   service/    runtime/, placement/ and the torch-free actors/ headers listed in
-#               service_actor_headers; no torch, no backends/, nothing above (cli, examples, bench)
+#   service/    runtime/, placement/, prompt/ (with text/ and chat/, for the OpenAI endpoints) and
+#               the torch-free actors/ headers listed in service_actor_headers; no torch, no
+#               backends/, nothing above (cli, examples, bench)
 # Usage: layering.sh [ROOT]        check the tree at ROOT (default: this repository)
 #        layering.sh --self-test   prove the check catches a violation
 set -euo pipefail

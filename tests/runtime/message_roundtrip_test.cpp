@@ -108,7 +108,7 @@ tensor_map sample(tensor_map*) {
 }
 sample_request sample(sample_request*) {
   return {{5, 9, 2}, 12, 0.7, 40, 0.9, true, 1234567890123ULL, {0, 3}, {"\n\n", "Ende ¶"},
-          true, 3, 4};
+          true, 3, 1, 2, 6, {11, 12}};
 }
 sample_output sample(sample_output*) {
   return {{7, 8, 3}, {-0.5, -1.25, -2.0}, "stop", {-3.0, -0.125}, {4, 4, 5}, {9, 1, 6, 2},

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -37,7 +38,7 @@ using namespace std::chrono_literals;
 /// told to fail the next call. Snapshot versions count up from 1 per model.
 class test_backend : public actors::tinker_backend {
 public:
-  static constexpr int64_t vocab = 100;
+  int64_t vocab = 100; ///< set before the server starts
   static constexpr int64_t context = 64;
 
   void create_model(const std::string& id, const tinker::lora_config& lora,
@@ -100,15 +101,37 @@ public:
     for (auto& r : rs)
       rows += r.num_samples;
     enter("sample:" + key + ":" + std::to_string(rows));
+    std::chrono::milliseconds delay;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      delay = sample_delay_;
+      for (auto& r : rs)
+        prompts_.push_back(r.prompt);
+    }
+    std::this_thread::sleep_for(delay);
     std::vector<tinker::sample_response> out;
     for (auto& r : rs) {
       tinker::sample_response s;
+      // A continuation generates what is left of max_tokens.
+      const auto n = r.params.max_tokens - static_cast<int64_t>(r.generated.size());
       for (int64_t i = 0; i < r.num_samples; ++i) {
         // Token j of sample k (counted over the whole request) is prompt[0] + k: slices of one
         // request must come back in sample order.
         auto k = r.first_sample + i;
-        s.sequences.push_back({"length", std::vector<int64_t>(r.params.max_tokens, r.prompt[0] + k),
-                               std::vector<double>(r.params.max_tokens, -0.5)});
+        s.sequences.push_back(
+            {"length", std::vector<int64_t>(n, r.prompt[0] + k), std::vector<double>(n, -0.5)});
+      }
+      // Top-k rows: at prompt position p, the ids (p + j) % vocab with log-prob -j - 1 (row 0
+      // empty, as the engines answer).
+      if (r.topk_prompt_logprobs > 0) {
+        const auto k = r.topk_prompt_logprobs;
+        s.topk = k;
+        for (size_t p = 0; p < r.prompt.size(); ++p)
+          for (int64_t j = 0; j < k; ++j) {
+            s.topk_prompt_ids.push_back(p == 0 ? 0 : (static_cast<int64_t>(p) + j) % vocab);
+            s.topk_prompt_logprobs.push_back(p == 0 ? tinker::topk_empty_logprob
+                                                    : -static_cast<double>(j) - 1);
+          }
       }
       out.push_back(std::move(s));
     }
@@ -167,6 +190,16 @@ public:
     std::unique_lock<std::mutex> lock(mutex_);
     return cv_.wait_for(lock, 10s, [&] { return calls_.size() >= n; });
   }
+  /// The prompt of every sample request so far (slices and chunks each count), in order.
+  std::vector<std::vector<int64_t>> prompts() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return prompts_;
+  }
+  /// Every sample call sleeps this long before answering.
+  void set_sample_delay(std::chrono::milliseconds d) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    sample_delay_ = d;
+  }
   /// The next call throws `request_error(category, message)`.
   void fail_next(tinker::error_category category, std::string message) {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -197,6 +230,8 @@ private:
   std::string fail_message_;
   std::map<std::string, int64_t> versions_;
   std::optional<std::string> tokenizer_;
+  std::vector<std::vector<int64_t>> prompts_;
+  std::chrono::milliseconds sample_delay_{0};
 };
 
 /// A fresh directory under the system temp dir, removed at destruction.

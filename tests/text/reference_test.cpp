@@ -2,7 +2,7 @@
 // on real tokenizer files (GPT-2, Llama 2, Llama 3, Qwen 2.5, Qwen 3) and on tokenizers trained by
 // text::train_bpe: ids (with and without special tokens) and decoded text must be identical for
 // every case of tests/text/data/corpus.json and of a synthetic corpus. The packages are installed
-// by tests/text/reference/install.sh into a cache directory; without node, npm or the registry
+// by tests/support/npm_ci.sh into a cache directory; without node, npm or the registry
 // the tests are skipped, naming what is missing.
 #include <cstdio>
 #include <sstream>
@@ -84,12 +84,12 @@ const reference_env& reference() {
     e.cache =
         override_dir != nullptr ? fs::path(override_dir) : fs::path(RLFORGE_TEXT_REFERENCE_CACHE);
     e.modules = e.cache / "node_modules";
-    auto r = run("bash " + quote((source_dir / "reference" / "install.sh").string()) + " " +
-                 quote(e.cache.string()));
+    auto r = run("bash " + quote((source_dir / ".." / "support" / "npm_ci.sh").string()) + " " +
+                 quote((source_dir / "reference").string()) + " " + quote(e.cache.string()));
     if (r.status == 3)
       e.skip = "reference unavailable: " + r.output;
     else if (r.status != 0)
-      e.failure = "install.sh failed (status " + std::to_string(r.status) + "): " + r.output;
+      e.failure = "npm_ci.sh failed (status " + std::to_string(r.status) + "): " + r.output;
     return e;
   }();
   return env;

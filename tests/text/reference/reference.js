@@ -1,5 +1,5 @@
 // The reference side of tests/text: runs the JavaScript port of Hugging Face tokenizers
-// (@lenml/tokenizers, installed by install.sh) on the same files and texts as the C++ side.
+// (@lenml/tokenizers, installed by tests/support/npm_ci.sh) on the same files and texts as the C++ side.
 //
 //   node reference.js MODULES export NAME DIR      write NAME's tokenizer.json and
 //                                                  tokenizer_config.json into DIR
@@ -11,7 +11,7 @@
 //                                                  (H: 32-bit FNV-1a over the ids, to check that
 //                                                  both sides produced the same ids)
 //
-// MODULES is the node_modules directory install.sh filled. NAME is a package suffix (qwen3,
+// MODULES is the node_modules directory npm_ci.sh filled. NAME is a package suffix (qwen3,
 // qwen2_5, llama3, llama2, gpt2) or "llama3-bos": Llama 3 with the post-processor of Meta's later
 // files (ByteLevel, then a template that prepends <|begin_of_text|>).
 "use strict";
