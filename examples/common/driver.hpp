@@ -8,6 +8,7 @@
 // `job_stops`, which run_driver's signal thread uses too.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -16,8 +17,10 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -34,6 +37,7 @@
 #include "runtime/logging.hpp"
 #include "runtime/stop_signals.hpp"
 #include "runtime/system_config.hpp"
+#include "examples/common/cli_help.hpp"
 
 namespace rlforge::examples {
 
@@ -53,102 +57,104 @@ struct driver_options {
 
 namespace detail {
 
-inline bool parse_flags(int argc, char** argv, const char* prog, const std::string& count_flag,
-                        driver_options& o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s: %s needs a value\n", prog, a.c_str());
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    auto positive = [&](int& out) {
-      auto v = value();
-      if (!v)
-        return false;
-      out = std::atoi(v);
-      if (out < 1) {
-        std::fprintf(stderr, "%s: %s must be >= 1, got '%s'\n", prog, a.c_str(), v);
-        return false;
-      }
-      return true;
-    };
-    if (a == count_flag) {
-      if (!positive(o.count))
-        return false;
-    } else if (a == "--batch") {
-      if (!positive(o.batch))
-        return false;
-    } else if (a == "--ranks") {
-      if (!positive(o.ranks))
-        return false;
-    } else if (a == "--lr") {
-      auto v = value();
-      if (!v)
-        return false;
-      o.lr = std::atof(v);
-      if (!(o.lr > 0) || !std::isfinite(o.lr)) {
-        std::fprintf(stderr, "%s: --lr must be > 0, got '%s'\n", prog, v);
-        return false;
-      }
-    } else if (a == "--seed") {
-      auto v = value();
-      if (!v)
-        return false;
-      o.seed = std::strtoull(v, nullptr, 10);
-    } else if (a == "--metrics") {
-      auto v = value();
-      if (!v)
-        return false;
-      o.metrics = v;
-    } else if (a == "--quiet") {
-      o.quiet = true;
-    } else if (a == "--cluster" || a == "--tls" || a == "--log-level") {
-      auto v = value();
-      if (!v)
-        return false;
-      (a == "--cluster" ? o.cluster : a == "--tls" ? o.tls : o.log_level) = v;
-      if (a == "--log-level") {
-        if (auto why = runtime::check_log_level(v); !why.empty()) {
-          std::fprintf(stderr, "%s: --%s\n", prog, why.c_str());
-          return false;
-        }
-      }
-    } else {
-      std::fprintf(stderr, "%s: unknown argument '%s'\n", prog, a.c_str());
-      return false;
-    }
-  }
+/// `text` as an integer in [lo, hi], strictly (no trailing characters); false otherwise.
+inline bool integer_in(const std::string& text, long long lo, long long hi, long long& out) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || *end != '\0' || v < lo || v > hi)
+    return false;
+  out = v;
   return true;
+}
+
+/// Checks and stores the value of flag `name` (as CLI11 captured it) into `o`; returns the error
+/// naming the flag and the value, or "".
+inline std::string store_flag(const std::string& name, const std::string& count_flag,
+                              const std::string& v, driver_options& o) {
+  long long n = 0;
+  if (name == count_flag || name == "--batch" || name == "--ranks") {
+    if (!integer_in(v, 1, 1000000000, n))
+      return name + " must be an integer >= 1, got '" + v + "'";
+    (name == count_flag ? o.count : name == "--batch" ? o.batch : o.ranks) = static_cast<int>(n);
+  } else if (name == "--lr") {
+    char* end = nullptr;
+    o.lr = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(o.lr > 0) || !std::isfinite(o.lr))
+      return "--lr must be a finite number > 0, got '" + v + "'";
+  } else if (name == "--seed") {
+    if (!integer_in(v, 0, std::numeric_limits<long long>::max(), n))
+      return "--seed must be a non-negative integer, got '" + v + "'";
+    o.seed = static_cast<uint64_t>(n);
+  } else if (name == "--log-level") {
+    if (auto why = runtime::check_log_level(v); !why.empty())
+      return "--" + why;
+    o.log_level = v;
+  } else {
+    if (v.empty())
+      return name + " needs a non-empty value";
+    (name == "--metrics" ? o.metrics : name == "--cluster" ? o.cluster : o.tls) = v;
+  }
+  return "";
 }
 
 } // namespace detail
 
+/// What a driver's command line says besides its options.
+struct driver_help {
+  const char* about;      ///< what the program does (one paragraph)
+  const char* count_help; ///< what `count_flag` counts
+  const char* example;    ///< one command line
+};
+
 /// Parses `count_flag N`, `--batch B`, `--ranks R`, `--lr X`, `--seed S`, `--metrics FILE`,
-/// `--quiet`, `--cluster HOST:PORT`, `--tls DIR` and `--log-level L` into `o`; on a bad argument prints "<prog>:
-/// ..." and the usage line to stderr and returns false. `--help` (or `-h`) prints the usage,
-/// `about` and each flag's default (those in `o`) to stdout and ends the process with status 0
-/// (nothing has started yet).
+/// `--quiet`, `--cluster HOST:PORT`, `--tls DIR` and `--log-level L` into `o` with CLI11 (the
+/// values `o` holds are the defaults --help shows). On a bad argument prints "<prog>: ..." naming
+/// the flag and the value, and where to find the help, to stderr and returns false. `--help`
+/// (or `-h`) prints the usage line, `help.about`, each flag with its meaning and default, and the
+/// example to stdout and ends the process with status 0 (nothing has started yet).
 inline bool parse_options(int argc, char** argv, const char* prog, const std::string& count_flag,
-                          driver_options& o, const char* about = "") {
-  const auto usage = std::string("usage: ") + prog + " [" + count_flag +
-                     " N] [--batch B] [--ranks R] [--lr X] [--seed S] [--metrics FILE] "
-                     "[--quiet] [--cluster HOST:PORT] [--tls DIR] [--log-level L]\n";
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::printf("%s%s%s\ndefaults: %s %d, --batch %d, --ranks %d, --lr %g, --seed %llu, "
-                  "--metrics %s; embedded (one process) unless --cluster\n",
-                  usage.c_str(), about, *about ? "\n" : "", count_flag.c_str(), o.count, o.batch,
-                  o.ranks, o.lr, static_cast<unsigned long long>(o.seed),
-                  o.metrics.empty() ? "(none)" : o.metrics.c_str());
-      std::exit(0);
+                          driver_options& o, const driver_help& help) {
+  CLI::App app{"", prog};
+  describe(app, std::string(help.about) + "\nIt runs embedded (one process) unless --cluster.",
+           std::string("  ") + help.example);
+  std::vector<std::pair<std::string, std::string>> given;
+  auto valued = [&](const std::string& name, const char* value, const std::string& what,
+                    const std::string& def) {
+    auto* opt = app.add_option_function<std::string>(
+        name, [&given, name](const std::string& v) { given.emplace_back(name, v); }, what);
+    opt->type_name(value);
+    if (!def.empty())
+      opt->default_str(def);
+  };
+  std::ostringstream lr;
+  lr << o.lr;
+  valued(count_flag, "N", help.count_help, std::to_string(o.count));
+  valued("--batch", "B", "examples per step", std::to_string(o.batch));
+  valued("--ranks", "R", "data-parallel ranks (virtual GPUs)", std::to_string(o.ranks));
+  valued("--lr", "X", "learning rate (> 0)", lr.str());
+  valued("--seed", "S", "seed of the model and the data (>= 0)", std::to_string(o.seed));
+  valued("--metrics", "FILE", "JSONL metrics, one record per step", o.metrics);
+  app.add_flag("--quiet", o.quiet, "no progress bar");
+  valued("--cluster", "HOST:PORT", "run the ranks on a cluster's nodes (rlforge head / node)",
+         "");
+  valued("--tls", "DIR", "the cluster's TLS directory", "");
+  valued("--log-level", "L", "trace, debug, info, warn, error, critical or off", "");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", prog, e.what(), prog);
+    return false;
+  }
+  for (const auto& [name, value] : given)
+    if (auto why = detail::store_flag(name, count_flag, value, o); !why.empty()) {
+      std::fprintf(stderr, "%s: %s (see %s --help)\n", prog, why.c_str(), prog);
+      return false;
     }
-  if (detail::parse_flags(argc, argv, prog, count_flag, o))
-    return true;
-  std::fprintf(stderr, "%s", usage.c_str());
-  return false;
+  return true;
 }
 
 /// Opens the JSONL metrics file for appending; prints "<prog>: cannot open ..." on failure.

@@ -604,14 +604,14 @@ int compare(const std::vector<std::string>& args) {
 int run(int argc, char** argv) {
   if (argc > 1 && std::string{argv[1]} == "--compare")
     return compare(std::vector<std::string>(argv + 2, argv + argc));
-  auto parsed = examples::grpo::parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  auto parsed = examples::grpo::parse_options(args);
   if (parsed.help) {
-    std::printf("%s", examples::grpo::usage(prog).c_str());
+    std::printf("%s", examples::grpo::usage(prog, args).c_str());
     return 0;
   }
   if (!parsed.error.empty()) {
-    std::fprintf(stderr, "%s: %s\n%s", prog, parsed.error.c_str(),
-                 examples::grpo::usage(prog).c_str());
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", prog, parsed.error.c_str(), prog);
     return 2;
   }
   const auto opt = parsed.opts;

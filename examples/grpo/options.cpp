@@ -8,8 +8,12 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+
+#include "examples/common/cli_help.hpp"
 
 #include "runtime/logging.hpp"
 
@@ -124,90 +128,229 @@ bool split_command(const std::string& command, std::vector<std::string>& words,
   return true;
 }
 
-parse_result parse_options(const std::vector<std::string>& args) {
-  parse_result r;
-  auto& o = r.opts;
-  const bool env_mode = std::find(args.begin(), args.end(), "--env") != args.end();
+namespace {
+
+/// One flag of the job, declared once: the parser and the help both read this list. `value` is
+/// the value's name in the help ("" for a switch).
+struct flag_doc {
+  const char* name;
+  const char* value;
+  const char* help;
+};
+
+const std::vector<flag_doc>& flag_docs() {
+  static const std::vector<flag_doc> docs{
+      {"--steps", "N", "GRPO steps"},
+      {"--seed", "S", "seed of the model, the task split and sampling (>= 0)"},
+      {"--metrics", "FILE", "JSONL metrics, one record per step"},
+      {"--plot", "FILE", "reward curve (PNG, with gnuplot)"},
+      {"--quiet", "", "no progress bar"},
+      {"--quick", "", "a small run (a few steps), end to end; sets the defaults below"},
+      {"--digits", "D", "digits of each operand (1..4)"},
+      {"--held-out", "N", "held-out problems for the accuracy"},
+      {"--no-goal", "", "report the accuracy gain without failing under +20 points"},
+      {"--sft-steps", "N", "most warm-start (supervised) steps (0 = none)"},
+      {"--sft-batch", "B", "warm-start batch"},
+      {"--sft-lr", "X", "warm-start learning rate (> 0)"},
+      {"--sft-target", "A", "stop the warm start at this greedy accuracy (0..1; 0 = all steps)"},
+      {"--prompts", "P", "prompts per step"},
+      {"--group", "G", "samples per prompt (>= 2)"},
+      {"--lr", "X", "policy learning rate, cosine-decayed to lr/10 (> 0)"},
+      {"--epochs", "E", "PPO-clip updates on each step's samples (1..100)"},
+      {"--temperature", "T", "sampling temperature (> 0)"},
+      {"--kl-coef", "C", "KL-to-reference loss coefficient (>= 0; 0 = off)"},
+      {"--placement", "P", "colocated (roles share the devices) or split (two groups)"},
+      {"--mode", "M", "sync, one_step_off or fully_async (async modes need --placement split)"},
+      {"--max-staleness", "K", "versions a trained rollout may lag (0..1000)"},
+      {"--pause", "P", "what weight updates do to partial rollouts: keep or abort"},
+      {"--tis", "T", "off-policy correction: none, token or sequence (default: none in sync "
+                     "mode, token otherwise)"},
+      {"--eval-every", "N", "held-out accuracy every N steps (0 = at the ends only)"},
+      {"--checkpoint-dir", "DIR", "where checkpoints go"},
+      {"--checkpoint-every", "N", "a checkpoint every N steps (0 = never; needs --checkpoint-dir)"},
+      {"--resume", "", "go on from the latest checkpoint in --checkpoint-dir"},
+      {"--max-restarts", "N", "losses of the engines to recover from (needs --placement split)"},
+      {"--recovery-timeout", "S", "seconds a recovery waits for room (> 0)"},
+      {"--cluster", "HOST:PORT", "run the ranks on a cluster's nodes (rlforge head / node)"},
+      {"--tls", "DIR", "the cluster's TLS directory"},
+      {"--log-level", "L", "trace, debug, info, warn, error, critical or off"},
+      {"--env", "CMD", "GRPO on an environment program's episodes (docs/ENVIRONMENTS.md)"},
+      {"--model", "DIR", "model directory with a tokenizer and a chat template (--env)"},
+      {"--task", "JSON", "JSON object sent with every reset (--env)"},
+      {"--max-turns", "N", "turns before the driver stops an episode (--env)"},
+      {"--turn-tokens", "N", "most tokens sampled per turn (--env)"},
+      {"--env-timeout", "S", "seconds an environment may take per call (--env)"},
+      {"--min-final-reward", "R", "fail unless the last five steps' mean reward reaches R (--env)"},
+  };
+  return docs;
+}
+
+/// What the job does, for --help (after the usage line, before the flags).
+const char* about =
+    "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
+    "inference engines on virtual GPUs; prints held-out accuracy before and after. A full\n"
+    "run fails unless it gains 20 points (--no-goal: report the gain without judging it).\n"
+    "With --env CMD: GRPO on the multi-turn episodes of an environment program speaking\n"
+    "rlforge's JSON-lines protocol (docs/ENVIRONMENTS.md), with the tokenizer and chat template\n"
+    "of the model in --model DIR (rlforge init-model writes them); defaults --steps 20\n"
+    "--prompts 8 --group 4. A failing environment fails its episode, not the job.\n"
+    "--placement split puts the policy and ref in one placement group and the engines in\n"
+    "another; --mode one_step_off generates the next batch while this one trains, fully_async\n"
+    "keeps the engines generating --max-staleness batches ahead. --max-restarts N recovers\n"
+    "from up to N losses of the engines: they are placed again, get the policy's weights, and\n"
+    "the rollouts they held are generated again.\n"
+    "Defaults below are those of the mode the other flags select (--quick, --env).\n"
+    "`grpo_example --compare BASELINE.jsonl RUN.jsonl...` compares the metrics of runs.";
+
+std::string number_text(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+/// Where each valued flag's value goes in `o`, and what it accepts.
+struct flag_targets {
+  /// Integer flags: target, smallest and largest allowed value.
+  struct int_flag {
+    int* target;
+    long long lo, hi;
+  };
+  std::map<std::string, int_flag> ints;
+  /// Real flags: target and whether 0 is allowed (all must be finite and not negative).
+  std::map<std::string, std::pair<double*, bool>> reals;
+  std::map<std::string, std::string*> texts;
+
+  explicit flag_targets(options& o) {
+    constexpr long long big = 1000000000;
+    ints = {
+        {"--steps", {&o.steps, 1, big}},         {"--digits", {&o.digits, 1, 4}},
+        {"--held-out", {&o.held_out, 1, big}},   {"--sft-steps", {&o.sft_steps, 0, big}},
+        {"--sft-batch", {&o.sft_batch, 1, big}}, {"--prompts", {&o.prompts, 1, big}},
+        {"--group", {&o.group, 2, big}},         {"--epochs", {&o.epochs, 1, 100}},
+        {"--max-turns", {&o.max_turns, 1, 1000}}, {"--turn-tokens", {&o.turn_tokens, 1, 100000}},
+        {"--max-staleness", {&o.max_staleness, 0, 1000}},
+        {"--eval-every", {&o.eval_every, 0, big}},
+        {"--checkpoint-every", {&o.checkpoint_every, 0, big}},
+        {"--max-restarts", {&o.max_restarts, 0, 1000}},
+    };
+    reals = {
+        {"--sft-lr", {&o.sft_lr, false}},
+        {"--lr", {&o.lr, false}},
+        {"--temperature", {&o.temperature, false}},
+        {"--kl-coef", {&o.kl_coef, true}},
+        {"--sft-target", {&o.sft_target, true}},
+        {"--env-timeout", {&o.env_timeout, false}},
+        {"--min-final-reward", {&o.min_final_reward, true}},
+        {"--recovery-timeout", {&o.recovery_timeout, false}},
+    };
+    texts = {{"--metrics", &o.metrics},   {"--plot", &o.plot},
+             {"--cluster", &o.cluster},   {"--tls", &o.tls},
+             {"--placement", &o.placement}, {"--mode", &o.mode},
+             {"--pause", &o.pause},       {"--tis", &o.tis},
+             {"--env", &o.env_command},   {"--checkpoint-dir", &o.checkpoint_dir},
+             {"--model", &o.model},       {"--task", &o.task},
+             {"--log-level", &o.log_level}};
+  }
+
+  /// The value `name` holds now, as --help shows it ("" for none).
+  std::string text_of(const std::string& name, const options& o) const {
+    if (name == "--seed")
+      return std::to_string(o.seed);
+    if (auto i = ints.find(name); i != ints.end())
+      return std::to_string(*i->second.target);
+    if (auto r = reals.find(name); r != reals.end())
+      return name == "--min-final-reward" && *r->second.first < 0 ? ""
+                                                                   : number_text(*r->second.first);
+    if (auto t = texts.find(name); t != texts.end())
+      return *t->second;
+    return "";
+  }
+};
+
+/// The options with the defaults of the mode `args` select (--env, --quick), before any flag.
+options mode_defaults(const std::vector<std::string>& args, bool& env_mode) {
+  options o;
+  env_mode = std::find(args.begin(), args.end(), "--env") != args.end();
   const bool quick = std::find(args.begin(), args.end(), "--quick") != args.end();
   if (env_mode)
     apply_env_defaults(o);
   if (quick)
     env_mode ? apply_env_quick(o) : apply_quick(o);
-  constexpr long long big = 1000000000;
-  // Integer flags: target, smallest and largest allowed value.
-  struct int_flag {
-    int* target;
-    long long lo, hi;
-  };
-  std::map<std::string, int_flag> ints{
-    {"--steps", {&o.steps, 1, big}},         {"--digits", {&o.digits, 1, 4}},
-    {"--held-out", {&o.held_out, 1, big}},   {"--sft-steps", {&o.sft_steps, 0, big}},
-    {"--sft-batch", {&o.sft_batch, 1, big}}, {"--prompts", {&o.prompts, 1, big}},
-    {"--group", {&o.group, 2, big}},         {"--epochs", {&o.epochs, 1, 100}},
-    {"--max-turns", {&o.max_turns, 1, 1000}}, {"--turn-tokens", {&o.turn_tokens, 1, 100000}},
-    {"--max-staleness", {&o.max_staleness, 0, 1000}}, {"--eval-every", {&o.eval_every, 0, big}},
-    {"--checkpoint-every", {&o.checkpoint_every, 0, big}},
-    {"--max-restarts", {&o.max_restarts, 0, 1000}},
-  };
-  // Real flags: target and whether 0 is allowed (all must be finite and not negative).
-  std::map<std::string, std::pair<double*, bool>> reals{
-    {"--sft-lr", {&o.sft_lr, false}},
-    {"--lr", {&o.lr, false}},
-    {"--temperature", {&o.temperature, false}},
-    {"--kl-coef", {&o.kl_coef, true}},
-    {"--sft-target", {&o.sft_target, true}},
-    {"--env-timeout", {&o.env_timeout, false}},
-    {"--min-final-reward", {&o.min_final_reward, true}},
-    {"--recovery-timeout", {&o.recovery_timeout, false}},
-  };
-  std::map<std::string, std::string*> paths{{"--metrics", &o.metrics}, {"--plot", &o.plot},
-                                            {"--cluster", &o.cluster}, {"--tls", &o.tls},
-                                            {"--placement", &o.placement},
-                                            {"--mode", &o.mode},       {"--pause", &o.pause},
-                                            {"--tis", &o.tis},         {"--env", &o.env_command},
-                                            {"--checkpoint-dir", &o.checkpoint_dir},
-                                            {"--model", &o.model},     {"--task", &o.task},
-                                            {"--log-level", &o.log_level}};
+  return o;
+}
+
+/// The command line's parser: each flag of `flag_docs` with its help and the default `o` holds.
+/// Values are captured as text into `given` (flag, value; "" for a switch), in the order of
+/// `flag_docs`, and checked by `parse_options`.
+struct flag_parser {
+  CLI::App app;
+  std::vector<std::pair<std::string, std::string>> given;
+
+  flag_parser(options& o, const std::string& prog) : app("", prog) {
+    describe(app, about,
+             "  " + prog + " --quick\n  " + prog +
+                 " --mode fully_async --placement split --steps 100\n  " + prog +
+                 " --env 'python3 examples/envs/guess_number.py' --model /tmp/base");
+    const flag_targets targets(o);
+    for (const auto& d : flag_docs()) {
+      const std::string name = d.name;
+      if (*d.value == '\0') {
+        app.add_flag_callback(name, [this, name] { given.emplace_back(name, ""); }, d.help);
+        continue;
+      }
+      auto* opt = app.add_option_function<std::string>(
+          name, [this, name](const std::string& v) { given.emplace_back(name, v); }, d.help);
+      opt->type_name(d.value);
+      if (auto text = targets.text_of(name, o); !text.empty())
+        opt->default_str(text);
+    }
+  }
+};
+
+} // namespace
+
+parse_result parse_options(const std::vector<std::string>& args) {
+  parse_result r;
+  bool env_mode = false;
+  r.opts = mode_defaults(args, env_mode);
+  auto& o = r.opts;
+  const flag_targets t(o);
+  const auto& ints = t.ints;
+  const auto& reals = t.reals;
+  const auto& paths = t.texts;
   // Flags whose value is one of a few words.
   const std::map<std::string, std::vector<std::string>> choices{
       {"--placement", {"colocated", "split"}},
       {"--mode", {"sync", "one_step_off", "fully_async"}},
       {"--pause", {"keep", "abort"}},
       {"--tis", {"none", "token", "sequence"}}};
+  flag_parser parser(o, "grpo_example");
+  try {
+    parser.app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
+  } catch (const CLI::CallForHelp&) {
+    r.help = true;
+    return r;
+  } catch (const CLI::ParseError& e) {
+    r.error = e.what();
+    return r;
+  }
   std::set<std::string> given;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
+  for (const auto& [a, v] : parser.given) {
     if (a == "--quick")
       continue;
     if (a == "--quiet") {
       o.quiet = true;
       continue;
     }
+    given.insert(a);
     if (a == "--resume") {
       o.resume = true;
-      given.insert(a);
       continue;
     }
     if (a == "--no-goal") {
       o.accuracy_goal = false;
-      given.insert(a);
       continue;
     }
-    if (a == "--help" || a == "-h") {
-      r.help = true;
-      continue;
-    }
-    bool known = ints.count(a) || reals.count(a) || paths.count(a) || a == "--seed";
-    if (!known) {
-      r.error = "unknown argument '" + a + "'";
-      return r;
-    }
-    if (i + 1 >= args.size()) {
-      r.error = a + " needs a value";
-      return r;
-    }
-    given.insert(a);
-    const auto& v = args[++i];
     if (auto it = ints.find(a); it != ints.end()) {
       long long x = 0;
       if (!parse_int(v, it->second.lo, it->second.hi, x)) {
@@ -318,44 +461,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
   return r;
 }
 
-std::string usage(const std::string& prog) {
-  return "usage: " + prog +
-         " [--steps N] [--seed S] [--metrics FILE] [--plot FILE] [--quiet] [--quick]\n"
-         "       [--digits D] [--held-out N] [--no-goal] [--sft-steps N] [--sft-batch B]\n"
-         "       [--sft-lr X] [--sft-target A] [--prompts P] [--group G] [--lr X] [--epochs E]\n"
-         "       [--temperature T] [--kl-coef C] [--placement colocated|split]\n"
-         "       [--mode sync|one_step_off|fully_async] [--max-staleness K]\n"
-         "       [--pause keep|abort] [--tis none|token|sequence] [--eval-every N]\n"
-         "       [--checkpoint-dir DIR [--checkpoint-every N] [--resume]]\n"
-         "       [--max-restarts N [--recovery-timeout S]] [--cluster HOST:PORT] [--tls DIR]\n"
-         "       [--log-level trace|debug|info|warn|error|critical|off]\n"
-         "       [--env CMD --model DIR [--task JSON] [--max-turns N] [--turn-tokens N]\n"
-         "        [--env-timeout S] [--min-final-reward R]]\n"
-         "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
-         "inference engines on virtual GPUs; prints held-out accuracy before and after. A full\n"
-         "run fails unless it gains 20 points (--no-goal: report the gain without judging it).\n"
-         "With --env CMD: GRPO on the multi-turn episodes of an environment program speaking\n"
-         "rlforge's JSON-lines protocol (docs/ENVIRONMENTS.md), e.g.\n"
-         "  --env 'python3 examples/envs/guess_number.py' --model DIR\n"
-         "with the tokenizer and chat template of the model in DIR (rlforge init-model writes\n"
-         "them); defaults --steps 20 --prompts 8 --group 4. A failing environment fails its\n"
-         "episode, not the job.\n"
-         "--quick runs a small job (a few steps) to check everything end to end.\n"
-         "--cluster runs the ranks on the nodes of a cluster (rlforge head / rlforge node);\n"
-         "--placement split puts the policy and ref in one placement group and the engines in\n"
-         "another (one core each on a 2-core machine; other nodes in a cluster).\n"
-         "--mode one_step_off generates the next batch while this one trains; fully_async keeps\n"
-         "the engines generating --max-staleness batches ahead (both need --placement split).\n"
-         "Rollouts staler than --max-staleness versions are dropped; --pause says what weight\n"
-         "updates do to partial rollouts (keep: continue on the new weights; abort: redo);\n"
-         "--tis corrects for the engines' log-probs (truncated importance sampling). --eval-every\n"
-         "measures held-out accuracy every N steps (the accuracy-vs-time curve in the metrics).\n"
-         "--checkpoint-every N saves the policy, the rollouts waiting and finished and\n"
-         "the job's state into --checkpoint-dir; --resume continues from the latest one.\n"
-         "--max-restarts N (with --placement split) recovers from up to N losses of the\n"
-         "engines (their node dying or hanging): the engines are placed again (waiting up to\n"
-         "--recovery-timeout seconds, default 60, for room), get the policy's weights, and the\n"
-         "rollouts they held are generated again; the trainer loses nothing.\n";
+std::string usage(const std::string& prog, const std::vector<std::string>& args) {
+  bool env_mode = false;
+  auto o = mode_defaults(args, env_mode);
+  flag_parser parser(o, prog);
+  return parser.app.help();
 }
 
 } // namespace rlforge::examples::grpo

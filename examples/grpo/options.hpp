@@ -98,7 +98,8 @@ struct parse_result {
   bool help = false;   ///< --help was given
 };
 
-/// Parses `args` (without the program name). Unknown flags, missing values, values that are not
+/// Parses `args` (without the program name) with CLI11, from the one list of flags that `usage`
+/// documents. Unknown flags and missing values get CLI11's message naming them; values that are not
 /// numbers or are out of range (steps, sft-batch, prompts, held-out, epochs, max-turns,
 /// turn-tokens >= 1; sft-steps >= 0; group >= 2; digits 1..4; learning rates, temperature and
 /// env-timeout > 0 and finite; kl-coef >= 0; sft-target in [0, 1]; max-staleness in 0..1000;
@@ -111,7 +112,8 @@ struct parse_result {
 /// --task, --max-turns, --turn-tokens, --env-timeout, --min-final-reward) are refused.
 parse_result parse_options(const std::vector<std::string>& args);
 
-/// The usage text, one flag per line.
-std::string usage(const std::string& prog);
+/// The help: a usage line, what the job does, then each flag with its value, meaning and the
+/// default of the mode `args` select (--quick, --env change them), and examples.
+std::string usage(const std::string& prog, const std::vector<std::string>& args = {});
 
 } // namespace rlforge::examples::grpo

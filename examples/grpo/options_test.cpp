@@ -61,8 +61,9 @@ TEST(GrpoOptions, QuickShrinksTheRunAndLaterFlagsStillApply) {
 
 TEST(GrpoOptions, RefusesBadArguments) {
   auto err = [](std::vector<std::string> args) { return parse_options(args).error; };
-  EXPECT_THAT(err({"--bogus"}), HasSubstr("unknown argument '--bogus'"));
-  EXPECT_THAT(err({"--steps"}), HasSubstr("--steps needs a value"));
+  EXPECT_THAT(err({"--bogus"}), HasSubstr("not expected: --bogus"));
+  EXPECT_THAT(err({"--steps"}), HasSubstr("--steps: 1 required N missing"));
+  EXPECT_THAT(err({"--steps", "3", "extra"}), HasSubstr("not expected: extra"));
   EXPECT_THAT(err({"--steps", "0"}), HasSubstr("--steps must be an integer in [1,"));
   EXPECT_THAT(err({"--steps", "12x"}), HasSubstr("got '12x'"));
   EXPECT_THAT(err({"--steps", "99999999999"}), HasSubstr("--steps"));
@@ -142,9 +143,20 @@ TEST(GrpoOptions, HelpAndUsage) {
   EXPECT_TRUE(parse_options({"--help"}).help);
   EXPECT_EQ(parse_options({"--log-level", "debug"}).opts.log_level, "debug");
   auto u = usage("grpo");
+  EXPECT_EQ(u.rfind("usage: grpo [OPTIONS]\n", 0), 0u) << u;
+  EXPECT_THAT(u, HasSubstr("example:\n  grpo --quick"));
+  // Every flag with its meaning and, for valued ones, the default.
   for (auto flag : {"--steps", "--seed", "--metrics", "--plot", "--quiet", "--quick",
-                    "--log-level"})
+                    "--log-level", "--env", "--model", "--max-restarts", "--tis"})
     EXPECT_THAT(u, HasSubstr(flag));
+  EXPECT_THAT(u, HasSubstr("--steps N=150"));
+  EXPECT_THAT(u, HasSubstr("GRPO steps"));
+  EXPECT_THAT(u, HasSubstr("--placement P=colocated"));
+  // The defaults of the mode the other flags select.
+  EXPECT_THAT(usage("grpo", {"--quick"}), HasSubstr("--steps N=4"));
+  EXPECT_THAT(usage("grpo", {"--env", "x"}), HasSubstr("--steps N=20"));
+  // Help wins over everything else on the line, bad values included.
+  EXPECT_TRUE(parse_options({"--steps", "0", "--help"}).help);
 }
 
 TEST(GrpoOptions, EnvModeTakesItsOwnDefaultsAndFlags) {

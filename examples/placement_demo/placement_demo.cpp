@@ -3,7 +3,7 @@
 // bundle, run a mesh call (each rank squares its chunk of a batch) and an all-reduce of the
 // partial sums, check the result against a direct computation, and print the placement table.
 //
-//   placement_demo [--gpus N] [--cpus N] [any CAF option]
+//   placement_demo [--gpus N] [--cpus N] [any CAF option]   (--help lists them)
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -68,20 +68,45 @@ void print_group(const placement_group_info& pg) {
 } // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::printf("usage: placement_demo [--gpus N] [--cpus N] [any CAF option]\n"
-                  "On one node with virtual GPUs (default 4), creates a placement group with each "
-                  "strategy,\nspawns 5 ranks at 0.2 GPU each into one bundle, runs a mesh call "
-                  "and an all-reduce\nand checks them against a direct computation.\n");
-      return 0;
-    }
+  CLI::App app{"", "placement_demo"};
+  examples::describe(app,
+                     "On one node with virtual GPUs, creates a placement group with each "
+                     "strategy,\nspawns 5 ranks at 0.2 GPU each into one bundle, runs a mesh call "
+                     "and an all-reduce\nand checks them against a direct computation. Other "
+                     "arguments go to CAF and\nrlforge's system configuration (e.g. "
+                     "--scheduler.max-threads=2).",
+                     "  placement_demo --gpus 4");
+  app.allow_extras();
+  int gpus = 4;
+  int cpus = 0;
+  app.add_option("--gpus", gpus, "virtual GPUs of the node (1..1024)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024).description(""))
+      ->type_name("N");
+  app.add_option("--cpus", cpus, "CPUs the node offers (0 = what the machine has)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096).description(""))
+      ->type_name("N");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "placement_demo: " << e.what() << " (see placement_demo --help)\n";
+    return 2;
+  }
   runtime::system_config cfg;
-  cfg.gpus = 4;
-  if (auto err = cfg.parse_all(argc, argv)) {
+  cfg.gpus = gpus;
+  if (auto err = cfg.parse_args(app.remaining())) {
     std::cerr << "placement_demo: " << to_string(err) << "\n";
     return 2;
   }
+  // The flags win over the environment (RLFORGE_GPUS, RLFORGE_CPUS).
+  if (app.count("--gpus"))
+    cfg.gpus = gpus;
+  if (app.count("--cpus"))
+    cfg.cpus = cpus;
   register_demo_kind();
   runtime::block_stop_signals(); // run_driver takes SIGINT/SIGTERM as requests to stop
   caf::actor_system sys{cfg};

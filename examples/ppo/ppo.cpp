@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
   opt.count = 30;
   opt.lr = 1e-2;
   if (!examples::parse_options(argc, argv, "ppo_example", "--iterations", opt,
-                               "PPO with policy, critic and reference groups sharing virtual "
-                               "GPUs; prints the reward per iteration."))
+                               {"PPO with policy, critic and reference groups sharing virtual "
+                                "GPUs; prints the reward per iteration.",
+                                "PPO iterations", "ppo_example --iterations 30 --batch 32 --quiet"}))
     return 2;
   const int iterations = opt.count;
   std::ofstream metrics;

@@ -90,8 +90,9 @@ int main(int argc, char** argv) {
   opt.lr = 3e-3;
   opt.metrics = "sft_metrics.jsonl";
   if (!examples::parse_options(argc, argv, "sft_example", "--steps", opt,
-                               "Supervised fine-tuning of a tiny Llama on a toy task across "
-                               "--ranks data-parallel ranks; prints the loss per token."))
+                               {"Supervised fine-tuning of a tiny Llama on a toy task across "
+                                "--ranks data-parallel ranks; prints the loss per token.",
+                                "training steps", "sft_example --steps 80 --batch 32 --quiet"}))
     return 2;
   const int steps = opt.count;
   std::ofstream metrics;
