@@ -106,19 +106,12 @@ tinker_forward_backward(tinker_groups& groups, const caf::actor& dispatcher, tin
 std::map<std::string, double> tinker_optim_step(tinker_groups& groups, const caf::actor& dispatcher,
                                                 tinker_model& m, const tinker::adam_params& a) {
   auto context = "optim_step(" + m.id + ")";
-  backends::adam_params hp;
-  hp.learning_rate = a.learning_rate;
-  hp.beta1 = a.beta1;
-  hp.beta2 = a.beta2;
-  hp.eps = a.eps;
-  hp.weight_decay = a.weight_decay;
-  hp.grad_clip_norm = a.grad_clip_norm;
   try {
-    hp.validate();
+    backends::validate(a);
   } catch (const std::exception& e) {
     tinker::fail_user(context + ": " + e.what());
   }
-  auto r = value_of(groups.client(dispatcher).optim_step(m.id, hp), context);
+  auto r = value_of(groups.client(dispatcher).optim_step(m.id, a), context);
   return {{"grad_norm:mean", r.grad_norm},
           {"learning_rate:mean", r.learning_rate},
           {"skipped:max", r.skipped ? 1.0 : 0.0},

@@ -123,20 +123,8 @@ caf::expected<train_output> trainer_client::forward_backward(const std::string& 
 }
 
 caf::expected<optim_result> trainer_client::optim_step(const std::string& role,
-                                                       const backends::adam_params& p) {
-  optim_request r;
-  r.learning_rate = p.learning_rate;
-  r.beta1 = p.beta1;
-  r.beta2 = p.beta2;
-  r.eps = p.eps;
-  r.weight_decay = p.weight_decay;
-  r.grad_clip_norm = p.grad_clip_norm;
-  return optim_step(role, r);
-}
-
-caf::expected<optim_result> trainer_client::optim_step(const std::string& role,
-                                                       const optim_request& request) {
-  return unwrap<optim_result>(call(role, "optim_step", caf::make_message(request)), "optim_step");
+                                                       const backends::adam_params& params) {
+  return unwrap<optim_result>(call(role, "optim_step", caf::make_message(params)), "optim_step");
 }
 
 caf::expected<void> trainer_client::set_lr(const std::string& role, double lr) {

@@ -72,12 +72,10 @@ public:
   caf::expected<train_output> forward_backward(const std::string& role, batch_payload batch,
                                                const loss_request& loss);
 
-  /// One optimizer step with `params` (gradients all-reduced over the DP ranks first).
+  /// One optimizer step with `params` (gradients all-reduced over the DP ranks first); a
+  /// negative learning rate uses the workers' schedule.
   caf::expected<optim_result> optim_step(const std::string& role,
                                          const backends::adam_params& params);
-
-  /// One optimizer step; a negative learning rate uses the workers' schedule.
-  caf::expected<optim_result> optim_step(const std::string& role, const optim_request& request);
 
   caf::expected<void> set_lr(const std::string& role, double lr);
 

@@ -451,21 +451,16 @@ caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::messa
 }
 
 caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& args) {
-  expect_args<optim_request>(args, "optim_step", "optim_request");
+  expect_args<be::adam_params>(args, "optim_step", "adam_params");
   auto& st = ctx.as<worker_state>();
   auto& model = resident_model(st, "optim_step");
   require_resident_optimizer(st, "optim_step");
-  const auto& req = args.get_as<optim_request>(0);
-  if (std::isnan(req.learning_rate))
+  be::adam_params hp = args.get_as<be::adam_params>(0);
+  if (std::isnan(hp.learning_rate))
     be::fail(error_code::invalid_argument, "optim_step: learning_rate is NaN");
-  be::adam_params hp;
-  hp.learning_rate = req.learning_rate >= 0 ? req.learning_rate : st.schedule->lr();
-  hp.beta1 = req.beta1;
-  hp.beta2 = req.beta2;
-  hp.eps = req.eps;
-  hp.weight_decay = req.weight_decay;
-  hp.grad_clip_norm = req.grad_clip_norm;
-  hp.validate(); // the same on every rank: nobody enters the all-reduce when it throws
+  if (hp.learning_rate < 0)
+    hp.learning_rate = st.schedule->lr();
+  be::validate(hp); // the same on every rank: nobody enters the all-reduce when it throws
   auto params = trainable_parameters(model);
   if (ctx.collective && ctx.collective->world_size() > 1) {
     // Gradient SUM over data-parallel ranks (losses are sums, so the sum of the shards'

@@ -38,9 +38,10 @@ struct rank_context;
 ///    (`loss:sum` is the masked SUM). A policy takes every policy loss of backends/algo, a critic
 ///    only `ppo_critic`. Bad input (mismatched shapes, unknown loss, missing inputs, NaN/inf,
 ///    empty batch, token ids outside the vocabulary) is refused before any gradient changes.
-///  - `optim_step` (optim_request) → optim_result: all-reduces (SUM) the gradients over the
-///    group's collective, then AdamW with global-norm clipping; a non-finite norm skips the step
-///    (`skipped`, nothing changes). Gradients are cleared afterwards either way.
+///  - `optim_step` (tinker::adam_params; a negative learning_rate takes the schedule's) →
+///    optim_result: all-reduces (SUM) the gradients over the group's collective, then AdamW
+///    with global-norm clipping; a non-finite norm skips the step (`skipped`, nothing changes).
+///    Gradients are cleared afterwards either way.
 ///  - `set_lr` (double) → (): the learning rate used by requests with a negative rate.
 ///  - `set_algorithm_config` (algorithm_config) → ().
 ///  - `save_checkpoint` (std::string root, int64 global_step[, std::string role]) → (): this

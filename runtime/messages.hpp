@@ -14,6 +14,7 @@
 #include <caf/meta/type_name.hpp>
 
 #include "runtime/tensor_blob.hpp"
+#include "tinker/types.hpp"
 
 namespace rlforge {
 
@@ -216,26 +217,21 @@ inline bool operator==(const batch_result& a, const batch_result& b) {
   return a.outputs == b.outputs && a.metrics == b.metrics && a.tokens == b.tokens;
 }
 
-/// AdamW hyper-parameters of one optimizer step (Tinker `adam_params` and its defaults). A
-/// negative `learning_rate` means "the worker's own rate" (its schedule, or the last `set_lr`).
-struct optim_request {
-  double learning_rate = 1e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-12;
-  double weight_decay = 0.0;
-  double grad_clip_norm = 0.0; ///< 0 = off
-};
+} // namespace rlforge
 
-template <class Inspector> typename Inspector::result_type inspect(Inspector& f, optim_request& x) {
-  return f(caf::meta::type_name("optim_request"), x.learning_rate, x.beta1, x.beta2, x.eps,
+namespace rlforge::tinker {
+
+/// The `optim_step` message's AdamW hyper-parameters: tinker::adam_params itself (the one struct
+/// of them; a negative learning_rate means the worker's own rate), on the wire as
+/// "adam_params". Declared here, beside it, so that CAF finds it by argument lookup.
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, adam_params& x) {
+  return f(caf::meta::type_name("adam_params"), x.learning_rate, x.beta1, x.beta2, x.eps,
            x.weight_decay, x.grad_clip_norm);
 }
 
-inline bool operator==(const optim_request& a, const optim_request& b) {
-  return a.learning_rate == b.learning_rate && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
-         a.eps == b.eps && a.weight_decay == b.weight_decay && a.grad_clip_norm == b.grad_clip_norm;
-}
+} // namespace rlforge::tinker
+
+namespace rlforge {
 
 /// What one optimizer step did: the global gradient norm before clipping (after the
 /// data-parallel all-reduce), whether the step was skipped (non-finite norm: nothing changed) or

@@ -11,7 +11,7 @@ const char* const message_type_names[] = {
   "std::vector<int64_t>",     "std::vector<float>",        "std::vector<double>",
   "std::vector<caf::message>", "std::vector<uint8_t>",
   "rlforge::batch_payload",   "rlforge::loss_request",     "rlforge::batch_result",
-  "rlforge::optim_request",   "rlforge::optim_result",     "rlforge::model_spec",
+  "rlforge::adam_params",     "rlforge::optim_result",     "rlforge::model_spec",
   "rlforge::algorithm_config", "rlforge::tensor_map",     "rlforge::sample_request",
   "rlforge::sample_output",   "rlforge::weight_sync_spec",
   "rlforge::node_join_request", "rlforge::join_reply",    "rlforge::driver_hello",

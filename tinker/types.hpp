@@ -63,11 +63,23 @@ struct forward_backward_output {
   std::map<std::string, double> metrics; ///< keys "name:reduction", e.g. "loss:sum"
 };
 
-/// Tinker `AdamParams`; `grad_clip_norm` 0 = no clipping.
+/// AdamW hyper-parameters of one optimizer step: Tinker's `AdamParams` with its defaults, and the
+/// one representation of them everywhere (the service's bodies, the optimizer in backends/, the
+/// `optim_step` message to the workers). In that message a negative `learning_rate` means "the
+/// worker's own rate" (its schedule, or the last `set_lr`). Validity is checked where it is used
+/// (`backends::validate`).
 struct adam_params {
   double learning_rate = 1e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-12, weight_decay = 0,
-         grad_clip_norm = 0;
+         grad_clip_norm = 0; ///< 0 = no clipping
 };
+
+inline bool operator==(const adam_params& a, const adam_params& b) {
+  return a.learning_rate == b.learning_rate && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
+         a.eps == b.eps && a.weight_decay == b.weight_decay && a.grad_clip_norm == b.grad_clip_norm;
+}
+inline bool operator!=(const adam_params& a, const adam_params& b) {
+  return !(a == b);
+}
 
 /// Tinker `LoraConfig`; `rank` 0 = full fine-tuning of the trained parts.
 struct lora_config {

@@ -37,19 +37,14 @@ void check_moment(const std::string& name, const char* which, const at::Tensor& 
 
 } // namespace
 
-void adam_params::validate() const {
-  check_field("learning_rate", learning_rate, learning_rate >= 0, "finite and >= 0");
-  check_field("beta1", beta1, beta1 >= 0 && beta1 < 1, "in [0, 1)");
-  check_field("beta2", beta2, beta2 >= 0 && beta2 < 1, "in [0, 1)");
-  check_field("eps", eps, eps > 0, "finite and > 0");
-  check_field("weight_decay", weight_decay, weight_decay >= 0, "finite and >= 0");
-  check_field("grad_clip_norm", grad_clip_norm, grad_clip_norm >= 0,
+void validate(const adam_params& p) {
+  check_field("learning_rate", p.learning_rate, p.learning_rate >= 0, "finite and >= 0");
+  check_field("beta1", p.beta1, p.beta1 >= 0 && p.beta1 < 1, "in [0, 1)");
+  check_field("beta2", p.beta2, p.beta2 >= 0 && p.beta2 < 1, "in [0, 1)");
+  check_field("eps", p.eps, p.eps > 0, "finite and > 0");
+  check_field("weight_decay", p.weight_decay, p.weight_decay >= 0, "finite and >= 0");
+  check_field("grad_clip_norm", p.grad_clip_norm, p.grad_clip_norm >= 0,
               "finite and >= 0 (0 = no clipping)");
-}
-
-bool operator==(const adam_params& a, const adam_params& b) {
-  return a.learning_rate == b.learning_rate && a.beta1 == b.beta1 && a.beta2 == b.beta2 &&
-         a.eps == b.eps && a.weight_decay == b.weight_decay && a.grad_clip_norm == b.grad_clip_norm;
 }
 
 double global_grad_norm(const named_parameters& params) {
@@ -87,7 +82,7 @@ void zero_grad(const named_parameters& params, bool set_to_none) {
 }
 
 step_result adamw::step(const named_parameters& params, const adam_params& hp) {
-  hp.validate();
+  validate(hp);
   // Check everything before touching anything, so a bad call changes nothing.
   std::set<std::string> names;
   for (const auto& [name, p] : params) {
@@ -173,7 +168,7 @@ adamw_state adamw::state() const {
 }
 
 void validate(const adamw_state& s) {
-  s.last_params.validate();
+  validate(s.last_params);
   for (const auto& [name, ps] : s.params) {
     check_moment(name, "exp_avg", ps.exp_avg);
     check_moment(name, "exp_avg_sq", ps.exp_avg_sq);

@@ -8,31 +8,20 @@
 #include <utility>
 #include <vector>
 
+#include "tinker/types.hpp"
+
 namespace rlforge::backends {
 
 /// Named parameters as `causal_lm::named_parameters()` returns them (live leaf tensors).
 using named_parameters = std::vector<std::pair<std::string, at::Tensor>>;
 
-/// AdamW hyper-parameters for one optimizer step (Tinker `adam_params`, with its defaults).
-struct adam_params {
-  double learning_rate = 1e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-12;
-  double weight_decay = 0.0;
-  /// Clip the global L2 gradient norm to this value; 0 = off.
-  double grad_clip_norm = 0.0;
+/// AdamW hyper-parameters for one optimizer step: the one struct of them (tinker/types.hpp).
+using adam_params = tinker::adam_params;
 
-  /// Throws `error{invalid_argument}` naming the field and value for: a NaN or infinite field,
-  /// learning_rate < 0, beta1/beta2 outside [0, 1), eps ≤ 0, weight_decay < 0,
-  /// grad_clip_norm < 0.
-  void validate() const;
-};
-
-bool operator==(const adam_params& a, const adam_params& b);
-inline bool operator!=(const adam_params& a, const adam_params& b) {
-  return !(a == b);
-}
+/// Throws `error{invalid_argument}` naming the field and value for: a NaN or infinite field,
+/// learning_rate < 0, beta1/beta2 outside [0, 1), eps ≤ 0, weight_decay < 0,
+/// grad_clip_norm < 0.
+void validate(const adam_params& p);
 
 /// What one `adamw::step` did.
 struct step_result {

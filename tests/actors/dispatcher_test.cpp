@@ -133,8 +133,8 @@ protected:
 
 /// See worker_test.cpp: eps = 1 makes AdamW's first update lr·g/(|g|+1), so weight
 /// differences measure gradient differences instead of amplifying rounding near zero.
-optim_request linear_adam(double lr) {
-  optim_request r;
+rlforge::tinker::adam_params linear_adam(double lr) {
+  rlforge::tinker::adam_params r;
   r.learning_rate = lr;
   r.eps = 1.0;
   r.grad_clip_norm = 100.0;
@@ -263,7 +263,7 @@ TEST_F(Dispatcher, ResumeFromACheckpointIsBitIdentical) {
     for (int i = 0; i < steps; ++i) {
       const auto& b = batches[(offset + i) % batches.size()];
       losses.push_back(ok(client_->forward_backward("policy", b, "regular")).metric("loss:sum"));
-      optim_request r;
+      rlforge::tinker::adam_params r;
       r.learning_rate = -1; // the cosine schedule
       r.weight_decay = 0.01;
       r.grad_clip_norm = 1.0;

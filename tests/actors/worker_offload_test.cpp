@@ -71,8 +71,8 @@ model_spec tiny_spec(uint64_t seed) {
   return s;
 }
 
-optim_request adam(double lr) {
-  optim_request r;
+rlforge::tinker::adam_params adam(double lr) {
+  rlforge::tinker::adam_params r;
   r.learning_rate = lr;
   r.weight_decay = 0.01;
   return r;

@@ -124,8 +124,8 @@ at::Tensor local_logprobs(be::causal_lm& m, const be::training_batch& b) {
          * b.get("response_mask").to(at::kFloat);
 }
 
-optim_request adam(double lr) {
-  optim_request r;
+rlforge::tinker::adam_params adam(double lr) {
+  rlforge::tinker::adam_params r;
   r.learning_rate = lr;
   return r;
 }
@@ -134,7 +134,7 @@ optim_request adam(double lr) {
 /// gradients that differ only by float rounding (~1e-7 relative) near zero could move a weight
 /// in opposite directions. With eps = 1 the first update is lr·g/(|g| + 1): at most lr times
 /// the gradient, so weight differences measure gradient differences.
-optim_request linear_adam(double lr) {
+rlforge::tinker::adam_params linear_adam(double lr) {
   auto r = adam(lr);
   r.eps = 1.0;
   return r;

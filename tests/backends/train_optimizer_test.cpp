@@ -246,7 +246,7 @@ TEST(AdamW, AdamParamsValidationNamesTheField) {
   auto bad = [](auto mutate, std::vector<std::string> fragments) {
     adam_params hp;
     mutate(hp);
-    expect_error([&] { hp.validate(); }, error_code::invalid_argument, fragments);
+    expect_error([&] { validate(hp); }, error_code::invalid_argument, fragments);
   };
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
@@ -261,7 +261,7 @@ TEST(AdamW, AdamParamsValidationNamesTheField) {
   bad([](adam_params& h) { h.weight_decay = -0.5; }, {"weight_decay", "-0.5"});
   bad([](adam_params& h) { h.grad_clip_norm = -1.0; }, {"grad_clip_norm", "-1"});
   bad([&](adam_params& h) { h.grad_clip_norm = nan; }, {"grad_clip_norm", "nan"});
-  EXPECT_NO_THROW(adam_params{}.validate());
+  EXPECT_NO_THROW(validate(adam_params{}));
 
   // A step with bad hyper-parameters changes nothing.
   auto params = make_params(6);

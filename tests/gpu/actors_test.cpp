@@ -105,7 +105,7 @@ TEST_F(GpuActors, AWorkerOffloadsToTheHostAndComesBackBitForBit) {
   EXPECT_EQ(call(g, "info").get_as<rank_info>(0).virtual_gpu, !cuda);
   auto batch = make_batch();
   forward(g, batch, loss_request{"cross_entropy", {}, {}});
-  optim_request adam;
+  rlforge::tinker::adam_params adam;
   adam.learning_rate = 1e-3;
   call(g, "optim_step", caf::make_message(adam));
   forward(g, batch, loss_request{"cross_entropy", {}, {}}); // gradients accumulated again
@@ -169,7 +169,7 @@ TEST_F(GpuActors, WeightsGoFromAWorkerToAnEngineOnTheDevice) {
   call(e, "init_model", caf::make_message(spec));
   auto batch = make_batch();
   forward(g, batch, loss_request{"cross_entropy", {}, {}});
-  optim_request adam;
+  rlforge::tinker::adam_params adam;
   adam.learning_rate = 1e-2;
   call(g, "optim_step", caf::make_message(adam));
   // One sync through the host staging of the in-process transport (both ranks live here).

@@ -89,7 +89,7 @@ batch_result sample(batch_result*) {
           {{"loss:sum", -3.5}, {"clip_ratio:mean", 0.125}},
           17.0};
 }
-optim_request sample(optim_request*) {
+rlforge::tinker::adam_params sample(rlforge::tinker::adam_params*) {
   return {3e-5, 0.8, 0.99, 1e-8, 0.01, 1.0};
 }
 optim_result sample(optim_result*) {
