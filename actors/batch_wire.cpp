@@ -8,6 +8,7 @@
 
 #include "actors/tensor_convert.hpp"
 #include "runtime/errc.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::actors {
 
@@ -17,9 +18,7 @@ caf::error bad(const std::string& what) {
   return make_error(errc::invalid_argument, what);
 }
 
-std::string in_quotes(const std::string& x) {
-  return "'" + x + "'";
-}
+using strings::in_quotes;
 
 /// Bytes per row of a blob with at least one dimension.
 size_t row_bytes(const tensor_blob& b) {

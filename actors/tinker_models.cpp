@@ -9,14 +9,13 @@
 #include "actors/dispatcher.hpp"
 #include "actors/protocol.hpp"
 #include "tinker/error.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::actors {
 
 namespace {
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
+using strings::in_quotes;
 
 /// How the worker builds a model of the Tinker backend from the base directory.
 model_spec spec_of(const tinker_model& m, const dispatcher_backend_options& o) {

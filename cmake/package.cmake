@@ -1,5 +1,5 @@
 # The rlforge CMake package: `cmake --install build --prefix P` installs the libraries
-# (rlforge::tinker, text, chat, env, prompt, placement, runtime, backends, actors, rl, service,
+# (rlforge::strings, tinker, text, chat, env, prompt, placement, runtime, backends, actors, rl, service,
 # tinker_proto), their headers under P/include/<folder>/ and P/lib/cmake/rlforge/, so that a
 # project with P on CMAKE_PREFIX_PATH does `find_package(rlforge)` (examples/embed/). The
 # dependencies are found again by rlforgeConfig.cmake through find_dependency, from the same

@@ -1,4 +1,5 @@
 #include "service/future_store.hpp"
+#include "strings/format.hpp"
 
 #include <array>
 #include <chrono>
@@ -373,9 +374,7 @@ checkpoint_record read_checkpoint(query& q) {
 constexpr const char* checkpoint_columns =
     "tinker_path, model_id, kind, name, dir, size_bytes, created_ms, expires_ms";
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
+using strings::in_quotes;
 
 } // namespace
 

@@ -1,3 +1,4 @@
+#include "strings/format.hpp"
 #include "tinker/datum_check.hpp"
 
 #include <algorithm>
@@ -10,26 +11,9 @@ namespace rlforge::tinker {
 
 namespace {
 
-std::string number_text(double v) {
-  std::ostringstream os;
-  os.precision(9);
-  os << v;
-  return os.str();
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names)
-    out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
+using strings::join;
+using strings::number_text;
+using strings::shape_text;
 
 void check_id(int64_t id, const model_limits& limits, const std::string& what) {
   if (id < 0)

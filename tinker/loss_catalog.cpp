@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "strings/format.hpp"
 #include "tinker/error.hpp"
 
 namespace rlforge::tinker {
@@ -58,19 +59,8 @@ const std::map<std::string, entry>& table() {
   return t;
 }
 
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names)
-    out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "none" : out;
-}
-
-std::string number_text(double v) {
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  return os.str();
-}
+using strings::join;
+using strings::number_text;
 
 const entry& find(const std::string& loss_fn) {
   auto it = table().find(loss_fn);
@@ -156,7 +146,7 @@ resolved_loss resolve_loss(const std::string& loss_fn, const std::map<std::strin
                           [&, name = key](const key_spec& s) { return s.name == name; });
     if (k == e.keys.end())
       fail_user("loss '" + loss_fn + "': unknown loss_fn_config key '" + key +
-                "'; allowed keys: " + join(loss_config_keys(loss_fn)));
+                "'; allowed keys: " + join(loss_config_keys(loss_fn), "none"));
     check_value(loss_fn, *k, v);
   }
   resolved_loss out;

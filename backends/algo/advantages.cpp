@@ -194,7 +194,7 @@ std::vector<int64_t> group_ids_from_tensor(const at::Tensor& ids) {
   if (!ids.defined() || ids.dim() != 1)
     fail(error_code::invalid_argument,
          "group_ids_from_tensor: need a 1-D tensor, got " +
-             (ids.defined() ? detail::shape_string(ids.sizes()) : std::string("an undefined one")));
+             (ids.defined() ? detail::shape_text(ids.sizes()) : std::string("an undefined one")));
   if (at::isFloatingType(ids.scalar_type()) || at::isComplexType(ids.scalar_type()) ||
       ids.scalar_type() == at::kBool)
     fail(error_code::invalid_argument, "group_ids_from_tensor: need an integer tensor, got " +

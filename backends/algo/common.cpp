@@ -44,25 +44,7 @@ at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask) {
 
 namespace detail {
 
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i)
-      out += ", ";
-    out += names[i];
-  }
-  return out.empty() ? std::string("(none)") : out;
-}
 
-std::string shape_string(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i)
-      out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
 
 std::string number_string(double x) {
   if (std::isnan(x))
@@ -88,15 +70,15 @@ void require_2d(const at::Tensor& t, const std::string& name, const std::string&
     fail(error_code::invalid_argument, what + ": missing input '" + name + "'");
   if (t.dim() != 2)
     fail(error_code::invalid_argument,
-         what + ": '" + name + "' must be 2-D [B, R], got shape " + shape_string(t.sizes()));
+         what + ": '" + name + "' must be 2-D [B, R], got shape " + shape_text(t.sizes()));
 }
 
 void require_shape(const at::Tensor& t, const std::string& name, at::IntArrayRef shape,
                    const std::string& ref_name, const std::string& what) {
   if (t.sizes() != shape)
     fail(error_code::invalid_argument, what + ": '" + name + "' has shape " +
-                                           shape_string(t.sizes()) + " but '" + ref_name +
-                                           "' has shape " + shape_string(shape));
+                                           shape_text(t.sizes()) + " but '" + ref_name +
+                                           "' has shape " + shape_text(shape));
 }
 
 void require_finite(const at::Tensor& t, const std::string& name, const std::string& what) {

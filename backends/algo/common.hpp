@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "strings/format.hpp"
+
 /// Shared pieces of the RL algorithm library (`backends/algo/`): the per-loss configuration type
 /// and the masked statistics every loss, advantage estimator and correction uses.
 ///
@@ -37,8 +39,9 @@ at::Tensor masked_whiten(const at::Tensor& x, const at::Tensor& mask);
 
 namespace detail {
 
-/// "a, b, c".
-std::string join(const std::vector<std::string>& names);
+/// The messages' text helpers (strings/format.hpp): "a, b, c" and "[2, 3]".
+using strings::join;
+using strings::shape_text;
 
 /// Throws invalid_argument unless `t` is defined and 2-D, naming `what` and the tensor.
 void require_2d(const at::Tensor& t, const std::string& name, const std::string& what);
@@ -50,8 +53,6 @@ void require_shape(const at::Tensor& t, const std::string& name, at::IntArrayRef
 /// Throws invalid_argument when `t` holds NaN or ±inf, naming the tensor.
 void require_finite(const at::Tensor& t, const std::string& name, const std::string& what);
 
-/// "[2, 3]".
-std::string shape_string(at::IntArrayRef shape);
 
 /// Shortest round-trip text of a double ("0.2", "nan", "inf").
 std::string number_string(double x);

@@ -21,6 +21,7 @@
 #include "backends/model/init.hpp"
 #include "backends/model/mixed_linear.hpp"
 #include "backends/model/safetensors.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::backends {
 
@@ -231,12 +232,7 @@ at::Tensor append_to_cache(const at::Tensor& cached, const at::Tensor& x, int64_
   return at::empty({0}, x.options()).set_(buffer.storage(), 0, {b, kv, t + n, d}, buffer.strides());
 }
 
-std::string shape_string(at::IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
+using strings::shape_text;
 
 // What one decoder layer reads besides the residual stream: the rotary factors, the attention
 // bias, the shapes and the KV cache of this forward pass; or, for a flattened pass
@@ -562,7 +558,7 @@ std::unique_ptr<causal_lm> causal_lm::build(const model_config& config,
     if (value_head.dim() != 2 || value_head.size(0) != 1 ||
         value_head.size(1) != config.hidden_size)
       fail(error_code::invalid_argument, "value_head.weight has shape " +
-                                             shape_string(value_head.sizes()) + ", expected [1, " +
+                                             shape_text(value_head.sizes()) + ", expected [1, " +
                                              std::to_string(config.hidden_size) + "]");
   }
   // A tied checkpoint may still carry a copy of the embedding as lm_head.weight; HF ignores it.
@@ -617,7 +613,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids) {
   if (!input_ids.defined() || input_ids.dim() != 2)
     fail(error_code::invalid_argument,
          "forward_hidden: input_ids must be [B, T], got " +
-             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+             (input_ids.defined() ? shape_text(input_ids.sizes()) : std::string("undefined")));
   auto b = input_ids.size(0);
   auto t = input_ids.size(1);
   const auto on = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
@@ -633,7 +629,7 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
       input_ids.size(1) < 1)
     fail(error_code::invalid_argument,
          "forward_hidden: input_ids must be a non-empty [B, T] tensor, got " +
-             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+             (input_ids.defined() ? shape_text(input_ids.sizes()) : std::string("undefined")));
   if (!at::isIntegralType(input_ids.scalar_type(), /*includeBool=*/false))
     fail(error_code::invalid_argument, "forward_hidden: input_ids must be an integer tensor");
   const int64_t batch = input_ids.size(0);
@@ -669,14 +665,14 @@ at::Tensor causal_lm::forward_hidden(const at::Tensor& input_ids, const at::Tens
     fail(error_code::invalid_argument,
          "forward_hidden: attention_mask must be [" + std::to_string(batch) + ", " +
              std::to_string(total) + "] (past + new tokens), got " +
-             (attention_mask.defined() ? shape_string(attention_mask.sizes())
+             (attention_mask.defined() ? shape_text(attention_mask.sizes())
                                        : std::string("undefined")));
   if (!position_ids.defined() || position_ids.dim() != 2 || position_ids.size(0) != batch ||
       position_ids.size(1) != len)
     fail(error_code::invalid_argument,
          "forward_hidden: position_ids must be [" + std::to_string(batch) + ", " +
              std::to_string(len) + "], got " +
-             (position_ids.defined() ? shape_string(position_ids.sizes())
+             (position_ids.defined() ? shape_text(position_ids.sizes())
                                      : std::string("undefined")));
   auto positions = position_ids.to(impl_->embed.device(), at::kLong);
   {
@@ -731,12 +727,12 @@ at::Tensor causal_lm::forward_tokens(const at::Tensor& input_ids, const at::Tens
       !at::isIntegralType(input_ids.scalar_type(), /*includeBool=*/false))
     fail(error_code::invalid_argument,
          "forward_tokens: input_ids must be a non-empty 1-D integer tensor, got " +
-             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+             (input_ids.defined() ? shape_text(input_ids.sizes()) : std::string("undefined")));
   const int64_t n = input_ids.size(0);
   if (!position_ids.defined() || position_ids.dim() != 1 || position_ids.size(0) != n)
     fail(error_code::invalid_argument,
          "forward_tokens: position_ids must be [" + std::to_string(n) + "], got " +
-             (position_ids.defined() ? shape_string(position_ids.sizes())
+             (position_ids.defined() ? shape_text(position_ids.sizes())
                                      : std::string("undefined")));
   auto ids = input_ids.to(impl_->embed.device(), at::kLong);
   auto positions = position_ids.to(impl_->embed.device(), at::kLong);
@@ -764,7 +760,7 @@ at::Tensor causal_lm::logits(const at::Tensor& hidden) {
     fail(error_code::invalid_argument,
          "logits: hidden states must end in hidden_size " +
              std::to_string(impl_->config.hidden_size) + ", got " +
-             (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+             (hidden.defined() ? shape_text(hidden.sizes()) : std::string("undefined")));
   return impl_->project(impl_->head, hidden);
 }
 
@@ -803,7 +799,7 @@ at::Tensor causal_lm::values(const at::Tensor& hidden) {
     fail(error_code::invalid_argument,
          "values: hidden states must be [B, T, " + std::to_string(impl_->config.hidden_size) +
              "], got " +
-             (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+             (hidden.defined() ? shape_text(hidden.sizes()) : std::string("undefined")));
   return at::linear(hidden, impl_->value_head).squeeze(-1);
 }
 
@@ -985,7 +981,7 @@ void causal_lm::load_lora_adapter(const std::string& dir) {
     auto check = [&](const std::string& n, const at::Tensor& t, int64_t rows, int64_t cols) {
       if (t.dim() != 2 || t.size(0) != rows || t.size(1) != cols)
         fail(error_code::invalid_argument, "load_lora_adapter: " + n + " has shape " +
-                                               shape_string(t.sizes()) + ", expected [" +
+                                               shape_text(t.sizes()) + ", expected [" +
                                                std::to_string(rows) + ", " + std::to_string(cols) +
                                                "] (rank " + std::to_string(cfg.rank) + ")");
     };

@@ -12,6 +12,7 @@
 
 #include "backends/error.hpp"
 #include "backends/model/safetensors.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::backends {
 
@@ -23,9 +24,7 @@ using nlohmann::json;
 constexpr const char* single_file_name = "model.safetensors";
 constexpr const char* index_file_name = "model.safetensors.index.json";
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
+using strings::in_quotes;
 
 bool is_file(const std::string& path) {
   std::error_code ec;
@@ -37,12 +36,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
+using strings::shape_text;
 
 // "model-00002-of-00005.safetensors", the HF shard naming.
 std::string shard_name(size_t i, size_t n) {

@@ -9,6 +9,7 @@
 
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::backends {
 
@@ -176,12 +177,7 @@ struct chunked_logprob_fn : torch::autograd::Function<chunked_logprob_fn> {
   }
 };
 
-std::string shape_string(at::IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
+using strings::shape_text;
 
 } // namespace
 
@@ -205,17 +201,17 @@ token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at:
   if (!hidden.defined() || hidden.dim() != 3)
     fail(error_code::invalid_argument,
          "token_logprobs: hidden must be [B, T, H], got " +
-             (hidden.defined() ? shape_string(hidden.sizes()) : std::string("undefined")));
+             (hidden.defined() ? shape_text(hidden.sizes()) : std::string("undefined")));
   if (!weight.defined() || weight.dim() != 2 || weight.size(1) != hidden.size(2))
     fail(error_code::invalid_argument,
          "token_logprobs: weight must be [vocab, " + std::to_string(hidden.size(2)) + "], got " +
-             (weight.defined() ? shape_string(weight.sizes()) : std::string("undefined")));
+             (weight.defined() ? shape_text(weight.sizes()) : std::string("undefined")));
   if (!targets.defined() || targets.dim() != 2 || targets.size(0) != hidden.size(0) ||
       targets.size(1) != hidden.size(1))
     fail(error_code::invalid_argument,
          "token_logprobs: targets must be [" + std::to_string(hidden.size(0)) + ", " +
              std::to_string(hidden.size(1)) + "], got " +
-             (targets.defined() ? shape_string(targets.sizes()) : std::string("undefined")));
+             (targets.defined() ? shape_text(targets.sizes()) : std::string("undefined")));
   if (!at::isIntegralType(targets.scalar_type(), /*includeBool=*/false))
     fail(error_code::invalid_argument, "token_logprobs: targets must be an integer tensor");
   const int64_t len = hidden.size(1);
@@ -241,15 +237,15 @@ token_logprobs_result chunked_token_logprobs(const at::Tensor& hidden, const at:
     fail(error_code::invalid_argument,
          "token_logprobs: the lm_head adapter must be A [r, " + std::to_string(hidden.size(2)) +
              "] and B [" + std::to_string(vocab) + ", r], got A " +
-             shape_string(adapter.a.sizes()) +
-             (adapter.b.defined() ? " and B " + shape_string(adapter.b.sizes()) : ""));
+             shape_text(adapter.a.sizes()) +
+             (adapter.b.defined() ? " and B " + shape_text(adapter.b.sizes()) : ""));
   // Without an adapter, empty tensors stand in for A and B (autograd functions take no
   // undefined inputs).
   auto none = at::empty({0}, hidden.options());
   if (weight_compute.defined() && weight_compute.sizes() != weight.sizes())
     fail(error_code::invalid_argument,
-         "token_logprobs: the compute weight " + shape_string(weight_compute.sizes()) +
-             " differs in shape from the weight " + shape_string(weight.sizes()));
+         "token_logprobs: the compute weight " + shape_text(weight_compute.sizes()) +
+             " differs in shape from the weight " + shape_text(weight.sizes()));
   auto out = chunked_logprob_fn::apply(flat_hidden, weight,
                                        weight_compute.defined() ? weight_compute : weight,
                                        adapter.a.defined() ? adapter.a : none,
@@ -277,11 +273,11 @@ token_logprobs_result sequence_logprobs(causal_lm& model, const at::Tensor& inpu
   if (!input_ids.defined() || input_ids.dim() != 2 || input_ids.size(1) < 2)
     fail(error_code::invalid_argument,
          "sequence_logprobs: input_ids must be [B, S] with S >= 2, got " +
-             (input_ids.defined() ? shape_string(input_ids.sizes()) : std::string("undefined")));
+             (input_ids.defined() ? shape_text(input_ids.sizes()) : std::string("undefined")));
   if (!attention_mask.defined() || attention_mask.sizes() != input_ids.sizes())
     fail(error_code::invalid_argument,
          "sequence_logprobs: attention_mask must have the shape of input_ids " +
-             shape_string(input_ids.sizes()));
+             shape_text(input_ids.sizes()));
   auto mask = attention_mask.to(at::kLong);
   auto positions = (mask.cumsum(1) - 1).clamp_min(0);
   auto hidden = model.forward_hidden(input_ids, mask, positions);

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "backends/error.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::backends {
 
@@ -13,9 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
+using strings::in_quotes;
 
 [[noreturn]] void ill_typed(const char* key, const char* want, const json& got) {
   fail(error_code::decode_error,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/error.hpp"
+#include "strings/format.hpp"
 
 // The format stores little-endian bytes; we copy them verbatim.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -25,9 +26,7 @@ namespace {
 // Linux transfers at most this much per read/write call.
 constexpr size_t max_io_chunk = size_t{1} << 30;
 
-std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
+using strings::in_quotes;
 
 std::string errno_text() {
   return std::strerror(errno);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "backends/error.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::backends {
 
@@ -30,19 +31,9 @@ uint64_t read_le64(const uint8_t* p) {
   return x;
 }
 
-std::string in_quotes(const std::string& name) {
-  return "'" + name + "'";
-}
+using strings::in_quotes;
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0)
-      out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
+using strings::shape_text;
 
 json parse_json(const char* begin, const char* end) {
   // One set of keys per open object: nlohmann keeps the last of duplicate keys silently, which

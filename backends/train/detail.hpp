@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strings/format.hpp"
+
 #include <cstddef>
 #include <sstream>
 #include <string>
@@ -13,29 +15,11 @@
 
 namespace rlforge::backends::detail {
 
-/// `s` between single quotes, for naming a value in an error message.
-inline std::string in_quotes(const std::string& s) {
-  return "'" + s + "'";
-}
-
-/// A shape as "[d0, d1, ...]"; `Sizes` is any indexable sequence of integers with size()
-/// (at::IntArrayRef, std::vector<int64_t>).
-template <class Sizes> std::string shape_text(const Sizes& sizes) {
-  std::ostringstream out;
-  out << '[';
-  for (size_t i = 0; i < sizes.size(); ++i)
-    out << (i ? ", " : "") << sizes[i];
-  out << ']';
-  return out.str();
-}
-
-/// `x` with 17 significant digits, enough to tell any two doubles apart.
-inline std::string number_text(double x) {
-  std::ostringstream out;
-  out.precision(17);
-  out << x;
-  return out.str();
-}
+/// The messages' text helpers (strings/format.hpp): 'name', "[d0, d1]", and the shortest text
+/// that reads back as exactly a double.
+using strings::in_quotes;
+using strings::number_text;
+using strings::shape_text;
 
 /// Whether the JSON value `v` can be read as a `T`: a string for std::string, an integer for
 /// integral types, any number otherwise.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/error.hpp"
+#include "strings/format.hpp"
 
 #include <algorithm>
 #include <map>
@@ -25,12 +26,7 @@ std::string squote(const std::string& s) {
   return "'" + s + "'";
 }
 
-std::string shape_string(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
+using strings::shape_text;
 
 std::uint64_t align_up(std::uint64_t x, std::uint64_t a) {
   return (x + a - 1) / a * a;
@@ -158,7 +154,7 @@ transfer_header decode_transfer_header(const std::string& text) {
       for (auto d : s.shape)
         if (d < 0)
           bad("tensor " + squote(s.name) + " has a negative dimension in " +
-              shape_string(s.shape));
+              shape_text(s.shape));
       s.bytes = t.at("bytes").get<std::uint64_t>();
       if (s.bytes != byte_size(s.dtype, s.shape))
         bad("tensor " + squote(s.name) + " claims " + std::to_string(s.bytes) +
@@ -208,7 +204,7 @@ void check_transfer(const weight_manifest& incoming, std::uint64_t version,
     auto it = by_name.find(s.name);
     if (it == by_name.end()) {
       problem("unexpected tensor " + squote(s.name) + " (" + c10::toString(s.dtype) + " " +
-              shape_string(s.shape) + "): the receiver has no tensor of that name");
+              shape_text(s.shape) + "): the receiver has no tensor of that name");
       continue;
     }
     const auto& t = *it->second;
@@ -218,14 +214,14 @@ void check_transfer(const weight_manifest& incoming, std::uint64_t version,
       problem("tensor " + squote(s.name) + " has dtype " + c10::toString(s.dtype) +
               ", expected " + c10::toString(t.scalar_type()));
     if (t.sizes() != at::IntArrayRef(s.shape))
-      problem("tensor " + squote(s.name) + " has shape " + shape_string(s.shape) +
-              ", expected " + shape_string(t.sizes()));
+      problem("tensor " + squote(s.name) + " has shape " + shape_text(s.shape) +
+              ", expected " + shape_text(t.sizes()));
   }
   for (const auto& [name, t] : targets)
     if (!sent.count(name))
       problem("missing tensor " + squote(name) + " (" +
               (t.defined() ? std::string(c10::toString(t.scalar_type())) + " " +
-                                 shape_string(t.sizes())
+                                 shape_text(t.sizes())
                            : std::string("undefined")) +
               "): the sender did not send it");
   if (problems.empty())

@@ -16,6 +16,7 @@
 #include "examples/common/cli_help.hpp"
 
 #include "runtime/logging.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::examples::grpo {
 
@@ -202,11 +203,7 @@ const char* about =
     "Defaults below are those of the mode the other flags select (--quick, --env).\n"
     "`grpo_example --compare BASELINE.jsonl RUN.jsonl...` compares the metrics of runs.";
 
-std::string number_text(double x) {
-  std::ostringstream s;
-  s << x;
-  return s.str();
-}
+using strings::number_text;
 
 /// Where each valued flag's value goes in `o`, and what it accepts.
 struct flag_targets {

@@ -8,26 +8,6 @@
 
 namespace rlforge::service::wire_detail {
 
-std::string number_text(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names)
-    out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "(none)" : out;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 size_t element_size(dtype t) {
   switch (t) {
   case dtype::float32:

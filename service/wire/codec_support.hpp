@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strings/format.hpp"
 #include "service/tinker.pb.h"
 #include "service/wire/limits.hpp"
 #include "tinker/error.hpp"
@@ -38,10 +39,10 @@ using tinker::request_error;
   tinker::fail_server(message);
 }
 
-/// Shortest text of a double; "a, b, c" ("(none)" when empty); "[2, 3]".
-std::string number_text(double v);
-std::string join(const std::vector<std::string>& names);
-std::string shape_text(const std::vector<int64_t>& shape);
+/// The messages' text helpers (strings/format.hpp).
+using strings::join;
+using strings::number_text;
+using strings::shape_text;
 
 /// Bytes of one element of `t`.
 size_t element_size(dtype t);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fails when a lower layer includes a higher one (DESIGN.md "Layers"):
-#   tinker/     standard C++ only: no CAF, no torch, no other rlforge folder
+#   strings/    standard C++ only, no other rlforge folder: the messages' text helpers, which
+#               every other folder may use (it is below them all)
+#   tinker/     standard C++ only: no CAF, no torch, no other rlforge folder but strings/
 #   text/       standard C++ and Debian libraries (PCRE2, ICU, SentencePiece, nlohmann-json): no CAF,
 #               no torch, no other rlforge folder
 #   chat/       standard C++ and nlohmann-json only: no CAF, no torch, no other rlforge folder
@@ -24,6 +26,7 @@ set -euo pipefail
 check_tree() {
   local root=$1 status=0
   declare -A forbidden=(
+    [strings]='#include ["<](tinker|text|chat|env|prompt|rl|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
     [tinker]='#include ["<](rl|prompt|placement|runtime|backends|actors|cli|examples|bench|service)/|#include <(caf|torch|ATen|c10)/'
     [text]='#include ["<](rl|tinker|chat|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
     [chat]='#include ["<](rl|tinker|text|env|prompt|placement|runtime|backends|actors|cli|examples|bench|service|tests|fuzz)/|#include <(caf|torch|ATen|c10)/'
@@ -38,7 +41,7 @@ check_tree() {
   )
   # The actors/ headers service/ may include: plain C++ interfaces that pull neither torch nor CAF.
   local service_actor_headers='actors/tinker_backend\.hpp'
-  for dir in tinker text chat env prompt placement runtime backends actors rl service; do
+  for dir in strings tinker text chat env prompt placement runtime backends actors rl service; do
     [ -d "$root/$dir" ] || continue
     local hits
     hits=$(grep -rnE "${forbidden[$dir]}" "$root/$dir" --include='*.hpp' --include='*.cpp' \
