@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include "tests/support/temp_dir.hpp"
 
 using namespace rlforge::examples::report;
 using testing::HasSubstr;
@@ -45,21 +46,7 @@ step_stats sample_stats() {
   return s;
 }
 
-/// A fresh directory removed at the end of the test.
-struct scratch_dir {
-  fs::path path;
-  scratch_dir() {
-    path = fs::temp_directory_path() /
-           ("rlforge_report_test_" + std::to_string(::getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using rlforge::test_support::temp_dir;
 
 } // namespace
 
@@ -100,8 +87,8 @@ TEST(Report, RefusesBadStats) {
 }
 
 TEST(Report, JsonlRecordsRoundTrip) {
-  scratch_dir dir;
-  auto path = (dir.path / "m.jsonl").string();
+  temp_dir dir;
+  auto path = (dir.path() / "m.jsonl").string();
   {
     std::ofstream out(path);
     auto s = sample_stats();
@@ -120,8 +107,8 @@ TEST(Report, JsonlRecordsRoundTrip) {
 }
 
 TEST(Report, ReadMetricsNamesTheBadLine) {
-  scratch_dir dir;
-  auto path = (dir.path / "bad.jsonl").string();
+  temp_dir dir;
+  auto path = (dir.path() / "bad.jsonl").string();
   {
     std::ofstream out(path);
     out << to_json(sample_stats()).dump() << "\n{not json\n";
@@ -140,7 +127,7 @@ TEST(Report, ReadMetricsNamesTheBadLine) {
   }
   EXPECT_THAT(error_of<std::runtime_error>([&] { read_metrics(path); }),
               HasSubstr("not a JSON object"));
-  EXPECT_THAT(error_of<std::runtime_error>([&] { read_metrics((dir.path / "none").string()); }),
+  EXPECT_THAT(error_of<std::runtime_error>([&] { read_metrics((dir.path() / "none").string()); }),
               HasSubstr("cannot be read"));
 }
 
@@ -177,26 +164,26 @@ TEST(Report, PlotScriptRefusesBadSpecs) {
 TEST(Report, PlotWritesAPngWhenGnuplotExists) {
   if (!find_program("gnuplot"))
     GTEST_SKIP() << "gnuplot is not installed";
-  scratch_dir dir;
+  temp_dir dir;
   plot_spec spec;
   for (int i = 0; i < 30; ++i)
     spec.rewards.push_back(0.3 + 0.02 * i);
-  spec.png_path = (dir.path / "reward curve.png").string();
+  spec.png_path = (dir.path() / "reward curve.png").string();
   auto r = plot_reward_curve(spec);
   ASSERT_TRUE(r.written) << r.message;
   EXPECT_TRUE(r.message.empty());
   EXPECT_TRUE(is_png(spec.png_path));
   EXPECT_GT(fs::file_size(spec.png_path), 1000u);
   // Scratch files are cleaned up: only the PNG is left in the directory.
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
 TEST(Report, MissingGnuplotIsReportedNotThrown) {
-  scratch_dir dir;
+  temp_dir dir;
   plot_spec spec;
   spec.rewards = {0.5};
-  spec.png_path = (dir.path / "p.png").string();
-  auto r = plot_reward_curve(spec, (dir.path / "no-such-gnuplot").string());
+  spec.png_path = (dir.path() / "p.png").string();
+  auto r = plot_reward_curve(spec, (dir.path() / "no-such-gnuplot").string());
   EXPECT_FALSE(r.written);
   EXPECT_THAT(r.message, HasSubstr("gnuplot not found"));
   EXPECT_THAT(r.message, HasSubstr("gnuplot-nox"));
@@ -206,8 +193,8 @@ TEST(Report, MissingGnuplotIsReportedNotThrown) {
 }
 
 TEST(Report, FailingGnuplotIsReportedWithItsStatus) {
-  scratch_dir dir;
-  auto fake = dir.path / "fake-gnuplot";
+  temp_dir dir;
+  auto fake = dir.path() / "fake-gnuplot";
   {
     std::ofstream out(fake);
     out << "#!/bin/sh\necho 'cannot draw' >&2\nexit 3\n";
@@ -215,7 +202,7 @@ TEST(Report, FailingGnuplotIsReportedWithItsStatus) {
   fs::permissions(fake, fs::perms::owner_all);
   plot_spec spec;
   spec.rewards = {0.5};
-  spec.png_path = (dir.path / "p.png").string();
+  spec.png_path = (dir.path() / "p.png").string();
   auto r = plot_reward_curve(spec, fake.string());
   EXPECT_FALSE(r.written);
   EXPECT_THAT(r.message, HasSubstr("exit status 3"));
@@ -223,8 +210,8 @@ TEST(Report, FailingGnuplotIsReportedWithItsStatus) {
 }
 
 TEST(Report, IsPngChecksTheSignature) {
-  scratch_dir dir;
-  auto p = (dir.path / "x.png").string();
+  temp_dir dir;
+  auto p = (dir.path() / "x.png").string();
   EXPECT_FALSE(is_png(p));
   {
     std::ofstream out(p, std::ios::binary);

@@ -74,9 +74,7 @@ model_spec tiny_spec(uint64_t seed) {
   return s;
 }
 
-struct temp_dir : test::temp_dir {
-  temp_dir() : test::temp_dir("dispatch") {}
-};
+using test::temp_dir;
 
 void register_sleeper_kind() {
   actor_kind k;

@@ -76,9 +76,7 @@ model_spec tiny_spec(uint64_t seed) {
   return s;
 }
 
-struct temp_dir : test::temp_dir {
-  temp_dir() : test::temp_dir("worker") {}
-};
+using test::temp_dir;
 
 class Workers : public test::actor_fixture {
 protected:

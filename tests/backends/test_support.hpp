@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "backends/error.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace rlforge::backends::testing {
 
@@ -36,48 +37,8 @@ inline constexpr double inf = std::numeric_limits<double>::infinity();
 
 // ---- temporary directories ------------------------------------------------------------------
 
-/// A fresh, empty directory under the system temp dir, removed (with its contents) when the
-/// guard goes out of scope. Each instance gets its own path: `rlforge_<tag>_<pid>_<n>`, where
-/// `n` counts the guards made by this process.
-class temp_dir {
-public:
-  /// Creates the directory; `tag` only makes the name easier to recognise.
-  explicit temp_dir(const std::string& tag = "test") {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("rlforge_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  /// Removes the directory; errors are ignored so that a destructor never throws.
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-
-  /// The directory.
-  const std::filesystem::path& path() const { return path_; }
-  /// The directory as a string.
-  std::string str() const { return path_.string(); }
-  /// The path of `name` inside the directory (the file need not exist).
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  /// The names of the entries directly inside the directory.
-  std::set<std::string> files() const {
-    std::set<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(path_))
-      out.insert(e.path().filename().string());
-    return out;
-  }
-  /// Writes `text` to the file `name` inside the directory, replacing it.
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-  }
-
-private:
-  std::filesystem::path path_;
-};
+/// The tests' one temporary directory (tests/support/temp_dir.hpp).
+using ::rlforge::test_support::temp_dir;
 
 // ---- errors ---------------------------------------------------------------------------------
 

@@ -8,32 +8,14 @@
 #include <functional>
 
 #include "tests/chat/test_support.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace rlforge::chat::test {
 namespace {
 
 namespace fs = std::filesystem;
 
-/// A fresh temporary directory, removed with the object.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    path = fs::temp_directory_path() /
-           ("rlforge-chat-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name, std::ios::binary) << text;
-  }
-};
+using rlforge::test_support::temp_dir;
 
 const char* chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
                      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -102,25 +84,25 @@ TEST(ChatTemplateRenderer, LoadsADirectoryOrAFileAndPrefersChatTemplateJinja) {
   temp_dir d;
   d.write("tokenizer_config.json",
           json{{"chat_template", "config:{{ bos_token }}"}, {"bos_token", "<s>"}}.dump());
-  EXPECT_EQ(template_renderer::from_tokenizer_config(d.path).render(json::array(), false),
+  EXPECT_EQ(template_renderer::from_tokenizer_config(d.path()).render(json::array(), false),
             "config:<s>");
-  EXPECT_EQ(template_renderer::from_tokenizer_config(d.path / "tokenizer_config.json")
+  EXPECT_EQ(template_renderer::from_tokenizer_config(d.path() / "tokenizer_config.json")
                 .render(json::array(), false),
             "config:<s>");
   d.write("chat_template.jinja", "file:{{ bos_token }}\n");
-  EXPECT_EQ(template_renderer::from_tokenizer_config(d.path).render(json::array(), false),
+  EXPECT_EQ(template_renderer::from_tokenizer_config(d.path()).render(json::array(), false),
             "file:<s>");
 }
 
 TEST(ChatTemplateRenderer, RefusesBadConfigurationsNamingTheProblem) {
   temp_dir d;
-  expect_config_error([&] { template_renderer::from_tokenizer_config(d.path); },
+  expect_config_error([&] { template_renderer::from_tokenizer_config(d.path()); },
                       "tokenizer_config.json does not exist");
   d.write("tokenizer_config.json", "{not json");
-  expect_config_error([&] { template_renderer::from_tokenizer_config(d.path); },
+  expect_config_error([&] { template_renderer::from_tokenizer_config(d.path()); },
                       "is not valid JSON");
   d.write("tokenizer_config.json", R"({"bos_token": "<s>"})");
-  expect_config_error([&] { template_renderer::from_tokenizer_config(d.path); },
+  expect_config_error([&] { template_renderer::from_tokenizer_config(d.path()); },
                       "has no chat_template");
   expect_config_error(
       [] {

@@ -14,6 +14,7 @@
 #include "text/bpe_trainer.hpp"
 #include "text/error.hpp"
 #include "text/model_tokenizer.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace rlforge::prompt {
 namespace {
@@ -21,26 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-/// A fresh directory under the system's temporary directory, removed with its contents.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("rlforge-prompt-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using rlforge::test_support::temp_dir;
 
 /// The directory of a model with init-model's tokenizer for `vocab` ids.
 struct model_dir : temp_dir {
   explicit model_dir(size_t vocab = 512) {
-    text::write_tokenizer_files(path, text::train_model_tokenizer(vocab));
+    text::write_tokenizer_files(path(), text::train_model_tokenizer(vocab));
   }
 };
 
@@ -59,7 +46,7 @@ template <class E> void expect_throws(const std::function<void()>& f, const std:
 
 TEST(ChatPrompt, RendersAndEncodesMessagesWithTheModelsTemplate) {
   model_dir dir;
-  auto chat = chat_prompt::load(dir.path);
+  auto chat = chat_prompt::load(dir.path());
   ASSERT_TRUE(chat.has_template());
   const json messages = json::array({message("system", "Be brief."), message("user", "Hi!")});
   const std::string want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!"
@@ -74,7 +61,7 @@ TEST(ChatPrompt, RendersAndEncodesMessagesWithTheModelsTemplate) {
 
 TEST(ChatPrompt, FindsTheEndOfTurnTokenTheTemplateWrites) {
   model_dir dir;
-  auto chat = chat_prompt::load(dir.path);
+  auto chat = chat_prompt::load(dir.path());
   EXPECT_EQ(chat.end_of_turn_id(), chat.tokenizer().token_to_id("<|im_end|>"));
 
   // A Llama-3-style layout (written for this test) ends turns with another token.
@@ -88,8 +75,8 @@ TEST(ChatPrompt, FindsTheEndOfTurnTokenTheTemplateWrites) {
                     "{{ m.content }}<|turn_end|>{% endfor %}"
                     "{% if add_generation_prompt %}<|header|>assistant<|end_header|>{% endif %}";
   temp_dir other;
-  text::write_tokenizer_files(other.path, text::train_bpe(text::builtin_corpus(), o));
-  auto llama_like = chat_prompt::load(other.path);
+  text::write_tokenizer_files(other.path(), text::train_bpe(text::builtin_corpus(), o));
+  auto llama_like = chat_prompt::load(other.path());
   EXPECT_EQ(llama_like.end_of_turn_id(), llama_like.tokenizer().token_to_id("<|turn_end|>"));
 }
 
@@ -97,8 +84,8 @@ TEST(ChatPrompt, WithoutATemplateEncodesNoMessagesAndStopsOnEos) {
   temp_dir dir;
   text::bpe_trainer_options o;
   o.vocab_size = 300;
-  text::write_tokenizer_files(dir.path, text::train_bpe(text::builtin_corpus(), o));
-  auto chat = chat_prompt::load(dir.path);
+  text::write_tokenizer_files(dir.path(), text::train_bpe(text::builtin_corpus(), o));
+  auto chat = chat_prompt::load(dir.path());
   EXPECT_FALSE(chat.has_template());
   EXPECT_EQ(chat.end_of_turn_id(), chat.tokenizer().token_to_id("<|endoftext|>"));
   expect_throws<prompt_error>([&] { chat.render(json::array({message("user", "x")}), true); },
@@ -107,16 +94,16 @@ TEST(ChatPrompt, WithoutATemplateEncodesNoMessagesAndStopsOnEos) {
 
 TEST(ChatPrompt, RefusesAMissingTokenizerAndABrokenTemplate) {
   temp_dir empty;
-  expect_throws<text::tokenizer_error>([&] { chat_prompt::load(empty.path); },
+  expect_throws<text::tokenizer_error>([&] { chat_prompt::load(empty.path()); },
                                        "neither tokenizer.json nor tokenizer.model");
   model_dir dir;
-  std::ofstream(dir.path / "chat_template.jinja") << "{% for m in messages %}{{ m.content }";
-  expect_throws<chat::template_error>([&] { chat_prompt::load(dir.path); }, "syntax");
+  std::ofstream(dir.path() / "chat_template.jinja") << "{% for m in messages %}{{ m.content }";
+  expect_throws<chat::template_error>([&] { chat_prompt::load(dir.path()); }, "syntax");
 }
 
 TEST(ChatPrompt, TheTemplateRefusesMessagesWithoutStringContent) {
   model_dir dir;
-  auto chat = chat_prompt::load(dir.path);
+  auto chat = chat_prompt::load(dir.path());
   const json bad = json::array({json{{"role", "user"}, {"content", 7}}});
   expect_throws<chat::template_error>([&] { chat.render(bad, true); },
                                       "message 1 needs a string role and a string content");
@@ -124,7 +111,7 @@ TEST(ChatPrompt, TheTemplateRefusesMessagesWithoutStringContent) {
 
 TEST(ChatPrompt, DecodesGeneratedIdsLeavingOutIdsWithoutAToken) {
   model_dir dir(4096);
-  auto chat = chat_prompt::load(dir.path);
+  auto chat = chat_prompt::load(dir.path());
   const auto vocab = chat.tokenizer().vocab_size();
   ASSERT_LT(vocab, 4096);
   auto ids = chat.tokenizer().encode("I guess 42.", false);
@@ -138,7 +125,7 @@ TEST(ChatPrompt, DecodesGeneratedIdsLeavingOutIdsWithoutAToken) {
 
 TEST(ChatPrompt, ContinuationKeepsTheSampledTokensAndAppendsTheNextTurn) {
   model_dir dir;
-  auto chat = chat_prompt::load(dir.path);
+  auto chat = chat_prompt::load(dir.path());
   json history = json::array({message("user", "Guess my number.")});
   auto ids = chat.encode(history, true);
   const auto eot = *chat.end_of_turn_id();
@@ -168,7 +155,7 @@ TEST(ChatPrompt, ContinuationKeepsTheSampledTokensAndAppendsTheNextTurn) {
 
 TEST(ChatPrompt, ContinuationRefusesTemplatesThatDoNotOnlyAppend) {
   model_dir dir;
-  const auto tok = text::tokenizer::load(dir.path);
+  const auto tok = text::tokenizer::load(dir.path());
   const json history = json::array({message("user", "Hi"), message("assistant", "Hello")});
   const json next = message("user", "Again");
   // Only the last message: earlier turns disappear.
@@ -181,7 +168,7 @@ TEST(ChatPrompt, ContinuationRefusesTemplatesThatDoNotOnlyAppend) {
                              json::object()));
   expect_throws<prompt_error>([&] { upper.continuation(history, false, next); }, "verbatim");
   // The history must end with the assistant's turn.
-  auto chat = chat_prompt::load(dir.path);
+  auto chat = chat_prompt::load(dir.path());
   expect_throws<prompt_error>(
       [&] { chat.continuation(json::array({message("user", "Hi")}), false, next); },
       "must end with an assistant message");

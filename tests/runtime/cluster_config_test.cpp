@@ -11,6 +11,7 @@
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
 #include "runtime/tls.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace rlforge;
 using namespace rlforge::runtime;
@@ -18,19 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct scratch_dir {
-  fs::path path;
-  scratch_dir() {
-    static int n = 0;
-    path = fs::temp_directory_path()
-           / ("rlforge_cluster_config_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using rlforge::test_support::temp_dir;
 
 std::string message_of(const caf::error& err) {
   return error_message(err);
@@ -63,42 +52,42 @@ TEST(ClusterEndpoint, ParsesHostAndPortAndRefusesNonsense) {
 }
 
 TEST(ClusterTlsFiles, InitWritesACaAndACertificateThatVerifyAndNeverOverwrites) {
-  scratch_dir d;
-  ASSERT_FALSE(init_tls(d.path.string()));
-  EXPECT_FALSE(check_tls(d.path.string()));
-  auto files = tls_files_in(d.path.string());
+  temp_dir d;
+  ASSERT_FALSE(init_tls(d.str()));
+  EXPECT_FALSE(check_tls(d.str()));
+  auto files = tls_files_in(d.str());
   EXPECT_EQ(fs::status(files.key).permissions() & (fs::perms::group_all | fs::perms::others_all),
             fs::perms::none);
-  auto again = init_tls(d.path.string());
+  auto again = init_tls(d.str());
   ASSERT_TRUE(again);
   EXPECT_TRUE(is(again, errc::already_exists));
   EXPECT_NE(message_of(again).find("ca.pem"), std::string::npos) << message_of(again);
 }
 
 TEST(ClusterTlsFiles, CheckNamesTheFileAndTheProblem) {
-  scratch_dir a, b;
-  ASSERT_FALSE(init_tls(a.path.string()));
-  ASSERT_FALSE(init_tls(b.path.string()));
-  auto fa = tls_files_in(a.path.string()), fb = tls_files_in(b.path.string());
+  temp_dir a, b;
+  ASSERT_FALSE(init_tls(a.str()));
+  ASSERT_FALSE(init_tls(b.str()));
+  auto fa = tls_files_in(a.str()), fb = tls_files_in(b.str());
   // Another CA's key with this certificate.
   fs::copy_file(fb.key, fa.key, fs::copy_options::overwrite_existing);
-  auto wrong_key = check_tls(a.path.string());
+  auto wrong_key = check_tls(a.str());
   ASSERT_TRUE(wrong_key);
   EXPECT_NE(message_of(wrong_key).find("does not belong"), std::string::npos)
     << message_of(wrong_key);
   // A certificate (with its key) signed by another CA.
   fs::copy_file(fb.cert, fa.cert, fs::copy_options::overwrite_existing);
-  auto other_ca = check_tls(a.path.string());
+  auto other_ca = check_tls(a.str());
   ASSERT_TRUE(other_ca);
   EXPECT_NE(message_of(other_ca).find("does not verify against CA"), std::string::npos)
     << message_of(other_ca);
   // A file that is not PEM, and a missing one.
   { std::ofstream(fa.cert) << "not a certificate"; }
-  auto garbage = check_tls(a.path.string());
+  auto garbage = check_tls(a.str());
   ASSERT_TRUE(garbage);
   EXPECT_NE(message_of(garbage).find(fa.cert), std::string::npos) << message_of(garbage);
   fs::remove(fa.ca_cert);
-  auto missing = check_tls(a.path.string());
+  auto missing = check_tls(a.str());
   ASSERT_TRUE(missing);
   EXPECT_NE(message_of(missing).find(fa.ca_cert), std::string::npos) << message_of(missing);
 }
@@ -129,10 +118,10 @@ TEST(ClusterConfig, ClusterOptionsAreCheckedAndTlsLoadsTheOpensslModule) {
     EXPECT_NE(message_of(err).find("/nonexistent/rlforge-tls/ca.pem"), std::string::npos)
       << message_of(err);
   }
-  scratch_dir d;
-  ASSERT_FALSE(init_tls(d.path.string()));
+  temp_dir d;
+  ASSERT_FALSE(init_tls(d.str()));
   system_config cfg;
-  ASSERT_FALSE(cfg.parse_args({"--tls", d.path.string(), "--cluster", "127.0.0.1:6380"}));
+  ASSERT_FALSE(cfg.parse_args({"--tls", d.str(), "--cluster", "127.0.0.1:6380"}));
   EXPECT_TRUE(cfg.tls());
   EXPECT_EQ(cfg.cluster, "127.0.0.1:6380");
   caf::actor_system sys{cfg};

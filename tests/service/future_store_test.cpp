@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <atomic>
 #include <filesystem>
@@ -20,11 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// Each test's scratch directory.
-class temp_dir : public rlforge::service::testing::temp_dir {
-public:
-  temp_dir() : rlforge::service::testing::temp_dir("store") {}
-};
+using rlforge::test_support::temp_dir;
 
 /// Runs `f`, expects a store_error with `code` whose message contains `needle`.
 template <class F> void expect_store_error(F&& f, store_errc code, const std::string& needle) {

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/service/temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "text/bpe_trainer.hpp"
 
 namespace rlforge::service::openai {
@@ -45,7 +45,7 @@ protected:
     return s;
   }
 
-  service::testing::temp_dir dir_;
+  rlforge::test_support::temp_dir dir_;
   std::optional<prompt::chat_prompt> chat_;
 };
 

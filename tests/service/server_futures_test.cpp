@@ -217,7 +217,7 @@ TEST_F(ServerFutures, PendingAtCrashIsReportedFailed) {
   auto store2 = future_store::open(db_path());
   EXPECT_EQ(store2->failed_at_open(), 1u);
   auto o2 = opts;
-  o2.checkpoint_dir = (dir.path / "checkpoints2").string();
+  o2.checkpoint_dir = (dir.path() / "checkpoints2").string();
   http_server server2(o2, backend2, *store2);
   tinker_client client2("127.0.0.1", server2.start(), test_key);
   auto j = parse(client2.wait_future(id, true));

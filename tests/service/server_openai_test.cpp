@@ -26,7 +26,7 @@ protected:
   std::filesystem::path tokenizer_dir;
 
   ServerOpenAI() {
-    tokenizer_dir = dir.path / "tokenizer";
+    tokenizer_dir = dir.path() / "tokenizer";
     text::bpe_trainer_options o;
     o.vocab_size = 300;
     o.chat_template = chat_template;

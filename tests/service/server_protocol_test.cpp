@@ -667,7 +667,7 @@ TEST_F(ServerProtocol, UnloadModelFreesItAndLaterCallsAre404) {
 }
 
 TEST_F(ServerProtocol, RefusesBadOptions) {
-  opts.checkpoint_dir = (dir.path / "c").string();
+  opts.checkpoint_dir = (dir.path() / "c").string();
   store = future_store::open(db_path());
   auto make = [&](server_options o) { http_server s(o, backend, *store); };
   auto o = opts;

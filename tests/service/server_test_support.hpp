@@ -24,6 +24,7 @@
 #include "service/future_store.hpp"
 #include "service/http_server.hpp"
 #include "service/tinker_client.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace rlforge::service::test {
 
@@ -234,23 +235,8 @@ private:
   std::chrono::milliseconds sample_delay_{0};
 };
 
-/// A fresh directory under the system temp dir, removed at destruction.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    auto base = std::filesystem::temp_directory_path();
-    std::string tmpl = (base / "rlforge-server-XXXXXX").string();
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed");
-    path = buf.data();
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+/// The tests' one temporary directory (tests/support/temp_dir.hpp).
+using ::rlforge::test_support::temp_dir;
 
 constexpr const char* test_key = "test-key-123";
 
@@ -276,10 +262,10 @@ protected:
     server.reset();
   }
 
-  std::string db_path() const { return (dir.path / "futures.db").string(); }
+  std::string db_path() const { return (dir.path() / "futures.db").string(); }
 
   void start() {
-    opts.checkpoint_dir = (dir.path / "checkpoints").string();
+    opts.checkpoint_dir = (dir.path() / "checkpoints").string();
     if (!store)
       store = future_store::open(db_path());
     server = std::make_unique<http_server>(opts, backend, *store);

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <atomic>
 #include <cstdio>
@@ -23,11 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// Each test's scratch directory.
-class temp_dir : public rlforge::service::testing::temp_dir {
-public:
-  temp_dir() : rlforge::service::testing::temp_dir("tar") {}
-};
+using rlforge::test_support::temp_dir;
 
 void write_file(const fs::path& p, const std::string& content) {
   fs::create_directories(p.parent_path());

@@ -19,6 +19,8 @@
 #include "text/error.hpp"
 #include "text/unicode/byte_level.hpp"
 
+#include "tests/support/temp_dir.hpp"
+
 namespace rlforge::text::test {
 
 /// Runs `f`; expects a `tokenizer_error` whose message holds every one of `parts`.
@@ -37,26 +39,8 @@ inline void expect_error(const std::function<void()>& f, std::initializer_list<s
   ADD_FAILURE() << "no tokenizer_error thrown (expected one mentioning " << *parts.begin() << ")";
 }
 
-/// A fresh directory under the system's temporary directory, removed with its contents.
-class temp_dir {
-public:
-  temp_dir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "rlforge-text-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
-private:
-  std::filesystem::path path_;
-};
+/// The tests' one temporary directory (tests/support/temp_dir.hpp).
+using ::rlforge::test_support::temp_dir;
 
 inline void write_file(const std::filesystem::path& file, const std::string& content) {
   std::filesystem::create_directories(file.parent_path());
