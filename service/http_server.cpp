@@ -203,9 +203,7 @@ int http_server::start() {
   }
   s.bound_port = port;
   s.started = true;
-  s.started_seconds = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  s.started_seconds = future_store::now_ms() / 1000;
   s.listener = std::thread([&s] { s.svr.listen_after_bind(); });
   // cpp-httplib's stop() does nothing until the accept loop runs: wait for it, so that a stop()
   // right after start() cannot leave the loop running forever.

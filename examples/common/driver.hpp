@@ -37,7 +37,7 @@
 #include "runtime/logging.hpp"
 #include "runtime/stop_signals.hpp"
 #include "runtime/system_config.hpp"
-#include "examples/common/cli_help.hpp"
+#include "examples/common/command_line.hpp"
 
 namespace rlforge::examples {
 
@@ -57,33 +57,20 @@ struct driver_options {
 
 namespace detail {
 
-/// `text` as an integer in [lo, hi], strictly (no trailing characters); false otherwise.
-inline bool integer_in(const std::string& text, long long lo, long long hi, long long& out) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || errno != 0 || *end != '\0' || v < lo || v > hi)
-    return false;
-  out = v;
-  return true;
-}
-
 /// Checks and stores the value of flag `name` (as CLI11 captured it) into `o`; returns the error
 /// naming the flag and the value, or "".
 inline std::string store_flag(const std::string& name, const std::string& count_flag,
                               const std::string& v, driver_options& o) {
   long long n = 0;
   if (name == count_flag || name == "--batch" || name == "--ranks") {
-    if (!integer_in(v, 1, 1000000000, n))
+    if (!parse_integer(v, 1, 1000000000, n))
       return name + " must be an integer >= 1, got '" + v + "'";
     (name == count_flag ? o.count : name == "--batch" ? o.batch : o.ranks) = static_cast<int>(n);
   } else if (name == "--lr") {
-    char* end = nullptr;
-    o.lr = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !(o.lr > 0) || !std::isfinite(o.lr))
+    if (!parse_number(v, o.lr) || !(o.lr > 0))
       return "--lr must be a finite number > 0, got '" + v + "'";
   } else if (name == "--seed") {
-    if (!integer_in(v, 0, std::numeric_limits<long long>::max(), n))
+    if (!parse_integer(v, 0, std::numeric_limits<long long>::max(), n))
       return "--seed must be a non-negative integer, got '" + v + "'";
     o.seed = static_cast<uint64_t>(n);
   } else if (name == "--log-level") {

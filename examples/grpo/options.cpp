@@ -13,7 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "examples/common/cli_help.hpp"
+#include "examples/common/command_line.hpp"
 
 #include "runtime/logging.hpp"
 #include "strings/format.hpp"
@@ -21,30 +21,6 @@
 namespace rlforge::examples::grpo {
 
 namespace {
-
-bool parse_int(const std::string& s, long long lo, long long hi, long long& out) {
-  if (s.empty())
-    return false;
-  errno = 0;
-  char* end = nullptr;
-  auto v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || v < lo || v > hi)
-    return false;
-  out = v;
-  return true;
-}
-
-bool parse_double(const std::string& s, double& out) {
-  if (s.empty())
-    return false;
-  errno = 0;
-  char* end = nullptr;
-  auto v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || *end != '\0' || !std::isfinite(v))
-    return false;
-  out = v;
-  return true;
-}
 
 void apply_quick(options& o) {
   o.quick = true;
@@ -350,7 +326,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     }
     if (auto it = ints.find(a); it != ints.end()) {
       long long x = 0;
-      if (!parse_int(v, it->second.lo, it->second.hi, x)) {
+      if (!parse_integer(v, it->second.lo, it->second.hi, x)) {
         r.error = a + " must be an integer in [" + std::to_string(it->second.lo) + ", " +
                   std::to_string(it->second.hi) + "], got '" + v + "'";
         return r;
@@ -359,7 +335,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
     } else if (auto rt = reals.find(a); rt != reals.end()) {
       double x = 0;
       bool zero_ok = rt->second.second;
-      if (!parse_double(v, x) || x < 0 || (x == 0 && !zero_ok)) {
+      if (!parse_number(v, x) || x < 0 || (x == 0 && !zero_ok)) {
         r.error = a + " must be a finite number " + (zero_ok ? ">= 0" : "> 0") + ", got '" + v +
                   "'";
         return r;
@@ -394,7 +370,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
       *pt->second = v;
     } else { // --seed
       long long x = 0;
-      if (!parse_int(v, 0, std::numeric_limits<long long>::max(), x)) {
+      if (!parse_integer(v, 0, std::numeric_limits<long long>::max(), x)) {
         r.error = "--seed must be a non-negative integer, got '" + v + "'";
         return r;
       }

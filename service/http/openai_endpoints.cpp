@@ -71,14 +71,16 @@ tinker::sampler_ref sampler_named(server_state& s, const std::string& model) {
     return ref;
   }
   if (model.rfind("tinker://", 0) == 0) {
+    s.purge_expired(); // an expired checkpoint is gone for sampling too
     auto c = s.store.get_checkpoint(model);
     if (!c)
       throw oa::request_error("model", "no checkpoint '" + model + "' (GET /v1/models lists them)",
                               404);
-    if (c->kind != checkpoint_kind::sampler_weights)
-      throw oa::request_error("model", "checkpoint " + model +
-                                           " is training state; sampling needs a "
-                                           "tinker://.../sampler_weights/... checkpoint");
+    try {
+      require_sampler_kind(*c);
+    } catch (const http_error& e) {
+      throw oa::request_error("model", e.what(), e.status);
+    }
     ref.type = tinker::sampler_ref::kind::checkpoint;
     ref.dir = c->dir;
     ref.name = model;
@@ -220,9 +222,7 @@ std::string new_id(const oa::generation_request& r) {
 }
 
 int64_t now_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return future_store::now_ms() / 1000;
 }
 
 void answer_whole(server_state& s, const oa::generation_request& r, tinker::sample_request t,
@@ -289,12 +289,12 @@ std::string sse(const ojson& data) {
 
 /// The worker-side state of a streamed answer: each choice's text and how many have finished.
 struct stream_builder {
-  stream_builder(const oa::generation_request& r, const prompt::chat_prompt& chat,
-                 std::shared_ptr<const prompt::chat_prompt> keep, int64_t prompt_tokens)
-      : request(r), chat(chat), keep_chat(std::move(keep)), writer(chat, r.tokens_as_ids),
+  stream_builder(const oa::generation_request& r, std::shared_ptr<const prompt::chat_prompt> chat,
+                 int64_t prompt_tokens)
+      : request(r), chat(std::move(chat)), writer(*this->chat, r.tokens_as_ids),
         prompt_tokens(prompt_tokens), id(new_id(r)), created(now_seconds()) {
     for (int64_t i = 0; i < r.n; ++i)
-      texts.emplace_back(chat, r.stop);
+      texts.emplace_back(*this->chat, r.stop);
     offsets.assign(static_cast<size_t>(r.n), 0);
   }
 
@@ -330,8 +330,8 @@ struct stream_builder {
   }
 
   const oa::generation_request request;
-  const prompt::chat_prompt& chat;
-  std::shared_ptr<const prompt::chat_prompt> keep_chat; ///< keeps `chat` alive
+  /// The tokenizer `writer` and `texts` read, kept alive as long as the stream.
+  const std::shared_ptr<const prompt::chat_prompt> chat;
   oa::logprob_writer writer;
   const int64_t prompt_tokens;
   const std::string id;
@@ -345,7 +345,7 @@ struct stream_builder {
 void answer_stream(server_state& s, const oa::generation_request& r, tinker::sample_request t,
                    std::shared_ptr<const prompt::chat_prompt> chat, httplib::Response& res) {
   auto events = std::make_shared<event_stream>();
-  auto builder = std::make_shared<stream_builder>(r, *chat, chat,
+  auto builder = std::make_shared<stream_builder>(r, std::move(chat),
                                                   static_cast<int64_t>(t.prompt.size()));
   if (r.kind == oa::endpoint::chat_completions)
     for (int64_t i = 0; i < r.n; ++i) {

@@ -9,10 +9,7 @@ namespace {
 
 checkpoint_record require_sampler_checkpoint(server_state& s, const std::string& tinker_path) {
   auto c = s.require_checkpoint(tinker_path);
-  if (c.kind != checkpoint_kind::sampler_weights)
-    throw http_error(400, "checkpoint " + tinker_path +
-                              " is training state; sampling needs a "
-                              "tinker://.../sampler_weights/... checkpoint");
+  require_sampler_kind(c);
   return c;
 }
 

@@ -129,6 +129,13 @@ tinker_path_parts parse_tinker_path(const std::string& path) {
   return p;
 }
 
+void require_sampler_kind(const checkpoint_record& c) {
+  if (c.kind != checkpoint_kind::sampler_weights)
+    throw http_error(400, "checkpoint " + c.tinker_path +
+                              " is training state; sampling needs a "
+                              "tinker://.../sampler_weights/... checkpoint");
+}
+
 uint64_t tree_size(const fs::path& dir) {
   uint64_t total = 0;
   std::error_code ec;

@@ -75,6 +75,10 @@ struct tinker_path_parts {
 };
 tinker_path_parts parse_tinker_path(const std::string& path);
 
+/// 400 unless `c` holds sampler weights: sampling needs a tinker://.../sampler_weights/...
+/// checkpoint, not training state (the Tinker and the OpenAI endpoints both check it so).
+void require_sampler_kind(const checkpoint_record& c);
+
 /// Bytes of the regular files under `dir`.
 uint64_t tree_size(const fs::path& dir);
 

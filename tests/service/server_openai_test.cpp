@@ -134,6 +134,24 @@ TEST_F(ServerOpenAI, ModelsListsTheBaseModelAndItsSamplerCheckpoints) {
   EXPECT_EQ(json::parse(refused->body).at("error").at("type"), "authentication_error");
 }
 
+TEST_F(ServerOpenAI, ASamplerCheckpointPastItsTtlIsGone) {
+  start_with_tokenizer();
+  auto model = make_model();
+  auto r = client->post("save_weights_for_sampler",
+                        json{{"model_id", model}, {"seq_id", 1}, {"path", "brief"},
+                             {"ttl_seconds", 1}}
+                            .dump());
+  const std::string path =
+      json::parse(client->wait_future(tinker_client::request_id_of(r), false).body).at("path");
+  json body{{"model", path}, {"prompt", {5, 6}}, {"max_tokens", 1}};
+  auto a = post("/v1/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body.dump();
+  std::this_thread::sleep_for(1100ms);
+  a = post("/v1/completions", body);
+  EXPECT_EQ(a.status, 404) << a.body.dump();
+  EXPECT_EQ(a.body.at("error").at("param"), "model");
+}
+
 TEST_F(ServerOpenAI, CompletionsAnswerTheBackendsSamplesOfTheEncodedPrompt) {
   start_with_tokenizer();
   auto tok = chat().tokenizer();
