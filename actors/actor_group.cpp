@@ -10,6 +10,7 @@
 #include "actors/collective_ops.hpp"
 #include "actors/protocol.hpp"
 #include "actors/rank_actor.hpp"
+#include "actors/rendezvous_store.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
 
@@ -218,11 +219,11 @@ caf::behavior group_actor(caf::stateful_actor<group_state>* self, std::string na
 }
 
 /// How the ranks rendezvous: through an in-process store when they share a process (always in
-/// the embedded default), else through a TCP store served by rank 0 on its node's advertised
-/// address.
+/// the embedded default), else through a store actor spawned here, in the driver's process,
+/// which lives as long as the group's routing actor `owner` (no rendezvous port opens).
 caf::expected<collective_spec> collective_plan(caf::actor_system& sys,
                                                const std::vector<caf::actor>& ranks,
-                                               const std::string& name,
+                                               const caf::actor& owner, const std::string& name,
                                                std::chrono::milliseconds timeout,
                                                bool cluster) {
   collective_spec cs;
@@ -252,22 +253,8 @@ caf::expected<collective_spec> collective_plan(caf::actor_system& sys,
                                  [&](const auto& w) { return w == where.front(); });
   if (one_process)
     return cs;
-  self->request(ranks[0], timeout, call_atom::value, std::string{"open_store"},
-                caf::make_message(name, timeout.count()))
-    .receive(
-      [&](op_result& x) {
-        if (x.value.match_elements<std::string, int32_t>()) {
-          cs.store = "tcp";
-          cs.host = x.value.get_as<std::string>(0);
-          cs.port = static_cast<uint16_t>(x.value.get_as<int32_t>(1));
-        } else {
-          failure = make_error(errc::internal, "group '" + name + "': rank 0 answered open_store "
-                                                 "with " + caf::to_string(x.value));
-        }
-      },
-      [&](caf::error& err) { failure = std::move(err); });
-  if (failure)
-    return failure;
+  cs.store = "actor";
+  cs.store_actor = spawn_rendezvous_store(sys, owner);
   return cs;
 }
 
@@ -404,7 +391,7 @@ caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_
                          spec.placement.name, reservations, session, prefix);
   if (spec.collectives) {
     actor_group handle{sys, group};
-    auto cs = collective_plan(sys, ranks, store_name_of(spec.name, prefix, group.id()),
+    auto cs = collective_plan(sys, ranks, group, store_name_of(spec.name, prefix, group.id()),
                               spec.init_timeout, static_cast<bool>(session));
     if (!cs) {
       handle.stop();

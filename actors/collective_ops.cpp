@@ -2,11 +2,11 @@
 
 #include <map>
 #include <mutex>
-#include <optional>
 
 #include <ATen/ATen.h>
 
 #include "actors/rank_device.hpp"
+#include "actors/rendezvous_store.hpp"
 #include "actors/tensor_convert.hpp"
 #include "actors/weight_sync.hpp"
 #include "backends/collective_group.hpp"
@@ -29,23 +29,6 @@ struct local_stores {
 local_stores& stores() {
   static local_stores s;
   return s;
-}
-
-/// TCP stores rank 0 opened (`open_store`) for groups whose ranks have not joined yet.
-local_stores& served_stores() {
-  static local_stores s;
-  return s;
-}
-
-std::optional<backends::store_handle> take_served_store(const std::string& name) {
-  auto& s = served_stores();
-  std::lock_guard<std::mutex> guard{s.mx};
-  auto i = s.by_name.find(name);
-  if (i == s.by_name.end())
-    return std::nullopt;
-  auto out = i->second;
-  s.by_name.erase(i);
-  return out;
 }
 
 backends::store_handle local_store(const std::string& name) {
@@ -115,23 +98,6 @@ void release_local_store(const std::string& name) {
 
 caf::expected<caf::message> run_collective_op(rank_context& ctx, const std::string& op,
                                               const caf::message& args) {
-  if (op == "open_store") {
-    if (!args.match_elements<std::string, int64_t>())
-      fail(error_code::invalid_argument, "open_store expects (std::string name, int64 timeout_ms)");
-    if (ctx.info.rank != 0)
-      fail(error_code::invalid_argument, "open_store: only rank 0 hosts the group's store");
-    auto timeout_ms = args.get_as<int64_t>(1);
-    if (timeout_ms <= 0)
-      fail(error_code::invalid_argument,
-           "open_store timeout must be > 0 ms, got " + std::to_string(timeout_ms));
-    auto host = advertised_address();
-    auto store = backends::make_tcp_store(host, 0, true, ctx.info.world_size,
-                                          std::chrono::milliseconds{timeout_ms});
-    auto& s = served_stores();
-    std::lock_guard<std::mutex> guard{s.mx};
-    s.by_name.insert_or_assign(args.get_as<std::string>(0), store);
-    return caf::make_message(host, static_cast<int32_t>(store.port()));
-  }
   if (op == "init_collective") {
     if (args.size() != 1 || !args.match_element<collective_spec>(0))
       fail(error_code::invalid_argument, "init_collective expects (collective_spec)");
@@ -145,24 +111,20 @@ caf::expected<caf::message> run_collective_op(rank_context& ctx, const std::stri
       opts.backend = "nccl";
     opts.timeout = std::chrono::milliseconds{spec.timeout_ms};
     opts.group_name = spec.name;
-    opts.interface_host = spec.host;
     if (spec.store == "local") {
       ctx.collective = backends::collective_group::create(local_store(spec.name), ctx.info.rank,
                                                           ctx.info.world_size, opts);
-    } else if (spec.store == "tcp") {
-      // Ranks in several processes: rank 0 serves the store (opened by `open_store`, or here
-      // on spec.port), the others connect to it; each binds its Gloo pairs to its own node's
-      // advertised address.
+    } else if (spec.store == "actor") {
+      // Ranks in several processes meet through the group's store actor (in the driver's
+      // process, reached over the cluster's connections); each binds its Gloo pairs to its own
+      // node's advertised address.
       opts.interface_host = advertised_address();
-      auto served = ctx.info.rank == 0 ? take_served_store(spec.name) : std::nullopt;
-      auto store = served ? *served
-                          : backends::make_tcp_store(spec.host, spec.port, ctx.info.rank == 0,
-                                                     ctx.info.world_size, opts.timeout);
+      auto store = connect_rendezvous_store(spec.store_actor, opts.timeout);
       ctx.collective = backends::collective_group::create(store, ctx.info.rank,
                                                           ctx.info.world_size, opts);
     } else {
       fail(error_code::invalid_argument,
-           "unknown collective store '" + spec.store + "' (expected local or tcp)");
+           "unknown collective store '" + spec.store + "' (expected local or actor)");
     }
     return caf::message{};
   }

@@ -9,8 +9,7 @@
 
 namespace rlforge::actors {
 
-/// The built-in collective ops of every rank (see rank_actor.hpp): `open_store` (std::string
-/// group name, int64 timeout_ms) → (std::string host, int32 port), `init_collective`
+/// The built-in collective ops of every rank (see rank_actor.hpp): `init_collective`
 /// (collective_spec), `all_reduce` (tensor_list), `broadcast` (tensor_list, int32 root).
 /// Throws `backends::error` for bad arguments and collective failures.
 caf::expected<caf::message> run_collective_op(rank_context& ctx, const std::string& op,

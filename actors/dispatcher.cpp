@@ -17,6 +17,7 @@
 
 #include "actors/batch_wire.hpp"
 #include "actors/protocol.hpp"
+#include "actors/rendezvous_store.hpp"
 #include "actors/weight_sync.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
@@ -58,6 +59,13 @@ struct stream_entry {
   int64_t cost = 0; ///< its share of the rank's load estimate
 };
 
+/// A Gloo weight channel the dispatcher keeps open from one sync source to its engines.
+struct gloo_channel_record {
+  std::string members; ///< the sender role and the receivers' addresses, in rank order
+  std::string name;    ///< the channel name both ends key it by
+  int64_t syncs = 0;   ///< syncs completed on it
+};
+
 struct dispatcher_state {
   std::map<std::string, role_entry> roles;
   /// Requests submitted through `submit`, by the dispatcher's own id for them.
@@ -69,6 +77,12 @@ struct dispatcher_state {
   std::map<std::string, std::string> last_sync;
   /// Every sync that completed: how many, the bytes the senders sent, their wall time.
   sync_totals syncs;
+  /// The Gloo weight channel of each sync source (weight_sync.hpp), while it is open.
+  std::map<std::string, gloo_channel_record> gloo_channels;
+  /// Gloo channels opened so far (each a rendezvous); a sync on an open one reuses it.
+  int64_t gloo_channels_opened = 0;
+  /// Where Gloo channels rendezvous: a store actor of this process, spawned at the first one.
+  rendezvous_store_actor rendezvous;
   int64_t weight_version = 0;
   bool busy = false;
   std::deque<serial_job> waiting;
@@ -837,6 +851,7 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
     st.last_sync.clear();
     for (auto& r : receivers)
       st.last_sync[r.role + "/" + std::to_string(r.index)] = r.spec.transport;
+    const bool uses_gloo = !gloo.empty();
     auto launch = [=](std::vector<receiver> rs) {
       std::vector<weight_sync_spec> sends;
       bool gloo_sent = false;
@@ -864,12 +879,21 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
       for (auto& r : rs)
         if (transports.find(r.spec.transport) == std::string::npos)
           transports += (transports.empty() ? "" : ",") + r.spec.transport;
+      // A failed sync closes its Gloo channel at both ends: the next one opens a new one.
+      auto forget_channel = [=] { self->state.gloo_channels.erase(source); };
       auto finish = [=] {
         if (--g->pending > 0 || g->reported)
           return;
         // A receiver's refusal names the reason; the sender's error then only echoes it.
-        if (g->receiver_error)
+        if (g->receiver_error) {
+          forget_channel();
           return done(g->receiver_error);
+        }
+        if (g->sender_error)
+          forget_channel();
+        else if (auto c = self->state.gloo_channels.find(source);
+                 c != self->state.gloo_channels.end() && uses_gloo)
+          ++c->second.syncs;
         if (!g->sender_error) {
           const double seconds =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - g->start).count();
@@ -908,6 +932,7 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
                     // until its deadline (it answers later, unheard).
                     if (!x && x.error() == caf::sec::request_receiver_down && !g->reported) {
                       g->reported = true;
+                      forget_channel();
                       done(g->receiver_error);
                     }
                     finish();
@@ -916,33 +941,32 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
     };
     if (gloo.empty())
       return launch(std::move(receivers));
-    // Gloo: the sender hosts the group's store on its node's advertised address; the receivers
-    // join it as ranks 1..n.
+    // Gloo: one persistent channel from the sender to these receivers, reused while they stay
+    // the same and every sync on it succeeds. Its first sync rendezvous through the
+    // dispatcher's store actor (over the cluster's connections; no port opens); the receivers
+    // are its ranks 1..n.
+    std::string members = source;
+    for (auto i : gloo)
+      members += "|" + caf::to_string(receivers[i].rank.address());
+    auto& channel = st.gloo_channels[source];
+    if (channel.members != members) {
+      channel = gloo_channel_record{};
+      channel.members = std::move(members);
+      channel.name = base + "-gloo";
+      ++st.gloo_channels_opened;
+    }
+    if (!st.rendezvous)
+      st.rendezvous = spawn_rendezvous_store(self->system(), caf::actor_cast<caf::actor>(self));
     auto world = static_cast<int32_t>(gloo.size() + 1);
-    auto channel = receivers[gloo[0]].spec.channel;
-    auto store_host = from.address;
-    group_all(self, src->group, "open_sync_store",
-              caf::make_message(channel, store_host, world, timeout_ms), timeout_ms,
-              [=](caf::expected<std::vector<caf::message>> r) mutable {
-                if (!r)
-                  return done(wrap(self, source, op, r.error()));
-                if (r->empty() || !(*r)[0].match_elements<int32_t>())
-                  return done(make_error(
-                      errc::internal,
-                      prefix(source, op) + ": open_sync_store answered " +
-                          (r->empty() ? std::string{"nothing"} : caf::to_string((*r)[0]))));
-                auto port = (*r)[0].get_as<int32_t>(0);
-                int32_t rank = 1;
-                for (auto i : gloo) {
-                  auto& spec = receivers[i].spec;
-                  spec.channel = channel;
-                  spec.store_host = store_host;
-                  spec.store_port = port;
-                  spec.world_size = world;
-                  spec.rank = rank++;
-                }
-                launch(std::move(receivers));
-              });
+    int32_t rank = 1;
+    for (auto i : gloo) {
+      auto& spec = receivers[i].spec;
+      spec.channel = channel.name;
+      spec.store = st.rendezvous;
+      spec.world_size = world;
+      spec.rank = rank++;
+    }
+    launch(std::move(receivers));
   };
 }
 
@@ -1174,6 +1198,9 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
   (*doc)["weight_version"] = st.weight_version;
   (*doc)["transport"] = st.transport;
   (*doc)["last_sync"] = st.last_sync;
+  (*doc)["gloo_channels_opened"] = st.gloo_channels_opened;
+  for (auto& [from, c] : st.gloo_channels)
+    (*doc)["gloo_channels"][from] = {{"channel", c.name}, {"syncs", c.syncs}};
   (*doc)["roles"] = nlohmann::json::object();
   (*doc)["devices"] = nlohmann::json::object();
   for (auto& [name, e] : st.roles) {

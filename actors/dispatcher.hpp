@@ -53,7 +53,10 @@ using dispatcher_transport_atom = caf::atom_constant<caf::atom("dtransp")>;
 /// kind, DP size, whether it is colocated, and what the dispatcher believes is on the device
 /// (`model_on_device`, `optimizer_on_device`; for engines `weights_awake`, `kv_cache_awake`);
 /// `weight_version` (the last version synced to the engines); `last_sync`, the transport each
-/// engine rank got in the last sync ({"<role>/<rank>": "in_process" | "shm" | "gloo"}); and the
+/// engine rank got in the last sync ({"<role>/<rank>": "in_process" | "shm" | "gloo"});
+/// `gloo_channels_opened` (Gloo weight channels opened so far, each one rendezvous) and
+/// `gloo_channels` ({"<source role>": {"channel", "syncs"}}: the channel open now and the syncs
+/// completed on it; a sync reuses the channel while its engines stay the same); and the
 /// per-device memory ledger
 /// `devices`: for each device ("<node>/gpu<id>", or "<node>/cpu" for a rank without GPU), the
 /// resident bytes each role's ranks report there (their `memory` op), measured now.

@@ -93,6 +93,8 @@ struct engine_state {
   std::map<uint64_t, pending_call> calls; ///< by reply ticket
   std::map<std::pair<caf::actor, int64_t>, uint64_t> streams; ///< (consumer, id) → engine id
   int64_t last_key = -1;
+  /// The Gloo channel to the trainer, kept between weight syncs (weight_sync.hpp).
+  weight_channels channels;
   /// When the pending deadline timer fires (none pending: nullopt).
   std::optional<clock_type::time_point> timer_at;
 };
@@ -758,7 +760,8 @@ caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::messag
   before_new_weights(st);
   try {
     after_new_weights(st, receive_model_weights(model, st.weights.current(),
-                                                args.get_as<weight_sync_spec>(0), torn));
+                                                args.get_as<weight_sync_spec>(0), torn,
+                                                st.channels));
   } catch (...) {
     // A refused transfer changed nothing. One that broke after the copy began left a mix of
     // two versions: no coherent version is held until the next complete transfer.

@@ -56,7 +56,7 @@ caf::expected<caf::message> builtin_op(rank_context& ctx, const std::string& op,
     auto m = backends::cuda_memory(compute_device(ctx.info));
     return caf::make_message(m.allocated, m.reserved, m.peak_allocated, m.free, m.total);
   }
-  if (op == "open_store" || op == "init_collective" || op == "all_reduce" || op == "broadcast")
+  if (op == "init_collective" || op == "all_reduce" || op == "broadcast")
     return run_collective_op(ctx, op, args);
   if (op == "checkpoint_visible")
     return checkpoint_visible_op(ctx, args);
@@ -162,7 +162,7 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
         if (!handled) {
           auto i = st.kind.ops.find(op);
           if (i == st.kind.ops.end()) {
-            std::string known = "info, ping, threads, location, device_memory, open_store, "
+            std::string known = "info, ping, threads, location, device_memory, "
                                 "init_collective, all_reduce, broadcast, checkpoint_visible";
             for (auto& [name, _] : st.kind.ops)
               known += ", " + name;

@@ -24,11 +24,9 @@ namespace rlforge::actors {
 ///  - `device_memory` → (int64 allocated, int64 reserved, int64 peak allocated, int64 free,
 ///    int64 total): the rank's CUDA device as this process's caching allocator and the driver
 ///    see it (backends/devices.hpp); refused (unsupported) on a virtual GPU
-///  - `open_store` (std::string group, int64 timeout_ms) → (std::string host, int32 port):
-///    rank 0 of a group whose ranks live in several processes serves its TCP rendezvous store
-///    on its node's advertised address
 ///  - `init_collective` (collective_spec) → (): joins the group's collective group (rendezvous
-///    and barrier, bounded by the spec's timeout)
+///    through an in-process store or the group's store actor, then a barrier, bounded by the
+///    spec's timeout)
 ///  - `checkpoint_visible` (root, step, role) → (): see checkpoint_probe.hpp
 ///  - `all_reduce` (tensor_list) → tensor_list: element-wise SUM over ranks
 ///  - `broadcast` (tensor_list, int32 root) → tensor_list: the root's tensors on every rank

@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_kind.hpp"
+#include "actors/rendezvous_store.hpp"
 #include "actors/worker.hpp"
 
 #include "backends/collective_group.hpp"
@@ -60,35 +62,14 @@ be::transport_options options_of(const weight_sync_spec& spec, const char* who) 
   return o;
 }
 
-/// Stores opened by `open_sync_store`, by channel (kept alive until the send ends).
-struct store_registry {
-  std::mutex mutex;
-  std::map<std::string, be::store_handle> stores;
-
-  static store_registry& get() {
-    static store_registry r;
-    return r;
-  }
-};
-
-be::store_handle take_store(const std::string& channel) {
-  auto& r = store_registry::get();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  auto i = r.stores.find(channel);
-  if (i == r.stores.end())
-    be::fail(error_code::invalid_argument, "weight sync: no store was opened for gloo transfer '" +
-                                               channel + "' (open_sync_store first)");
-  return i->second;
-}
-
-std::unique_ptr<be::collective_group> join_group(const be::store_handle& store,
-                                                 const weight_sync_spec& spec) {
+std::unique_ptr<be::collective_group> join_group(const weight_sync_spec& spec) {
   be::collective_options co;
   co.interface_host = advertised_address();
   co.timeout = std::chrono::milliseconds{spec.timeout_ms};
   co.group_name = "weights-" + spec.channel;
   co.gloo_threads = 1;
-  return be::collective_group::create(store, spec.rank, spec.world_size, co);
+  return be::collective_group::create(connect_rendezvous_store(spec.store, co.timeout), spec.rank,
+                                      spec.world_size, co);
 }
 
 std::uint64_t bytes_of(const be::named_tensors& weights) {
@@ -115,6 +96,91 @@ struct advertised {
 };
 
 } // namespace
+
+// -- weight_channels ---------------------------------------------------------------------------
+
+struct weight_channels::impl {
+  /// One open channel: the group first, then the end that borrows it (destroyed first).
+  struct channel {
+    std::unique_ptr<be::collective_group> group;
+    std::unique_ptr<be::gloo_sender> sender;
+    std::unique_ptr<be::gloo_receiver> receiver;
+    int32_t rank = 0;
+    int32_t world_size = 0;
+    ~channel() {
+      sender.reset();
+      receiver.reset();
+      group.reset();
+    }
+  };
+  std::map<std::string, std::unique_ptr<channel>> open;
+  uint64_t opened = 0;
+  uint64_t reused = 0;
+
+  /// The channel `spec` names, opened (rendezvous) when this end has not got it yet. A channel
+  /// name always means the same ranks: a spec that disagrees with the open one is refused.
+  channel& get(const weight_sync_spec& spec, const be::transport_options& opts) {
+    auto i = open.find(spec.channel);
+    if (i != open.end()) {
+      if (i->second->rank != spec.rank || i->second->world_size != spec.world_size)
+        be::fail(error_code::invalid_argument,
+                 "weight sync: gloo channel '" + spec.channel + "' is open as rank "
+                     + std::to_string(i->second->rank) + " of "
+                     + std::to_string(i->second->world_size) + ", the transfer names rank "
+                     + std::to_string(spec.rank) + " of " + std::to_string(spec.world_size));
+      ++reused;
+      return *i->second;
+    }
+    auto c = std::make_unique<channel>();
+    c->rank = spec.rank;
+    c->world_size = spec.world_size;
+    c->group = join_group(spec);
+    if (spec.rank == 0)
+      c->sender = std::make_unique<be::gloo_sender>(*c->group, opts);
+    else
+      c->receiver = std::make_unique<be::gloo_receiver>(*c->group, opts);
+    ++opened;
+    return *open.emplace(spec.channel, std::move(c)).first->second;
+  }
+
+  /// Runs `transfer` on the channel `spec` names; a failure closes the channel.
+  template <class F> auto use(const weight_sync_spec& spec, const be::transport_options& opts,
+                              F&& transfer) {
+    try {
+      return transfer(get(spec, opts));
+    } catch (...) {
+      open.erase(spec.channel);
+      throw;
+    }
+  }
+};
+
+weight_channels::weight_channels() : impl_(std::make_unique<impl>()) {}
+weight_channels::~weight_channels() = default;
+weight_channels::weight_channels(weight_channels&&) noexcept = default;
+weight_channels& weight_channels::operator=(weight_channels&&) noexcept = default;
+
+size_t weight_channels::open_now() const noexcept {
+  return impl_->open.size();
+}
+
+uint64_t weight_channels::opened() const noexcept {
+  return impl_->opened;
+}
+
+uint64_t weight_channels::reused() const noexcept {
+  return impl_->reused;
+}
+
+void weight_channels::keep_only(const std::vector<std::string>& keep) {
+  for (auto i = impl_->open.begin(); i != impl_->open.end();)
+    if (std::find(keep.begin(), keep.end(), i->first) == keep.end())
+      i = impl_->open.erase(i);
+    else
+      ++i;
+}
+
+// -- placement of transfers --------------------------------------------------------------------
 
 void set_advertised_address(const std::string& address) {
   auto& a = advertised::get();
@@ -190,7 +256,8 @@ std::vector<std::pair<std::string, at::Tensor>> weights_for_sync(const be::causa
   return out;
 }
 
-int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& spec) {
+int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& spec,
+                           weight_channels& channels) {
   const char* who = "send_weights";
   auto opts = options_of(spec, who);
   auto weights = weights_for_sync(model);
@@ -217,13 +284,7 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
       be::fail(error_code::invalid_argument, std::string{who} +
                                                  ": the sender is gloo rank 0, got rank " +
                                                  std::to_string(spec.rank));
-    auto store = take_store(spec.channel);
-    struct closer {
-      std::string channel;
-      ~closer() { close_sync_store(channel); }
-    } close{spec.channel};
-    auto group = join_group(store, spec);
-    be::gloo_sender{*group, opts}.send(weights, version);
+    channels.impl_->use(spec, opts, [&](auto& c) { c.sender->send(weights, version); });
   } else {
     be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
                                                spec.transport +
@@ -233,7 +294,8 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
 }
 
 int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
-                              const weight_sync_spec& spec, bool& torn) {
+                              const weight_sync_spec& spec, bool& torn,
+                              weight_channels& channels) {
   const char* who = "receive_weights";
   torn = false;
   auto opts = options_of(spec, who);
@@ -280,11 +342,8 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
       be::fail(error_code::invalid_argument,
                std::string{who} + ": a receiver's gloo rank must be in [1, " +
                    std::to_string(spec.world_size) + "), got " + std::to_string(spec.rank));
-    auto store = be::make_tcp_store(spec.store_host, static_cast<std::uint16_t>(spec.store_port),
-                                    false, spec.world_size, opts.timeout);
-    auto group = join_group(store, spec);
-    be::gloo_receiver r{*group, opts};
-    got = run(r);
+    channels.keep_only({spec.channel});
+    got = channels.impl_->use(spec, opts, [&](auto& c) { return run(*c.receiver); });
   } else {
     be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
                                                spec.transport +
@@ -298,29 +357,6 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   return spec.version;
 }
 
-int32_t open_sync_store(const std::string& channel, const std::string& host, int32_t world_size,
-                        int64_t timeout_ms) {
-  if (channel.empty())
-    be::fail(error_code::invalid_argument, "open_sync_store: the channel name is empty");
-  if (world_size < 2)
-    be::fail(error_code::invalid_argument,
-             "open_sync_store: world_size must be >= 2, got " + std::to_string(world_size));
-  if (timeout_ms <= 0)
-    be::fail(error_code::invalid_argument,
-             "open_sync_store: timeout_ms must be > 0, got " + std::to_string(timeout_ms));
-  auto store = be::make_tcp_store(host, 0, true, world_size, std::chrono::milliseconds{timeout_ms});
-  auto& r = store_registry::get();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  r.stores.insert_or_assign(channel, store);
-  return static_cast<int32_t>(store.port());
-}
-
-void close_sync_store(const std::string& channel) {
-  auto& r = store_registry::get();
-  std::lock_guard<std::mutex> guard{r.mutex};
-  r.stores.erase(channel);
-}
-
 caf::expected<caf::message> send_weights_op(rank_context& ctx, const caf::message& args) {
   if (!args.match_elements<std::vector<weight_sync_spec>>())
     be::fail(error_code::invalid_argument,
@@ -328,13 +364,20 @@ caf::expected<caf::message> send_weights_op(rank_context& ctx, const caf::messag
   const auto& model = worker_model(ctx, "send_weights");
   if (ctx.info.rank != 0)
     return caf::make_message(int64_t{0});
+  const auto& specs = args.get_as<std::vector<weight_sync_spec>>(0);
+  auto& channels = worker_weight_channels(ctx);
+  std::vector<std::string> named;
+  for (auto& spec : specs)
+    if (spec.transport == "gloo")
+      named.push_back(spec.channel);
+  channels.keep_only(named);
   // Every receiver gets its transfer even when an earlier one refused it (each then answers
   // for itself instead of waiting out its timeout); the first failure is reported.
   int64_t bytes = 0;
   std::exception_ptr first;
-  for (auto& spec : args.get_as<std::vector<weight_sync_spec>>(0)) {
+  for (auto& spec : specs) {
     try {
-      bytes += send_model_weights(model, spec);
+      bytes += send_model_weights(model, spec, channels);
     } catch (...) {
       if (!first)
         first = std::current_exception();
@@ -343,19 +386,6 @@ caf::expected<caf::message> send_weights_op(rank_context& ctx, const caf::messag
   if (first)
     std::rethrow_exception(first);
   return caf::make_message(bytes);
-}
-
-caf::expected<caf::message> open_sync_store_op(rank_context& ctx, const caf::message& args) {
-  if (!args.match_elements<std::string, std::string, int32_t, int64_t>())
-    be::fail(error_code::invalid_argument,
-             "open_sync_store expects (std::string channel, std::string host, int32 world_size, "
-             "int64 timeout_ms), got " +
-                 caf::to_string(args));
-  worker_model(ctx, "open_sync_store");
-  if (ctx.info.rank != 0)
-    return caf::make_message(int32_t{0});
-  return caf::make_message(open_sync_store(args.get_as<std::string>(0), args.get_as<std::string>(1),
-                                           args.get_as<int32_t>(2), args.get_as<int64_t>(3)));
 }
 
 } // namespace rlforge::actors

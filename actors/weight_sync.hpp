@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,13 +62,48 @@ std::string choose_transport(const process_location& sender, const process_locat
 /// Exposed for tests; `send_model_weights` sends exactly these.
 std::vector<std::pair<std::string, at::Tensor>> weights_for_sync(const backends::causal_lm& model);
 
+/// The Gloo weight channels one rank keeps open between transfers: per channel name
+/// (`weight_sync_spec::channel`), its Gloo group and its sender or receiver with their buffers
+/// (the sender's packing space, the receiver's staging). The first transfer naming a channel
+/// opens it (a rendezvous through the spec's store actor); every later one reuses it, with no
+/// rendezvous and no allocation. A transfer that fails closes its channel (a Gloo group is
+/// unusable after a failure), so the next one must name a new channel. Owned and used by one
+/// rank, on its thread; not thread-safe.
+class weight_channels {
+public:
+  weight_channels();
+  ~weight_channels();
+  weight_channels(weight_channels&&) noexcept;
+  weight_channels& operator=(weight_channels&&) noexcept;
+
+  /// Channels open now.
+  size_t open_now() const noexcept;
+  /// Channels this rank has opened (rendezvous done) since it was created.
+  uint64_t opened() const noexcept;
+  /// Transfers that reused a channel that was already open.
+  uint64_t reused() const noexcept;
+  /// Closes every channel whose name is not in `keep`.
+  void keep_only(const std::vector<std::string>& keep);
+
+  struct impl;
+
+private:
+  friend int64_t send_model_weights(const backends::causal_lm&, const weight_sync_spec&,
+                                    weight_channels&);
+  friend int64_t receive_model_weights(backends::causal_lm&, int64_t, const weight_sync_spec&,
+                                       bool&, weight_channels&);
+  std::unique_ptr<impl> impl_;
+};
+
 /// Sender side of one planned transfer (`spec.rank` must be 0): sends `weights_for_sync(model)`
 /// as `spec.version` through `spec.transport` and returns once the receiver(s) committed it.
-/// Returns the bytes sent. Throws `backends::error`: `invalid_argument` for a bad spec or when a
-/// receiver rejected the manifest (its reason included where the transport carries it),
-/// `timeout` when no receiver took the transfer within `spec.timeout_ms`.
-/// Transport "message" is not handled here (the dispatcher moves a `tensor_map`).
-int64_t send_model_weights(const backends::causal_lm& model, const weight_sync_spec& spec);
+/// Gloo transfers go through `channels` (opened on first use). Returns the bytes sent. Throws
+/// `backends::error`: `invalid_argument` for a bad spec or when a receiver rejected the manifest
+/// (its reason included where the transport carries it), `timeout` when no receiver took the
+/// transfer within `spec.timeout_ms`. Transport "message" is not handled here (the dispatcher
+/// moves a `tensor_map`).
+int64_t send_model_weights(const backends::causal_lm& model, const weight_sync_spec& spec,
+                           weight_channels& channels);
 
 /// Receiver side (an engine, `spec.rank` >= 1 for gloo): waits for the transfer and commits it
 /// into `model`'s parameters in place. `spec.version` must exceed `current_version` (checked
@@ -75,28 +111,19 @@ int64_t send_model_weights(const backends::causal_lm& model, const weight_sync_s
 /// version, or names, shapes or dtypes that differ from the model's) changes nothing and throws
 /// `backends::error{invalid_argument}` naming the differences; `torn` is set when a transfer
 /// broke after the copy began (the shared-memory ring when the sender stops mid-stream), which
-/// leaves the weights a mix of two versions. Returns the version now held.
+/// leaves the weights a mix of two versions. A Gloo transfer uses `channels` and closes the
+/// receiver's other channels (an engine listens on one). Returns the version now held.
 int64_t receive_model_weights(backends::causal_lm& model, int64_t current_version,
-                              const weight_sync_spec& spec, bool& torn);
+                              const weight_sync_spec& spec, bool& torn,
+                              weight_channels& channels);
 
-/// For "gloo": opens, on the sender's side, the TCP store of the transfer `channel` on `host`
-/// (port picked by the OS) for `world_size` ranks, kept until `send_model_weights` for that
-/// channel ends (or `close_sync_store`). Returns the port receivers connect to.
-int32_t open_sync_store(const std::string& channel, const std::string& host, int32_t world_size,
-                        int64_t timeout_ms);
+struct rank_context;
 
-/// Drops the store `open_sync_store` opened for `channel` (no-op when there is none).
-void close_sync_store(const std::string& channel);
-
-class rank_context;
-
-/// The trainer side of a weight sync as ops of the worker kinds (policy):
-///  - `send_weights` (std::vector<weight_sync_spec>) → int64 bytes sent: rank 0 sends the
-///    model's weights (`weights_for_sync`) once per spec, in order; the other ranks answer 0 at
-///    once. Refused before init_model and while the model is offloaded.
-///  - `open_sync_store` (std::string channel, std::string host, int32 world_size,
-///    int64 timeout_ms) → int32 port: rank 0 opens the TCP store of a gloo transfer.
+/// The trainer side of a weight sync as an op of the worker kinds (policy): `send_weights`
+/// (std::vector<weight_sync_spec>) → int64 bytes sent: rank 0 sends the model's weights
+/// (`weights_for_sync`) once per spec, in order, and keeps open only the Gloo channels these
+/// specs name; the other ranks answer 0 at once. Refused before init_model and while the model
+/// is offloaded.
 caf::expected<caf::message> send_weights_op(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> open_sync_store_op(rank_context& ctx, const caf::message& args);
 
 } // namespace rlforge::actors

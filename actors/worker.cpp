@@ -68,6 +68,8 @@ struct worker_state {
   /// With LoRA on an HF base: the handle on the process-wide frozen base weights the model
   /// shares (base_weights.hpp), dropped with the model.
   std::shared_ptr<const void> shared_base;
+  /// Gloo channels to the engines, kept between weight syncs (rank 0 of a policy).
+  weight_channels channels;
 };
 
 bool is_trainable(const worker_state& st) {
@@ -766,7 +768,6 @@ actor_kind make_kind(const std::string& role) {
   k.ops["onload"] = onload;
   k.ops["memory"] = memory;
   k.ops["send_weights"] = send_weights_op;       // weight_sync.hpp
-  k.ops["open_sync_store"] = open_sync_store_op; // weight_sync.hpp
   if (role != "ref") {
     k.ops["forward_backward"] = forward_backward;
     k.ops["optim_step"] = optim_step;
@@ -781,6 +782,10 @@ actor_kind make_kind(const std::string& role) {
 
 const be::causal_lm& worker_model(rank_context& ctx, const char* op) {
   return resident_model(ctx.as<worker_state>(), op);
+}
+
+weight_channels& worker_weight_channels(rank_context& ctx) {
+  return ctx.as<worker_state>().channels;
 }
 
 const std::vector<std::string>& worker_kind_names() {

@@ -14,6 +14,7 @@ class causal_lm;
 namespace rlforge::actors {
 
 struct rank_context;
+class weight_channels;
 
 /// Registers the training worker kinds (idempotent): `policy`, `critic` and `ref`. Spawn them
 /// as actor groups (actor_group.hpp); each rank is a detached actor owning one model replica.
@@ -93,6 +94,10 @@ backends::compute_dtype compute_dtype_of(const model_spec& spec);
 /// `backends::error{invalid_argument}` naming `op` and the rank's role before `init_model` and
 /// while the model is offloaded (the caller should onload first).
 const backends::causal_lm& worker_model(rank_context& ctx, const char* op);
+
+/// The Gloo weight channels a worker rank keeps open to its engines (weight_sync.hpp), for the
+/// `send_weights` op. `ctx` must be the context of a worker rank.
+weight_channels& worker_weight_channels(rank_context& ctx);
 
 /// The names of the worker kinds: policy, critic, ref.
 const std::vector<std::string>& worker_kind_names();

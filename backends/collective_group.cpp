@@ -201,6 +201,40 @@ private:
   std::shared_ptr<written_keys> written_;
 };
 
+// c10d's view of a `key_value_store`. c10d calls `get` and the one-argument `wait` with the
+// store's own timeout; the group's `bounded_store` above bounds them by the group's.
+class external_store final : public c10d::Store {
+public:
+  explicit external_store(std::shared_ptr<key_value_store> kv) : kv_(std::move(kv)) {}
+
+#if RLFORGE_C10D_STORE_HAS_CLONE
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::make_intrusive<external_store>(kv_);
+  }
+#endif
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    kv_->set(key, value);
+  }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return kv_->compare_set(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override { return kv_->get(key, timeout_); }
+  int64_t add(const std::string& key, int64_t value) override { return kv_->add(key, value); }
+  bool deleteKey(const std::string& key) override { return kv_->erase(key); }
+  bool check(const std::vector<std::string>& keys) override { return kv_->check(keys); }
+  int64_t getNumKeys() override { return kv_->count(); }
+  void wait(const std::vector<std::string>& keys) override { kv_->wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    kv_->wait(keys, timeout.count() <= 0 ? timeout_ : timeout);
+  }
+
+private:
+  std::shared_ptr<key_value_store> kv_;
+};
+
 bool supported_dtype(at::ScalarType t) {
   switch (t) {
   case at::kFloat:
@@ -228,6 +262,8 @@ const char* to_string(store_kind x) noexcept {
     return "tcp";
   case store_kind::file:
     return "file";
+  case store_kind::external:
+    return "external";
   }
   return "unknown";
 }
@@ -332,6 +368,16 @@ store_handle make_file_store(const std::string& path, int world_size) {
   } catch (const std::exception& e) {
     fail(error_code::io_error, "file store: cannot open '" + path + "': " + exception_first_line(e));
   }
+}
+
+store_handle make_external_store(std::shared_ptr<key_value_store> kv) {
+  if (!kv)
+    fail(error_code::invalid_argument, "external store: no key_value_store given");
+  auto st = std::make_shared<detail::store_state>();
+  st->kind = store_kind::external;
+  st->description = kv->description();
+  st->store = c10::make_intrusive<external_store>(std::move(kv));
+  return store_handle{std::move(st)};
 }
 
 // -- collective_group ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ enum class store_kind {
   in_process, ///< a map shared by ranks that are threads of one process
   tcp,        ///< a TCP server hosted by one rank (usually rank 0), the others connect
   file,       ///< a file on a file system every rank can see
+  external,   ///< served outside this library, through a `key_value_store`
 };
 
 /// Returns the enumerator's name, e.g. "in_process".
@@ -68,6 +69,40 @@ store_handle make_tcp_store(const std::string& host, std::uint16_t port, bool is
 /// file is removed when the last of them closes it. Throws `error{invalid_argument}` for a bad
 /// argument and `error{io_error}` when the file cannot be opened.
 store_handle make_file_store(const std::string& path, int world_size);
+
+/// A rendezvous store served outside this library: rlforge's runtime serves one from an actor
+/// (actors/rendezvous_store.hpp) that ranks reach over the cluster's authenticated connections.
+/// The operations are c10d's: values are bytes; `add` keeps a decimal integer. Every call blocks
+/// until answered and throws `error` on failure (`timeout` when a wait ran out, naming the
+/// keys). Implementations must be safe to call from several threads at once.
+class key_value_store {
+public:
+  virtual ~key_value_store() = default;
+  virtual void set(const std::string& key, const std::vector<std::uint8_t>& value) = 0;
+  /// Waits up to `timeout` for `key`, then returns its value.
+  virtual std::vector<std::uint8_t> get(const std::string& key,
+                                        std::chrono::milliseconds timeout) = 0;
+  /// Adds `delta` to the integer at `key` (0 when absent); returns the sum.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  /// Sets `desired` when the value is `expected` (or absent and `expected` empty); returns the
+  /// value now stored.
+  virtual std::vector<std::uint8_t> compare_set(const std::string& key,
+                                                const std::vector<std::uint8_t>& expected,
+                                                const std::vector<std::uint8_t>& desired) = 0;
+  /// Whether every key is set, without waiting.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  /// Waits up to `timeout` until every key is set.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  /// Removes `key`; returns whether it was set.
+  virtual bool erase(const std::string& key) = 0;
+  /// The number of keys.
+  virtual std::int64_t count() = 0;
+  /// One line naming the store, for error messages.
+  virtual std::string description() const = 0;
+};
+
+/// A store whose operations `kv` serves (throws `error{invalid_argument}` for a null `kv`).
+store_handle make_external_store(std::shared_ptr<key_value_store> kv);
 
 /// How a collective group is built.
 struct collective_options {

@@ -13,6 +13,7 @@
 #include <caf/message.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "runtime/rendezvous_protocol.hpp"
 #include "runtime/tensor_blob.hpp"
 #include "tinker/types.hpp"
 
@@ -122,22 +123,22 @@ inline bool operator==(const rank_info& a, const rank_info& b) {
 }
 
 /// How the ranks of a group rendezvous for collectives: in one process through a named
-/// in-process store, or across processes through a TCP store hosted by rank 0.
+/// in-process store ("local"), or across processes through a rendezvous store actor served in
+/// the driver's process and reached over the cluster's own connections ("actor"; no port opens).
 struct collective_spec {
-  std::string store = "local"; ///< "local" or "tcp"
-  std::string name;            ///< unique per group (the in-process store key)
-  std::string host = "127.0.0.1";
-  uint16_t port = 0;
+  std::string store = "local";       ///< "local" or "actor"
+  std::string name;                  ///< unique per group (store key prefix, group name)
+  rendezvous_store_actor store_actor; ///< "actor": the group's store
   int64_t timeout_ms = 30000;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, collective_spec& x) {
-  return f(caf::meta::type_name("collective_spec"), x.store, x.name, x.host, x.port, x.timeout_ms);
+  return f(caf::meta::type_name("collective_spec"), x.store, x.name, x.store_actor, x.timeout_ms);
 }
 
 inline bool operator==(const collective_spec& a, const collective_spec& b) {
-  return a.store == b.store && a.name == b.name && a.host == b.host && a.port == b.port &&
+  return a.store == b.store && a.name == b.name && a.store_actor == b.store_actor &&
          a.timeout_ms == b.timeout_ms;
 }
 
@@ -482,14 +483,15 @@ struct weight_sync_spec {
   /// "in_process" (same process), "shm" (same host), "gloo" (any host), "message" (the
   /// weights travel as a `tensor_map` in CAF messages through the dispatcher).
   std::string transport;
-  /// Names the meeting point both ends use: the in-process channel, the socket of the shm link
-  /// or the Gloo group; unique per transfer.
+  /// Names the meeting point both ends use: the in-process channel or the socket of the shm
+  /// link, unique per transfer; for gloo, the persistent channel (a Gloo group between the
+  /// sender and its receivers, kept by both ends and reused by every transfer that names it).
   std::string channel;
   int64_t version = 0;      ///< the version the engines hold afterwards (>= 1)
   int64_t bucket_bytes = 0; ///< bucket size; 0 = the transports' default (256 MiB)
   int64_t timeout_ms = 0;   ///< bound on every wait for the peer (> 0)
-  std::string store_host;   ///< gloo: where the sender's TCP store listens
-  int32_t store_port = 0;   ///< gloo: its port
+  /// gloo: where the channel's ranks rendezvous when they open it (its first transfer).
+  rendezvous_store_actor store;
   int32_t world_size = 2;   ///< gloo: 1 sender + the receivers
   int32_t rank = 0;         ///< gloo: this end's rank (0 = the sender)
 };
@@ -497,13 +499,13 @@ struct weight_sync_spec {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weight_sync_spec& x) {
   return f(caf::meta::type_name("weight_sync_spec"), x.transport, x.channel, x.version,
-           x.bucket_bytes, x.timeout_ms, x.store_host, x.store_port, x.world_size, x.rank);
+           x.bucket_bytes, x.timeout_ms, x.store, x.world_size, x.rank);
 }
 
 inline bool operator==(const weight_sync_spec& a, const weight_sync_spec& b) {
   return a.transport == b.transport && a.channel == b.channel && a.version == b.version &&
          a.bucket_bytes == b.bucket_bytes && a.timeout_ms == b.timeout_ms &&
-         a.store_host == b.store_host && a.store_port == b.store_port &&
+         a.store == b.store &&
          a.world_size == b.world_size && a.rank == b.rank;
 }
 

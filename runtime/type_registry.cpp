@@ -18,7 +18,7 @@ const char* const message_type_names[] = {
   "rlforge::node_endpoint",   "rlforge::node_heartbeat",   "rlforge::group_record",
   "rlforge::rank_actor",      "rlforge::node_agent_actor", "rlforge::head_actor",
   "rlforge::generation_result", "rlforge::engine_options", "rlforge::rollout",
-  "rlforge::rollout_batch",   "rlforge::rollout_state",
+  "rlforge::rollout_batch",   "rlforge::rollout_state",     "rlforge::rendezvous_store_actor",
 };
 
 namespace {

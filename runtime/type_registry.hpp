@@ -25,7 +25,7 @@ using message_types = caf::detail::type_list<
   algorithm_config, tensor_map, sample_request, sample_output, weight_sync_spec,
   node_join_request, join_reply, driver_hello, node_endpoint, node_heartbeat, group_record,
   rank_actor, node_agent_actor, head_actor, generation_result, engine_options, rollout,
-  rollout_batch, rollout_state>;
+  rollout_batch, rollout_state, rendezvous_store_actor>;
 
 /// The CAF name of each type in `message_types` (same order).
 extern const char* const message_type_names[];

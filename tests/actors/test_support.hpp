@@ -15,6 +15,7 @@
 
 #include "actors/actor_group.hpp"
 #include "actors/dispatcher.hpp"
+#include "actors/rendezvous_store.hpp"
 #include "actors/trainer_client.hpp"
 #include "actors/worker.hpp"
 #include "runtime/system_config.hpp"
@@ -35,6 +36,38 @@ inline placement_group_info virtual_pg(int bundles) {
 
 /// A fresh directory `<tmp>/rlforge_<tag>_<pid>_<n>`, removed with its contents on destruction.
 using backends::testing::temp_dir;
+
+/// A random model of `preset` from `seed`, computing in fp32 (tests compare numerics tightly).
+inline model_spec fp32_model(const std::string& preset, uint64_t seed) {
+  model_spec s;
+  s.compute_dtype = "fp32";
+  s.preset = preset;
+  s.seed = seed;
+  return s;
+}
+
+/// An actor system, a rendezvous store (actors/rendezvous_store.hpp) and the actor that owns it:
+/// stopping `owner_` stops the store.
+class rendezvous_fixture : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ASSERT_FALSE(cfg_.parse_args({}));
+    sys_ = std::make_unique<caf::actor_system>(cfg_);
+    owner_ = sys_->spawn([](caf::event_based_actor*) -> caf::behavior {
+      return {[](int32_t x) { return x; }};
+    });
+    store_ = spawn_rendezvous_store(*sys_, owner_);
+  }
+  void TearDown() override {
+    caf::anon_send_exit(owner_, caf::exit_reason::user_shutdown);
+    sys_.reset();
+  }
+
+  runtime::system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  caf::actor owner_;
+  rendezvous_store_actor store_;
+};
 
 inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>();

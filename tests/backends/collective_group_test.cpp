@@ -13,6 +13,8 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <ostream>
 #include <string>
@@ -71,8 +73,74 @@ std::string unique_file_path(const std::string& tag) {
   return p.string();
 }
 
+// A `key_value_store` kept in this process (a map under a mutex): the external store's c10d
+// adapter over the simplest server there is. rlforge's own server is an actor
+// (tests/actors/rendezvous_store_test.cpp).
+class map_store final : public key_value_store {
+public:
+  void set(const std::string& key, const std::vector<std::uint8_t>& value) override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    kv_[key] = value;
+    changed_.notify_all();
+  }
+  std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    wait({key}, timeout);
+    std::lock_guard<std::mutex> guard{mutex_};
+    return kv_.at(key);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto& v = kv_[key];
+    auto sum = (v.empty() ? 0 : std::stoll(std::string(v.begin(), v.end()))) + delta;
+    auto text = std::to_string(sum);
+    v.assign(text.begin(), text.end());
+    changed_.notify_all();
+    return sum;
+  }
+  std::vector<std::uint8_t> compare_set(const std::string& key,
+                                        const std::vector<std::uint8_t>& expected,
+                                        const std::vector<std::uint8_t>& desired) override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    auto i = kv_.find(key);
+    if (i == kv_.end() ? !expected.empty() : i->second != expected)
+      return i == kv_.end() ? expected : i->second;
+    kv_[key] = desired;
+    changed_.notify_all();
+    return desired;
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    return all_set(keys);
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock{mutex_};
+    if (!changed_.wait_for(lock, timeout, [&] { return all_set(keys); }))
+      fail(error_code::timeout, "map store: timed out waiting for keys");
+  }
+  bool erase(const std::string& key) override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    return kv_.erase(key) > 0;
+  }
+  std::int64_t count() override {
+    std::lock_guard<std::mutex> guard{mutex_};
+    return static_cast<std::int64_t>(kv_.size());
+  }
+  std::string description() const override { return "map store"; }
+
+private:
+  bool all_set(const std::vector<std::string>& keys) const {
+    for (auto& k : keys)
+      if (kv_.count(k) == 0)
+        return false;
+    return true;
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::vector<std::uint8_t>> kv_;
+};
+
 // One store handle per rank: the same in-process store for all, a TCP server for rank 0 and
-// clients for the others, or one file store opened by each rank.
+// clients for the others, one file store opened by each rank, or one external store.
 std::vector<store_handle> make_stores(store_kind kind, int n) {
   std::vector<store_handle> out;
   switch (kind) {
@@ -92,6 +160,9 @@ std::vector<store_handle> make_stores(store_kind kind, int n) {
       out.push_back(make_file_store(path, n));
     break;
   }
+  case store_kind::external:
+    out.assign(static_cast<std::size_t>(n), make_external_store(std::make_shared<map_store>()));
+    break;
   }
   return out;
 }
@@ -227,7 +298,8 @@ std::string param_name(const ::testing::TestParamInfo<std::tuple<store_kind, int
 
 INSTANTIATE_TEST_SUITE_P(Stores, CollectiveGroup,
                          ::testing::Combine(::testing::Values(store_kind::in_process,
-                                                              store_kind::tcp, store_kind::file),
+                                                              store_kind::tcp, store_kind::file,
+                                                              store_kind::external),
                                             ::testing::Values(2, 3)),
                          param_name);
 
@@ -465,6 +537,9 @@ TEST(CollectiveGroupInputs, StoreFactoriesRejectBadArguments) {
   auto client0 = expect_error([] { make_tcp_store("127.0.0.1", 0, false, 2, 1000ms); });
   EXPECT_EQ(client0.code(), error_code::invalid_argument);
   EXPECT_TRUE(contains(client0.what(), "port 0")) << client0.what();
+
+  auto no_server = expect_error([] { make_external_store(nullptr); });
+  EXPECT_EQ(no_server.code(), error_code::invalid_argument);
 
   auto no_path = expect_error([] { make_file_store("", 2); });
   EXPECT_EQ(no_path.code(), error_code::invalid_argument);

@@ -1,7 +1,9 @@
 // A head and two node processes on 127.0.0.1, this test process as the driver: placement groups
 // with each strategy across the nodes, a group with ranks on both nodes (calls, mesh calls,
-// all-reduce over a TCP store and Gloo), what `rlforge status` reports, and bad input to the
-// placement API (refused, the cluster keeps serving).
+// all-reduce with Gloo after a rendezvous through a store actor), a Gloo weight channel between
+// the nodes opened once for every sync, no listening socket on a wildcard address in any of the
+// processes, what `rlforge status` reports, and bad input to the placement API (refused, the
+// cluster keeps serving).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -12,9 +14,12 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_group.hpp"
+#include "actors/dispatcher.hpp"
+#include "actors/trainer_client.hpp"
 #include "runtime/errc.hpp"
 #include "service/tinker_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
+#include "tests/cluster/listening_sockets.hpp"
 #include "tests/runtime/prometheus_parse.hpp"
 
 using namespace rlforge;
@@ -47,6 +52,22 @@ protected:
     auto pg = driver_->pgs().create({name, b, strategy, 10});
     EXPECT_TRUE(pg) << (pg ? "" : driver_->sys().render(pg.error())) << "\n" << cluster_->logs();
     return pg ? *pg : placement_group_info{};
+  }
+
+  /// No process of the cluster (head, nodes, this driver) listens on a wildcard address.
+  static void expect_no_wildcard_listener(const std::string& when) {
+    std::vector<std::pair<std::string, pid_t>> processes{
+      {"head", cluster_->head().pid()},
+      {"n1", cluster_->node("n1").pid()},
+      {"n2", cluster_->node("n2").pid()},
+      {"driver", ::getpid()}};
+    for (auto& [name, pid] : processes) {
+      auto sockets = listening_sockets(pid);
+      EXPECT_FALSE(sockets.empty() && name != "driver") << name << " " << when;
+      for (auto& s : sockets)
+        EXPECT_FALSE(s.wildcard) << name << " listens on a wildcard address " << when << ": "
+                                 << describe(sockets);
+    }
   }
 
   static test_cluster* cluster_;
@@ -154,6 +175,7 @@ TEST_F(ClusterBasics, AGroupWithRanksOnBothNodesAnswersMeshCallsAndAllReduces) {
                              30s);
   ASSERT_TRUE(bc) << driver_->sys().render(bc.error());
   EXPECT_EQ(floats((*bc)[0].get_as<tensor_list>(0).at(0)), (std::vector<float>{7, 8}));
+  expect_no_wildcard_listener("while a Gloo group spans the nodes");
   // Errors name the group, the rank, the op and the node.
   auto bad = group->call_all("no_such_op", caf::message{}, 10s);
   ASSERT_FALSE(bad);
@@ -189,6 +211,50 @@ TEST_F(ClusterBasics, AGroupWithRanksOnBothNodesAnswersMeshCallsAndAllReduces) {
                          },
                          10s))
     << driver_->status().dump(2);
+}
+
+TEST_F(ClusterBasics, AGlooWeightChannelBetweenTheNodesOpensOnceForEverySync) {
+  auto pg = create("sync", 2, 1, "strict_spread");
+  auto bundle = [&](size_t i) {
+    auto one = pg;
+    one.bundles = {pg.bundles.at(i)};
+    return one;
+  };
+  auto policy = driver_->spawn_group("sync-policy", "policy", bundle(0));
+  ASSERT_TRUE(policy) << driver_->sys().render(policy.error()) << cluster_->logs();
+  auto engines = driver_->spawn_group("sync-engines", "engine", bundle(1));
+  ASSERT_TRUE(engines) << driver_->sys().render(engines.error()) << cluster_->logs();
+  auto dispatcher = actors::spawn_dispatcher(driver_->sys());
+  {
+    actors::trainer_client client{driver_->sys(), dispatcher, 120s};
+    auto must = [&](auto x, const char* what) {
+      ASSERT_TRUE(x) << what << ": " << driver_->sys().render(x.error()) << cluster_->logs();
+    };
+    must(client.register_group("policy", *policy), "register policy");
+    must(client.register_engines(*engines), "register engines");
+    model_spec m;
+    m.preset = "tiny";
+    m.compute_dtype = "fp32";
+    m.seed = 3;
+    must(client.init_model("policy", m), "init policy");
+    must(client.init_model("engines", m), "init engines");
+    must(client.set_weight_transport("gloo"), "gloo");
+    for (int64_t v = 1; v <= 3; ++v) {
+      auto synced = client.save_weights_for_sampler("policy");
+      ASSERT_TRUE(synced) << driver_->sys().render(synced.error()) << cluster_->logs();
+      EXPECT_EQ(*synced, v);
+    }
+    expect_no_wildcard_listener("while a weight channel is open");
+    auto s = client.status();
+    ASSERT_TRUE(s);
+    EXPECT_EQ((*s)["last_sync"]["engines/0"], "gloo") << s->dump();
+    EXPECT_EQ((*s)["gloo_channels_opened"], 1) << s->dump();
+    EXPECT_EQ((*s)["gloo_channels"]["policy"]["syncs"], 3) << s->dump();
+  }
+  caf::anon_send_exit(dispatcher, caf::exit_reason::user_shutdown);
+  policy->stop();
+  engines->stop();
+  ASSERT_TRUE(driver_->pgs().remove("sync"));
 }
 
 TEST_F(ClusterBasics, StatusReportsNodesTheirResourcesAndPlacementGroups) {

@@ -35,11 +35,7 @@ namespace be = rlforge::backends;
 using actors::test::actor_fixture;
 
 model_spec tiny(uint64_t seed) {
-  model_spec s;
-  s.compute_dtype = "fp32";
-  s.preset = "tiny";
-  s.seed = seed;
-  return s;
+  return actors::test::fp32_model("tiny", seed);
 }
 
 class RlLoop : public actor_fixture {

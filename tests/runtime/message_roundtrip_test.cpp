@@ -43,8 +43,11 @@ placement_group_info sample(placement_group_info*) {
 rank_info sample(rank_info*) {
   return {"policy", 3, 4, "node-2", {1}, 0.2, 2, true};
 }
+/// A handle of a live actor of the client's system: it comes back as itself (a typed handle is
+/// an actor address on the wire; the cast does not check the interface).
+caf::actor handle_source;
 collective_spec sample(collective_spec*) {
-  return {"tcp", "grp#9", "127.0.0.1", 29500, 1234};
+  return {"actor", "grp#9", caf::actor_cast<rendezvous_store_actor>(handle_source), 1234};
 }
 op_result sample(op_result*) {
   return {caf::make_message(std::string{"loss"}, 0.25, sample(static_cast<collective_spec*>(nullptr)))};
@@ -133,7 +136,8 @@ rollout_state sample(rollout_state*) {
           2, 1, {5, 3, 1}};
 }
 weight_sync_spec sample(weight_sync_spec*) {
-  return {"gloo", "sync-7", 3, 1 << 20, 5000, "127.0.0.1", 41234, 3, 1};
+  return {"gloo", "sync-7", 3, 1 << 20, 5000,
+          caf::actor_cast<rendezvous_store_actor>(handle_source), 3, 1};
 }
 
 node_join_request sample(node_join_request*) {
@@ -155,9 +159,6 @@ node_heartbeat sample(node_heartbeat*) {
 group_record sample(group_record*) {
   return {"policy", "policy", "train", {"n1", "n2"}};
 }
-/// A handle of a live actor of the client's system: it comes back as itself (a typed handle is
-/// an actor address on the wire; the cast does not check the interface).
-caf::actor handle_source;
 rank_actor sample(rank_actor*) {
   return caf::actor_cast<rank_actor>(handle_source);
 }
@@ -166,6 +167,9 @@ node_agent_actor sample(node_agent_actor*) {
 }
 head_actor sample(head_actor*) {
   return caf::actor_cast<head_actor>(handle_source);
+}
+rendezvous_store_actor sample(rendezvous_store_actor*) {
+  return caf::actor_cast<rendezvous_store_actor>(handle_source);
 }
 
 bool equal(const std::vector<caf::message>& a, const std::vector<caf::message>& b) {

@@ -1,0 +1,170 @@
+// Persistent Gloo weight channels (actors/weight_sync.hpp): the first transfer on a channel
+// rendezvous through a store actor, later ones reuse the group (they succeed with the store
+// gone) and deliver exactly the sender's weights; a refused transfer closes the channel at both
+// ends; a receiver keeps one channel; bad specs are refused.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <caf/all.hpp>
+
+#include "actors/rendezvous_store.hpp"
+#include "actors/weight_sync.hpp"
+#include "actors/worker.hpp"
+#include "backends/error.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "test_support.hpp"
+
+namespace rlforge::actors::test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace be = rlforge::backends;
+
+class WeightChannels : public rendezvous_fixture {
+protected:
+  void SetUp() override {
+    rendezvous_fixture::SetUp();
+    trainer_ = build_model(fp32_model("tiny", 11));
+    engine_ = build_model(fp32_model("tiny", 22));
+  }
+
+  weight_sync_spec spec(const std::string& channel, int64_t version, int32_t rank) {
+    weight_sync_spec s;
+    s.transport = "gloo";
+    s.channel = channel;
+    s.version = version;
+    s.timeout_ms = 5000;
+    s.bucket_bytes = 1 << 16; // several buckets, some packed, some straight from a tensor
+    s.store = store_;
+    s.world_size = 2;
+    s.rank = rank;
+    return s;
+  }
+
+  /// One transfer: the sender on this thread, the engine's receiver on another. Returns the
+  /// receiver's result (the version held) or rethrows its error after the sender's.
+  int64_t transfer(const std::string& channel, int64_t version, int64_t engine_version) {
+    auto received = std::async(std::launch::async, [&] {
+      bool torn = false;
+      return receive_model_weights(*engine_, engine_version, spec(channel, version, 1), torn,
+                                   engine_channels_);
+    });
+    std::exception_ptr sent;
+    try {
+      send_model_weights(*trainer_, spec(channel, version, 0), trainer_channels_);
+    } catch (...) {
+      sent = std::current_exception();
+    }
+    auto v = received.get();
+    if (sent)
+      std::rethrow_exception(sent);
+    return v;
+  }
+
+  /// Moves every trainer weight a little, as a training step would.
+  void step_trainer(double by) {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, t] : trainer_->named_parameters())
+      t.add_(by);
+  }
+
+  void expect_engine_equals_trainer() {
+    auto sent = weights_for_sync(*trainer_);
+    auto got = engine_->named_parameters();
+    ASSERT_EQ(sent.size(), got.size());
+    for (size_t i = 0; i < sent.size(); ++i) {
+      EXPECT_EQ(sent[i].first, got[i].first);
+      EXPECT_TRUE(at::equal(sent[i].second, got[i].second)) << sent[i].first;
+    }
+  }
+
+  std::unique_ptr<be::causal_lm> trainer_, engine_;
+  weight_channels trainer_channels_, engine_channels_;
+};
+
+TEST_F(WeightChannels, LaterTransfersReuseTheChannelWithoutTheStore) {
+  EXPECT_EQ(transfer("c1", 1, 0), 1);
+  expect_engine_equals_trainer();
+  EXPECT_EQ(trainer_channels_.opened(), 1u);
+  EXPECT_EQ(engine_channels_.opened(), 1u);
+  // With the store gone, only an open channel can carry a transfer.
+  caf::scoped_actor self{*sys_};
+  self->monitor(store_);
+  caf::anon_send_exit(owner_, caf::exit_reason::user_shutdown);
+  self->receive([](caf::down_msg&) {}, caf::after(10s) >> [] { FAIL() << "store still up"; });
+  for (int64_t v = 2; v <= 4; ++v) {
+    step_trainer(0.01 * static_cast<double>(v));
+    EXPECT_EQ(transfer("c1", v, v - 1), v);
+    expect_engine_equals_trainer();
+  }
+  EXPECT_EQ(trainer_channels_.opened(), 1u);
+  EXPECT_EQ(trainer_channels_.reused(), 3u);
+  EXPECT_EQ(engine_channels_.reused(), 3u);
+  EXPECT_EQ(trainer_channels_.open_now(), 1u);
+  // A new channel needs the store: it fails naming it, and the engine keeps version 4's weights.
+  try {
+    transfer("c2", 5, 4);
+    ADD_FAILURE() << "a new channel opened without its store";
+  } catch (const be::error& e) {
+    EXPECT_NE(std::string{e.what()}.find("rendezvous store"), std::string::npos) << e.what();
+  }
+  expect_engine_equals_trainer();
+}
+
+TEST_F(WeightChannels, ARefusedTransferClosesTheChannelAtBothEndsAndChangesNothing) {
+  EXPECT_EQ(transfer("c1", 1, 0), 1);
+  auto before = engine_->named_parameters().front().second.clone();
+  step_trainer(0.5);
+  try {
+    transfer("c1", 1, 1); // the engine already holds version 1
+    ADD_FAILURE() << "a stale version was accepted";
+  } catch (const be::error& e) {
+    EXPECT_EQ(e.code(), be::error_code::invalid_argument) << e.what();
+  }
+  EXPECT_TRUE(at::equal(before, engine_->named_parameters().front().second));
+  EXPECT_EQ(trainer_channels_.open_now(), 0u);
+  EXPECT_EQ(engine_channels_.open_now(), 0u);
+  // The next transfer opens a new channel and delivers.
+  EXPECT_EQ(transfer("c2", 2, 1), 2);
+  expect_engine_equals_trainer();
+  EXPECT_EQ(trainer_channels_.opened(), 2u);
+}
+
+TEST_F(WeightChannels, AReceiverKeepsOneChannelAndASenderTheOnesItIsToldTo) {
+  EXPECT_EQ(transfer("c1", 1, 0), 1);
+  EXPECT_EQ(transfer("c2", 2, 1), 2);
+  EXPECT_EQ(engine_channels_.open_now(), 1u); // c1 closed when c2 arrived
+  EXPECT_EQ(trainer_channels_.open_now(), 2u);
+  trainer_channels_.keep_only({"c2"});
+  EXPECT_EQ(trainer_channels_.open_now(), 1u);
+  EXPECT_EQ(transfer("c2", 3, 2), 3);
+  expect_engine_equals_trainer();
+}
+
+TEST_F(WeightChannels, BadSpecsAreRefusedBeforeAnythingIsSent) {
+  auto bad = spec("c1", 1, 1); // a sender must be rank 0
+  EXPECT_THROW(send_model_weights(*trainer_, bad, trainer_channels_), be::error);
+  bool torn = false;
+  auto as_sender = spec("c1", 1, 0); // a receiver must be rank >= 1
+  EXPECT_THROW(receive_model_weights(*engine_, 0, as_sender, torn, engine_channels_), be::error);
+  auto no_store = spec("c1", 1, 0);
+  no_store.store = rendezvous_store_actor{};
+  try {
+    send_model_weights(*trainer_, no_store, trainer_channels_);
+    ADD_FAILURE() << "a transfer without a store was accepted";
+  } catch (const be::error& e) {
+    EXPECT_EQ(e.code(), be::error_code::invalid_argument) << e.what();
+    EXPECT_NE(std::string{e.what()}.find("no store actor"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(trainer_channels_.open_now(), 0u);
+  EXPECT_EQ(engine_channels_.open_now(), 0u);
+}
+
+} // namespace
+} // namespace rlforge::actors::test
