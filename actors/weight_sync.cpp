@@ -301,11 +301,13 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   auto opts = options_of(spec, who);
   if (current_version < 0)
     be::fail(error_code::invalid_argument, std::string{who} + ": current version must be >= 0");
+  // The parameters themselves, not detached aliases: a Gloo commit gives each its new storage
+  // (gloo_transport.hpp), which an alias would not pass on to the model.
+  c10::NoGradGuard no_grad;
   be::named_tensors targets;
   for (auto& [name, t] : model.named_parameters())
     if (name != "value_head.weight")
-      targets.emplace_back(name, t.detach());
-  c10::NoGradGuard no_grad;
+      targets.emplace_back(name, t);
   // The host transports write host memory: a model on a CUDA device receives into host copies
   // and takes them once the transfer committed (so a refused one still changes nothing).
   be::named_tensors device_targets;

@@ -140,7 +140,7 @@ void collective_send(collective_group& group, int root, c10::Device device,
 }
 
 std::uint64_t collective_receive(collective_group& group, int root, c10::Device device,
-                                 at::Tensor& staging, const named_tensors& targets,
+                                 receive_buffers& buffers, const named_tensors& targets,
                                  std::uint64_t& version, const char* who) {
   c10::NoGradGuard no_grad;
   auto [kind, text] = broadcast_text(group, root, device, 0, {});
@@ -168,24 +168,43 @@ std::uint64_t collective_receive(collective_group& group, int root, c10::Device 
              "version " + std::to_string(h.version) + " aborted because rank(s) " +
              rank_list(rejected) + " rejected it; weights unchanged");
   auto plan = make_bucket_plan(h.manifest, h.bucket_bytes);
-  if (!staging.defined() || static_cast<std::uint64_t>(staging.numel()) < plan.total_bytes)
+  auto& staging = buffers.staging;
+  // The staging buffer must be one no target views (a target that was copied into, not
+  // swapped, at the last commit may still view the buffer before it).
+  bool viewed = false;
+  if (staging.defined())
+    for (const auto& [name, t] : targets)
+      viewed = viewed || t.storage().is_alias_of(staging.storage());
+  if (!staging.defined() || viewed
+      || static_cast<std::uint64_t>(staging.numel()) < plan.total_bytes)
     staging = at::empty({static_cast<int64_t>(plan.total_bytes)}, bytes_on(device));
   for (const auto& b : plan.buckets)
     if (b.bytes > 0)
       group.broadcast(
           staging.narrow(0, static_cast<int64_t>(b.offset), static_cast<int64_t>(b.bytes)), root);
-  // Every bucket arrived: commit.
+  // Every bucket arrived: commit. A target takes its bytes of the staging buffer as its storage
+  // (no copy) when it is contiguous, on `device`, and its offset is a multiple of its element
+  // size; any other is copied into. The buffer the targets viewed before becomes the next
+  // staging buffer.
   auto dst = targets_in_manifest_order(h.manifest, targets);
   for (const auto& b : plan.buckets)
     for (const auto& t : b.tensors) {
       if (t.bytes == 0)
         continue;
+      auto& target = dst[t.index];
+      const auto element = static_cast<std::uint64_t>(target.element_size());
+      if (target.is_contiguous() && target.device() == device && t.offset % element == 0) {
+        target.set_(staging.storage(), static_cast<int64_t>(t.offset / element), target.sizes(),
+                    target.strides());
+        continue;
+      }
       auto src = staging.narrow(0, static_cast<int64_t>(t.offset), static_cast<int64_t>(t.bytes));
-      if (device.is_cpu())
-        std::memcpy(dst[t.index].data_ptr(), src.data_ptr(), t.bytes);
+      if (device.is_cpu() && target.is_contiguous())
+        std::memcpy(target.data_ptr(), src.data_ptr(), t.bytes);
       else
-        byte_view(dst[t.index], t.bytes).copy_(src);
+        target.view({-1}).view(at::kByte).copy_(src);
     }
+  std::swap(buffers.staging, buffers.live);
   version = h.version;
   group.barrier();
   return version;
@@ -209,7 +228,7 @@ gloo_receiver::gloo_receiver(collective_group& group, transport_options opts, in
 }
 
 std::uint64_t gloo_receiver::receive(const named_tensors& targets) {
-  return detail::collective_receive(group_, root_, c10::Device(c10::kCPU), staging_, targets,
+  return detail::collective_receive(group_, root_, c10::Device(c10::kCPU), buffers_, targets,
                                     version_, "gloo receiver");
 }
 

@@ -9,6 +9,17 @@
 
 namespace rlforge::backends {
 
+namespace detail {
+
+/// A collective receiver's two buffers of the whole packed layout: `staging` takes the next
+/// transfer; `live` is the one the targets view since the last commit.
+struct receive_buffers {
+  at::Tensor staging;
+  at::Tensor live;
+};
+
+} // namespace detail
+
 /// Sends weights across nodes: packed buckets broadcast from the trainer's rank (`root`,
 /// normally 0) of a Gloo `collective_group` whose other ranks are the engines' receivers.
 ///
@@ -18,8 +29,14 @@ namespace rlforge::backends {
 /// whether any receiver rejected (then every rank throws and nothing is copied); otherwise the
 /// root broadcasts each bucket, packed contiguously (a bucket holding one tensor is broadcast
 /// straight from that tensor); receivers stage the buckets in one buffer of the layout's size
-/// (kept between transfers) and commit into their tensors only after the last bucket arrived;
-/// a final barrier returns `send` once every receiver committed. A sender that fails before
+/// and commit only after the last bucket arrived, by a swap: each target tensor takes its bytes
+/// of the staging buffer as its storage (`set_`, no copy; a target that is not contiguous or
+/// whose bytes are not aligned to its element is copied into). The buffer the targets viewed
+/// before becomes the next transfer's staging buffer, so two buffers alternate and nothing is
+/// allocated or copied in the steady state. Hence: after a commit the targets share storage
+/// with the receiver, and an alias of a target's former storage (a `detach()` taken before the
+/// commit, not a clone) sees the next transfer's bytes arrive. A final barrier returns `send`
+/// once every receiver committed. A sender that fails before
 /// the header (bad weights) broadcasts an abort with its message instead, so receivers fail
 /// with it rather than time out.
 ///
@@ -55,7 +72,7 @@ private:
   collective_group& group_;
   transport_options opts_;
   int root_;
-  at::Tensor staging_; // the whole packed layout, kept between transfers
+  detail::receive_buffers buffers_;
 };
 
 namespace detail {
@@ -67,7 +84,7 @@ void collective_send(collective_group& group, int root, c10::Device device,
 
 /// Receiving side of `collective_send`; updates `version` on commit and returns it.
 std::uint64_t collective_receive(collective_group& group, int root, c10::Device device,
-                                 at::Tensor& staging, const named_tensors& targets,
+                                 receive_buffers& buffers, const named_tensors& targets,
                                  std::uint64_t& version, const char* who);
 
 /// Checks a group/root pair for a sender (`sending`) or a receiver.

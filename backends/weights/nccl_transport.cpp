@@ -37,7 +37,7 @@ nccl_receiver::nccl_receiver(collective_group& group, c10::Device device, transp
 }
 
 std::uint64_t nccl_receiver::receive(const named_tensors& targets) {
-  return detail::collective_receive(group_, root_, device_, staging_, targets, version_,
+  return detail::collective_receive(group_, root_, device_, buffers_, targets, version_,
                                     "nccl receiver");
 }
 

@@ -7,12 +7,13 @@
 #include <cstdint>
 
 #include "backends/collective_group.hpp"
+#include "backends/weights/gloo_transport.hpp"
 #include "backends/weights/weight_transport.hpp"
 
 namespace rlforge::backends {
 
 /// The Gloo transport's protocol (see `gloo_sender`) over an NCCL `collective_group`: weights,
-/// bucket buffers and the receivers' staging buffer live on the group's CUDA device. Only in
+/// bucket buffers and the receivers' two staging buffers live on the group's CUDA device. Only in
 /// builds with RLFORGE_WITH_CUDA.
 class nccl_sender final : public weight_sender {
 public:
@@ -45,7 +46,7 @@ private:
   c10::Device device_;
   transport_options opts_;
   int root_;
-  at::Tensor staging_;
+  detail::receive_buffers buffers_;
 };
 
 } // namespace rlforge::backends

@@ -986,6 +986,41 @@ TEST(GlooTransport, WorksOverATcpStoreBetweenTwoRanks) {
   EXPECT_TRUE(same_weights(targets[0], w));
 }
 
+TEST(GlooTransport, ACommitSwapsInTheStagedBytesAndTwoBuffersAlternate) {
+  endpoints e;
+  e.groups = make_groups(std::vector<store_handle>(2, make_in_process_store()), test_timeout);
+  e.sender = std::make_unique<gloo_sender>(*e.groups[0], opts_with(700));
+  e.receivers.push_back(std::make_unique<gloo_receiver>(*e.groups[1], opts_with(700)));
+  std::vector<named_tensors> targets = {like(model_weights(1.0))};
+  auto pointers = [&] {
+    std::vector<const void*> out;
+    for (auto& [name, t] : targets[0])
+      out.push_back(t.data_ptr());
+    return out;
+  };
+  const auto own = pointers();
+  std::vector<std::vector<const void*>> after;
+  named_tensors kept; // a clone of what the second transfer delivered
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    auto w = model_weights(static_cast<double>(v) + 0.5);
+    expect_committed(transfer(e, w, v, targets), v);
+    EXPECT_TRUE(same_weights(targets[0], w)) << "transfer " << v;
+    after.push_back(pointers());
+    if (v == 2)
+      kept = deep_copy(targets[0]);
+  }
+  // Each commit moved every target onto the buffer that took the transfer (no copy); the
+  // third reused the first's buffer (nothing allocated), and a clone is not disturbed.
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (targets[0][i].second.numel() == 0)
+      continue; // no bytes, nothing moves
+    EXPECT_NE(after[0][i], own[i]) << targets[0][i].first;
+    EXPECT_NE(after[1][i], after[0][i]) << targets[0][i].first;
+    EXPECT_EQ(after[2][i], after[0][i]) << targets[0][i].first;
+  }
+  EXPECT_TRUE(same_weights(kept, model_weights(2.5)));
+}
+
 TEST(GlooTransport, EndpointsCheckTheirRankRootAndGroup) {
   auto groups = make_groups(std::vector<store_handle>(2, make_in_process_store()), test_timeout);
   auto e1 = expect_error([&] { gloo_sender s(*groups[1]); });
