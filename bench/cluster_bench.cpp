@@ -16,9 +16,11 @@
 //  5. the GRPO job (examples/grpo, layout split: policy + ref on one bundle, 2 engines on the
 //     other) on 2 node processes vs embedded on one node, same work per role: median step time
 //     ratio. Skipped with --quick.
+//  6. scale: for 1, 2, 4 and 8 node processes, the head's CPU per node per second while idle
+//     (heartbeats every 200 ms) and the remote spawn rate over every node.
 // Medians of repeated runs.
 //
-// Usage: cluster_bench [--quick]
+// Usage: cluster_bench [--quick] [--scale]   (--scale: only section 6)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -29,6 +31,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,11 +145,9 @@ void control_round_trip(test_driver& d) {
   d.pgs().remove("rtt");
 }
 
-void spawn_rate(test_driver& d, int groups) {
-  constexpr int per_group = 16;
-  auto pg = or_die(d.pgs().create({"spawn", std::vector<resource_amounts>(2, {{"CPU", 1}}),
-                                   "strict_spread", 10}),
-                   d.sys(), "create spawn group");
+/// Ranks per second (median of 3 rounds) of `groups` groups of `per_group` ranks spawned on
+/// `pg` through the node agents, counted when every rank answered its first call.
+double spawn_rate_on(test_driver& d, const placement_group_info& pg, int groups, int per_group) {
   std::vector<double> rates;
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<actor_group> spawned;
@@ -161,14 +163,21 @@ void spawn_rate(test_driver& d, int groups) {
     // Let the nodes reap the threads before the next round.
     std::this_thread::sleep_for(500ms);
   }
-  auto r = median(rates);
+  return median(rates);
+}
+
+void spawn_rate(test_driver& d, int groups) {
+  constexpr int per_group = 16;
+  auto pg = or_die(d.pgs().create({"spawn", std::vector<resource_amounts>(2, {{"CPU", 1}}),
+                                   "strict_spread", 10}),
+                   d.sys(), "create spawn group");
+  auto r = spawn_rate_on(d, pg, groups, per_group);
   std::printf("cluster.spawn %d ranks (groups of %d, 8 per node) through 2 node agents: %.0f "
               "ranks/s (median of 3) | vs Ray 551/s: %.1fx | goal >= 2000/s: %s\n",
               groups * per_group, per_group, r, r / 551.0, verdict(r >= 2000));
   d.pgs().remove("spawn");
 }
 
-/// Raw TCP bandwidth over 127.0.0.1 between two threads of this process, bytes/s.
 double tcp_loopback_bandwidth(size_t bytes) {
   int server = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -318,6 +327,75 @@ void death_detection(test_cluster& c, test_driver& d) {
   }
 }
 
+/// CPU seconds process `pid` has used so far: the sum over its threads of the time on a CPU
+/// the scheduler counted (/proc/PID/task/TID/schedstat, in nanoseconds; clock ticks are too
+/// coarse for a head that is mostly idle).
+double cpu_seconds(pid_t pid) {
+  double ns = 0;
+  std::error_code ec;
+  auto dir = "/proc/" + std::to_string(pid) + "/task";
+  for (std::filesystem::directory_iterator i{dir, ec}, end; !ec && i != end; i.increment(ec)) {
+    std::ifstream in{i->path() / "schedstat"};
+    double on_cpu = 0;
+    if (in >> on_cpu)
+      ns += on_cpu;
+  }
+  return ns / 1e9;
+}
+
+/// How the head's work and the spawn rate grow with the number of nodes: for 1, 2, 4 and 8
+/// node processes (rlforge's default heartbeats: every 200 ms), the head's CPU over an idle
+/// window with a driver attached, per node per second; and the remote spawn rate of groups of
+/// 16 ranks spread over every node.
+void scale(bool quick) {
+  std::printf("cluster.scale nodes | head CPU per node per second (idle, heartbeats every 200 ms) "
+              "| spawn rate, groups of 16 ranks over every node (median of 3)\n");
+  const double window = quick ? 2.0 : 5.0;
+  std::vector<std::pair<int, double>> totals; // nodes, head CPU seconds per second
+  for (int n : {1, 2, 4, 8}) {
+    const std::vector<std::string> beats{"--heartbeat-ms", "200", "--dead-after-ms", "1000"};
+    test_cluster cluster{"scale" + std::to_string(n), beats};
+    for (int i = 1; i <= n; ++i)
+      cluster.add_node("n" + std::to_string(i), 1, 16, beats);
+    test_driver d{cluster.endpoint(), beats};
+    if (!d.error().empty())
+      die("attach: " + d.error() + "\n" + cluster.logs());
+    std::this_thread::sleep_for(1s); // joins and the first status settle
+    auto cpu0 = cpu_seconds(cluster.head().pid());
+    auto t0 = clock_type::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(window));
+    auto total = (cpu_seconds(cluster.head().pid()) - cpu0) / seconds_since(t0);
+    auto per_node = total / n;
+    totals.emplace_back(n, total);
+    auto pg = or_die(d.pgs().create({"spawn", std::vector<resource_amounts>(n, {{"CPU", 1}}),
+                                     "spread", 10}),
+                     d.sys(), "create spawn group");
+    const int groups = quick ? 2 : 8, per_group = 16;
+    auto rate = spawn_rate_on(d, pg, groups, per_group);
+    std::printf("cluster.scale %d | %.3f ms CPU per node per second (head total %.3f ms/s) | "
+                "%.0f ranks/s (%d ranks)\n",
+                n, per_node * 1e3, total * 1e3, rate,
+                groups * per_group);
+    d.pgs().remove("spawn");
+  }
+  // Least squares of total = fixed + marginal * nodes: the marginal cost is what 1,000 nodes
+  // multiply.
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto& [n, y] : totals) {
+    sx += n;
+    sy += y;
+    sxx += static_cast<double>(n) * n;
+    sxy += n * y;
+  }
+  const double k = static_cast<double>(totals.size());
+  const double marginal = (k * sxy - sx * sy) / (k * sxx - sx * sx);
+  const double fixed = (sy - marginal * sx) / k;
+  std::printf("cluster.scale fit: head CPU = %.3f ms/s + %.3f ms/s per node | 1,000 nodes at "
+              "200 ms heartbeats: %.0f %% of a core (at 1 s heartbeats: %.0f %%)\n",
+              fixed * 1e3, marginal * 1e3, (fixed + 1000 * marginal) * 100,
+              (fixed + 200 * marginal) * 100);
+}
+
 double grpo_step_time(const std::vector<std::string>& extra, const std::string& dir,
                       const std::string& tag) {
   std::vector<std::string> argv{grpo_example_binary(), "--layout", "split", "--steps", "20",
@@ -336,13 +414,19 @@ double grpo_step_time(const std::vector<std::string>& extra, const std::string& 
 } // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, scale_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string{argv[i]} == "--quick")
       quick = true;
+    else if (std::string{argv[i]} == "--scale")
+      scale_only = true;
     else
       return rlforge::bench::usage_error(prog, std::string{"unknown argument '"} + argv[i] + "'",
-                                         "[--quick]");
+                                         "[--quick] [--scale]");
+  }
+  if (scale_only) {
+    scale(quick);
+    return 0;
   }
   test_cluster cluster{"bench", {"--heartbeat-ms", "200", "--dead-after-ms", "1000"}};
   cluster.add_node("n1", 4, 8, {"--heartbeat-ms", "200", "--dead-after-ms", "1000"});
@@ -362,5 +446,6 @@ int main(int argc, char** argv) {
                 "%.3f s vs embedded on one node %.3f s | overhead ratio %.2f\n",
                 two, one, two / one);
   }
+  scale(quick);
   return 0;
 }

@@ -77,21 +77,6 @@ protected:
 test_cluster* ClusterBasics::cluster_ = nullptr;
 test_driver* ClusterBasics::driver_ = nullptr;
 
-tensor_blob f32_blob(std::vector<float> values) {
-  tensor_blob b;
-  b.dtype = dtype::f32;
-  b.shape = {static_cast<int64_t>(values.size())};
-  b.bytes.resize(values.size() * sizeof(float));
-  std::memcpy(b.bytes.data(), values.data(), b.bytes.size());
-  return b;
-}
-
-std::vector<float> floats(const tensor_blob& b) {
-  std::vector<float> out(b.bytes.size() / sizeof(float));
-  std::memcpy(out.data(), b.bytes.data(), b.bytes.size());
-  return out;
-}
-
 } // namespace
 
 TEST_F(ClusterBasics, EveryStrategyPlacesAcrossTheNodesOrderedByNodeAndDevice) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -176,6 +177,21 @@ std::vector<std::string> bundle_nodes(const placement_group_info& pg) {
   std::vector<std::string> out;
   for (auto& b : pg.bundles)
     out.push_back(b.node_id);
+  return out;
+}
+
+tensor_blob f32_blob(const std::vector<float>& values) {
+  tensor_blob b;
+  b.dtype = dtype::f32;
+  b.shape = {static_cast<int64_t>(values.size())};
+  b.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(b.bytes.data(), values.data(), b.bytes.size());
+  return b;
+}
+
+std::vector<float> floats(const tensor_blob& b) {
+  std::vector<float> out(b.bytes.size() / sizeof(float));
+  std::memcpy(out.data(), b.bytes.data(), b.bytes.size());
   return out;
 }
 

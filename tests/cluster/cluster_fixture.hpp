@@ -103,6 +103,10 @@ private:
   std::string error_;
 };
 
+/// A 1-D float32 tensor blob of `values`, and the values of one (for collective calls).
+tensor_blob f32_blob(const std::vector<float>& values);
+std::vector<float> floats(const tensor_blob& b);
+
 /// The node of each bundle, in bundle order.
 std::vector<std::string> bundle_nodes(const placement_group_info& pg);
 

@@ -5,10 +5,6 @@
 // missing otherwise.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <cstdlib>
-
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
@@ -16,55 +12,13 @@
 #include "actors/dispatcher.hpp"
 #include "actors/trainer_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
+#include "tests/cluster/network_namespace.hpp"
 
 using namespace rlforge;
 using namespace rlforge::cluster_test;
 using namespace std::chrono_literals;
 
 namespace {
-
-int run(const std::string& cmd) {
-  return std::system((cmd + " >/dev/null 2>&1").c_str());
-}
-
-/// A network namespace joined to the host by a veth pair: host side `host_ip`, namespace side
-/// `node_ip` (/24). Removed (with the pair) on destruction.
-struct network_namespace {
-  std::string name, host_if, host_ip, node_ip;
-  bool created = false; ///< `ip netns add` worked (it needs CAP_SYS_ADMIN, not only uid 0)
-  bool ok = false;
-
-  network_namespace() {
-    auto id = std::to_string(::getpid() % 100000);
-    name = "rlfns" + id;
-    host_if = "rlfh" + id;
-    auto subnet = "10.213." + std::to_string(::getpid() % 250) + ".";
-    host_ip = subnet + "1";
-    node_ip = subnet + "2";
-    auto node_if = "rlfn" + id;
-    created = run("ip netns add " + name) == 0;
-    ok = created &&
-         run("ip link add " + host_if + " type veth peer name " + node_if) == 0 &&
-         run("ip link set " + node_if + " netns " + name) == 0 &&
-         run("ip addr add " + host_ip + "/24 dev " + host_if) == 0 &&
-         run("ip link set " + host_if + " up") == 0 &&
-         run("ip netns exec " + name + " ip addr add " + node_ip + "/24 dev " + node_if) == 0 &&
-         run("ip netns exec " + name + " ip link set " + node_if + " up") == 0 &&
-         run("ip netns exec " + name + " ip link set lo up") == 0;
-  }
-  ~network_namespace() {
-    run("ip link del " + host_if);
-    run("ip netns del " + name);
-  }
-};
-
-std::string missing_requirement() {
-  if (::geteuid() != 0)
-    return "root (creating a network namespace needs CAP_SYS_ADMIN)";
-  if (run("ip -V") != 0)
-    return "the ip command (iproute2)";
-  return {};
-}
 
 caf::expected<tensor_map> weights_of(caf::actor_system& sys, actors::actor_group& g) {
   auto r = g.call_all("get_weights", caf::message{}, 30s);
