@@ -67,7 +67,10 @@ std::unique_ptr<be::collective_group> join_group(const weight_sync_spec& spec) {
   co.interface_host = advertised_address();
   co.timeout = std::chrono::milliseconds{spec.timeout_ms};
   co.group_name = "weights-" + spec.channel;
-  co.gloo_threads = 1;
+  // Two connections and two threads: the two buckets the pipeline keeps in flight travel at
+  // once (gloo_transport.cpp); measured in bench/cluster_bench.
+  co.gloo_threads = 2;
+  co.gloo_connections = 2;
   return be::collective_group::create(connect_rendezvous_store(spec.store, co.timeout), spec.rank,
                                       spec.world_size, co);
 }

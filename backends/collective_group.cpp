@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -445,18 +446,23 @@ struct collective_group::impl {
       auto work = issue();
       work->wait(opts.timeout);
     } catch (const std::exception& e) {
-      auto m = exception_first_line(e);
-      if (looks_like_timeout(m, start, opts.timeout)) {
-        broken = op + std::string(" timed out: ") + m;
-        fail(error_code::timeout,
-             where(op) + " timed out after " + ms(opts.timeout) +
-                 " (a peer did not join: collectives must be called in the same order on all "
-                 "ranks, or a peer died): " +
-                 m);
-      }
-      broken = op + std::string(" failed: ") + m;
-      fail(error_code::backend_error, where(op) + " failed: " + m);
+      failed(op, e, start);
     }
+  }
+
+  /// Marks the group broken by `e`, thrown by `op` started at `start`, and throws the error.
+  [[noreturn]] void failed(const char* op, const std::exception& e, clock_type::time_point start) {
+    auto m = exception_first_line(e);
+    if (looks_like_timeout(m, start, opts.timeout)) {
+      broken = op + std::string(" timed out: ") + m;
+      fail(error_code::timeout,
+           where(op) + " timed out after " + ms(opts.timeout) +
+               " (a peer did not join: collectives must be called in the same order on all "
+               "ranks, or a peer died): " +
+               m);
+    }
+    broken = op + std::string(" failed: ") + m;
+    fail(error_code::backend_error, where(op) + " failed: " + m);
   }
 
   void all_reduce_contiguous(at::Tensor& t) {
@@ -581,6 +587,9 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
     fail(error_code::invalid_argument, std::string(what) + ": group_name must not be empty");
   if (opts.bucket_bytes == 0)
     fail(error_code::invalid_argument, std::string(what) + ": bucket_bytes must be > 0, got 0");
+  if (opts.gloo_connections < 1)
+    fail(error_code::invalid_argument, std::string(what) + ": gloo_connections must be >= 1, got " +
+                                           std::to_string(opts.gloo_connections));
   if (opts.gloo_threads < 1)
     fail(error_code::invalid_argument, std::string(what) + ": gloo_threads must be >= 1, got " +
                                            std::to_string(opts.gloo_threads));
@@ -618,7 +627,8 @@ std::unique_ptr<collective_group> collective_group::create(const store_handle& s
                                                 opts.timeout);
     if (opts.backend == "gloo") {
       auto gopts = c10d::ProcessGroupGloo::Options::create(opts.timeout);
-      gopts->devices.push_back(device);
+      for (int c = 0; c < opts.gloo_connections; ++c)
+        gopts->devices.push_back(device);
       gopts->threads = opts.gloo_threads;
       p->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(scoped, rank, world_size, gopts);
     } else {
@@ -717,6 +727,68 @@ void collective_group::broadcast(const std::vector<at::Tensor>& ts, int root) {
     impl_->check_tensor(op, ts[i], i);
   impl_->bucketed(ts, impl_->rank == root, impl_->rank != root,
                   [&](at::Tensor& buf) { impl_->broadcast_contiguous(buf, root); });
+}
+
+void collective_group::broadcast_pipelined(std::size_t count,
+                                           const std::function<at::Tensor(std::size_t)>& next,
+                                           int root, std::size_t depth) {
+  const char* op = "broadcast";
+  impl_->check_usable(op);
+  impl_->check_root(op, root);
+  if (depth < 1)
+    fail(error_code::invalid_argument, impl_->where(op) + ": pipeline depth must be >= 1");
+  c10::NoGradGuard no_grad;
+  struct in_flight {
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor tensor; // kept alive until its broadcast completed
+  };
+  std::deque<in_flight> pending;
+  auto start = clock_type::now();
+  auto wait_oldest = [&] {
+    try {
+      pending.front().work->wait(impl_->opts.timeout);
+    } catch (const std::exception& e) {
+      // Later broadcasts may still run on Gloo's threads: wait them out before unwinding.
+      for (size_t i = 1; i < pending.size(); ++i)
+        try {
+          pending[i].work->wait(impl_->opts.timeout);
+        } catch (const std::exception&) {
+        }
+      impl_->failed(op, e, start);
+    }
+    pending.pop_front();
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    while (pending.size() >= depth)
+      wait_oldest();
+    auto t = next(i);
+    impl_->check_tensor(op, t, i);
+    if (!t.is_contiguous())
+      fail(error_code::invalid_argument,
+           impl_->where(op) + ": tensor " + std::to_string(i) + " of a pipelined broadcast must "
+           "be contiguous");
+    if (t.numel() == 0)
+      continue;
+    std::vector<at::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    o.rootTensor = 0;
+    o.timeout = impl_->opts.timeout;
+    try {
+      pending.push_back({impl_->pg->broadcast(v, o), t});
+    } catch (const std::exception& e) {
+      while (!pending.empty())
+        try {
+          pending.front().work->wait(impl_->opts.timeout);
+          pending.pop_front();
+        } catch (const std::exception&) {
+          pending.pop_front();
+        }
+      impl_->failed(op, e, start);
+    }
+  }
+  while (!pending.empty())
+    wait_oldest();
 }
 
 void collective_group::barrier() {

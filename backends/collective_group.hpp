@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,6 +119,9 @@ struct collective_options {
   std::size_t bucket_bytes = std::size_t{25} << 20;
   /// Gloo worker threads per group.
   int gloo_threads = 2;
+  /// Gloo TCP connections to each peer (one Gloo device each). Successive collectives take them
+  /// in turn, so asynchronous ones (`broadcast_pipelined`) travel on several at once.
+  int gloo_connections = 1;
 };
 
 /// One rank's membership of a group of `world_size` ranks that run collectives together
@@ -177,6 +181,17 @@ public:
 
   /// Same for several tensors, bucketed as `all_reduce_sum(ts)`.
   void broadcast(const std::vector<at::Tensor>& ts, int root);
+
+  /// Broadcasts `count` contiguous tensors from `root`, in order, with up to `depth` of them on
+  /// the wire at once: `next(i)` is called on this thread for the i-th tensor once at most
+  /// `depth - 1` earlier ones are still in flight, so the root can pack tensor i while tensors
+  /// i-depth+1 .. i-1 travel (Gloo's threads move them). The tensor `next(i - depth)` returned
+  /// is no longer in use when `next(i)` is called (a buffer may be reused every `depth` calls).
+  /// Every rank must make the same calls with tensors of the same shapes and dtypes. Returns
+  /// once all completed; failures as for `broadcast`. Throws `error{invalid_argument}` for a
+  /// depth of 0 or a non-contiguous tensor.
+  void broadcast_pipelined(std::size_t count, const std::function<at::Tensor(std::size_t)>& next,
+                           int root, std::size_t depth = 2);
 
   /// Returns once every rank has reached the barrier (and its earlier collectives finished).
   void barrier();

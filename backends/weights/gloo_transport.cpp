@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -120,22 +121,34 @@ void collective_send(collective_group& group, int root, c10::Device device,
          std::string(who) + ": weight transfer of version " + std::to_string(version) +
              " rejected by rank(s) " + rank_list(rejected) +
              " (their errors name the tensors); no receiver changed its weights");
-  for (const auto& b : plan.buckets) {
-    if (b.bytes == 0)
-      continue;
-    if (b.tensors.size() == 1) {
-      group.broadcast(byte_view(sources[b.tensors.front().index].second, b.bytes), root);
-      continue;
+  // Two-deep pipeline: bucket i is packed while bucket i-1 travels. A bucket of one tensor goes
+  // straight from it; a packed one uses the two halves of the bucket buffer in turn (the half
+  // bucket i-2 used is free once bucket i is packed).
+  std::vector<const weight_bucket*> to_send;
+  int64_t half = 0; // the largest packed bucket
+  for (const auto& b : plan.buckets)
+    if (b.bytes > 0) {
+      to_send.push_back(&b);
+      if (b.tensors.size() > 1)
+        half = std::max(half, static_cast<int64_t>(b.bytes));
     }
-    if (!bucket_buffer.defined() || static_cast<std::uint64_t>(bucket_buffer.numel()) < b.bytes)
-      bucket_buffer = at::empty({static_cast<int64_t>(plan.max_bucket_bytes)}, bytes_on(device));
-    auto buf = bucket_buffer.narrow(0, 0, static_cast<int64_t>(b.bytes));
-    for (const auto& t : b.tensors)
-      if (t.bytes > 0)
-        buf.narrow(0, static_cast<int64_t>(t.offset - b.offset), static_cast<int64_t>(t.bytes))
-            .copy_(byte_view(sources[t.index].second, t.bytes));
-    group.broadcast(buf, root);
-  }
+  if (half > 0 && (!bucket_buffer.defined() || bucket_buffer.numel() < 2 * half))
+    bucket_buffer = at::empty({2 * half}, bytes_on(device));
+  group.broadcast_pipelined(
+      to_send.size(),
+      [&](std::size_t i) {
+        const auto& b = *to_send[i];
+        if (b.tensors.size() == 1)
+          return byte_view(sources[b.tensors.front().index].second, b.bytes);
+        auto buf = bucket_buffer.narrow(0, static_cast<int64_t>(i % 2) * half,
+                                        static_cast<int64_t>(b.bytes));
+        for (const auto& t : b.tensors)
+          if (t.bytes > 0)
+            buf.narrow(0, static_cast<int64_t>(t.offset - b.offset), static_cast<int64_t>(t.bytes))
+                .copy_(byte_view(sources[t.index].second, t.bytes));
+        return buf;
+      },
+      root, 2);
   group.barrier();
 }
 
@@ -178,10 +191,18 @@ std::uint64_t collective_receive(collective_group& group, int root, c10::Device 
   if (!staging.defined() || viewed
       || static_cast<std::uint64_t>(staging.numel()) < plan.total_bytes)
     staging = at::empty({static_cast<int64_t>(plan.total_bytes)}, bytes_on(device));
+  // The same pipeline as the sender's: the next bucket's receive is posted while one arrives.
+  std::vector<const weight_bucket*> to_receive;
   for (const auto& b : plan.buckets)
     if (b.bytes > 0)
-      group.broadcast(
-          staging.narrow(0, static_cast<int64_t>(b.offset), static_cast<int64_t>(b.bytes)), root);
+      to_receive.push_back(&b);
+  group.broadcast_pipelined(
+      to_receive.size(),
+      [&](std::size_t i) {
+        return staging.narrow(0, static_cast<int64_t>(to_receive[i]->offset),
+                              static_cast<int64_t>(to_receive[i]->bytes));
+      },
+      root, 2);
   // Every bucket arrived: commit. A target takes its bytes of the staging buffer as its storage
   // (no copy) when it is contiguous, on `device`, and its offset is a multiple of its element
   // size; any other is copied into. The buffer the targets viewed before becomes the next

@@ -232,6 +232,49 @@ TEST_P(CollectiveGroup, BroadcastFromEveryRootCopiesTheRootsValues) {
   });
 }
 
+TEST_P(CollectiveGroup, APipelinedBroadcastOverSeveralConnectionsEqualsOneAtATime) {
+  auto n = world();
+  auto stores = make_stores(kind(), n);
+  run_ranks(n, [&](int rank) {
+    auto o = opts_with();
+    o.gloo_connections = 2;
+    o.gloo_threads = 2;
+    auto g = collective_group::create(stores[static_cast<std::size_t>(rank)], rank, n, o);
+    const int root = n - 1;
+    // Twelve tensors of several sizes and dtypes; the root reuses two buffers in turn, as a
+    // sender packing buckets does, and writes buffer i % 2 only when next(i) is called.
+    auto value = [&](std::size_t i, int who) {
+      auto t = at::arange(0, static_cast<int64_t>(100 + 37 * i), at::kDouble) * double(who + 1);
+      return i % 3 == 0 ? t.to(at::kFloat) : t;
+    };
+    std::vector<at::Tensor> buffers(2), received;
+    std::size_t calls = 0;
+    g->broadcast_pipelined(
+        12,
+        [&](std::size_t i) {
+          EXPECT_EQ(i, calls++);
+          auto v = value(i, rank);
+          auto& b = buffers[i % 2];
+          if (rank == root) {
+            b = v.clone(); // the buffer of call i - 2 is free again
+            return b;
+          }
+          received.push_back(at::empty_like(v));
+          return received.back();
+        },
+        root, 2);
+    EXPECT_EQ(calls, 12u);
+    if (rank != root) {
+      for (std::size_t i = 0; i < received.size(); ++i)
+        EXPECT_TRUE(at::equal(received[i], value(i, root))) << "tensor " << i;
+    }
+    // The group goes on with ordinary collectives on both connections.
+    auto t = at::full({4}, double(rank + 1));
+    g->all_reduce_sum(t);
+    EXPECT_TRUE(at::equal(t, at::full({4}, double(n * (n + 1) / 2))));
+  });
+}
+
 TEST_P(CollectiveGroup, MultiTensorCallsBucketMixedDtypesAndShapes) {
   auto n = world();
   auto stores = make_stores(kind(), n);
@@ -469,6 +512,19 @@ TEST(CollectiveGroupInputs, CreateRejectsBadRankWorldSizeAndOptions) {
   o.gloo_threads = 0;
   auto th = expect_error([&] { collective_group::create(store, 0, 1, o); });
   EXPECT_TRUE(contains(th.what(), "gloo_threads must be >= 1, got 0")) << th.what();
+  o = opts_with();
+  o.gloo_connections = 0;
+  auto conn = expect_error([&] { collective_group::create(store, 0, 1, o); });
+  EXPECT_TRUE(contains(conn.what(), "gloo_connections must be >= 1, got 0")) << conn.what();
+  auto group = collective_group::create(store, 0, 1, opts_with());
+  auto depth = expect_error([&] {
+    group->broadcast_pipelined(1, [](std::size_t) { return at::zeros({2}); }, 0, 0);
+  });
+  EXPECT_TRUE(contains(depth.what(), "depth must be >= 1")) << depth.what();
+  auto strided = expect_error([&] {
+    group->broadcast_pipelined(1, [](std::size_t) { return at::zeros({4, 4}).t(); }, 0, 2);
+  });
+  EXPECT_TRUE(contains(strided.what(), "must be contiguous")) << strided.what();
   o = opts_with();
   o.interface_host = "";
   EXPECT_EQ(expect_error([&] { collective_group::create(store, 0, 1, o); }).code(),
