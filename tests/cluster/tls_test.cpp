@@ -1,7 +1,8 @@
 // Cluster TLS (caf::openssl, mutual certificates): `rlforge head --init-tls DIR` writes a CA and
-// the cluster certificate; a head, nodes and drivers with it work; a node without a certificate,
-// or with one signed by another CA, is refused before any of its messages is processed (it
-// never joins; the head's registry does not change).
+// the cluster certificate; a head, nodes and drivers with it work, and a group spanning two
+// nodes meets for its Gloo all-reduce through its store actor over those TLS connections (no
+// rendezvous port); a node without a certificate, or with one signed by another CA, is refused
+// before any of its messages is processed (it never joins; the head's registry does not change).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -61,6 +62,8 @@ TEST(ClusterTls, OnlyProcessesWithTheClustersCertificateJoin) {
   test_cluster cluster{"tls", {"--tls", ca}};
   auto& trusted = cluster.add_node("trusted", 1, 1, {"--tls", ca});
   ASSERT_TRUE(trusted.wait_for_log("joined cluster", 1ms)) << cluster.logs();
+  auto& trusted2 = cluster.add_node("trusted2", 1, 1, {"--tls", ca});
+  ASSERT_TRUE(trusted2.wait_for_log("joined cluster", 1ms)) << cluster.logs();
   // No certificate: refused during the TLS handshake.
   auto& plain = cluster.add_node("plain", 1, 1, {"--connect-timeout", "3"});
   ASSERT_EQ(plain.wait_exit(30s), 1) << plain.log();
@@ -80,13 +83,22 @@ TEST(ClusterTls, OnlyProcessesWithTheClustersCertificateJoin) {
   test_driver driver{cluster.endpoint(), {"--tls", ca}};
   ASSERT_TRUE(driver.error().empty()) << driver.error() << cluster.logs();
   auto status = driver.status();
-  ASSERT_EQ(status["nodes"].size(), 1u) << status.dump(2);
-  EXPECT_EQ(status["nodes"][0]["id"], "trusted");
-  auto pg = driver.pgs().create({"tls", {{{"GPU", 1}}}, "pack", 10});
+  ASSERT_EQ(status["nodes"].size(), 2u) << status.dump(2);
+  EXPECT_FALSE(node_status(status, "trusted").is_null()) << status.dump(2);
+  EXPECT_FALSE(node_status(status, "trusted2").is_null()) << status.dump(2);
+  auto pg = driver.pgs().create({"tls", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10});
   ASSERT_TRUE(pg) << driver.sys().render(pg.error()) << cluster.logs();
   auto group = driver.spawn_group("g", "ref", *pg);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
   EXPECT_TRUE(group->call_all("ping", caf::message{}, 10s));
+  // The ranks on the two nodes met through the group's store actor over TLS: they all-reduce.
+  auto sums = group->call_mesh("all_reduce",
+                               {caf::make_message(tensor_list{f32_blob({1, 2})}),
+                                caf::make_message(tensor_list{f32_blob({10, 20})})},
+                               30s);
+  ASSERT_TRUE(sums) << driver.sys().render(sums.error()) << cluster.logs();
+  for (auto& m : *sums)
+    EXPECT_EQ(floats(m.get_as<tensor_list>(0).at(0)), (std::vector<float>{11, 22}));
   group->stop();
   // A driver without the certificate cannot attach.
   test_driver intruder{cluster.endpoint()};
