@@ -797,12 +797,6 @@ std::vector<std::string> engine_roles(self_ptr self) {
   return out;
 }
 
-/// Bucket size of Gloo weight syncs: a tensor larger than this is broadcast straight from the
-/// trainer's parameters (no packing copy into a bucket that would be as large as the model and
-/// freshly allocated every sync); smaller ones share one reused 4 MiB buffer. Measured in
-/// bench/cluster_bench: 0.38 GB/s with the 256 MiB default, 0.65 GB/s with this.
-constexpr int64_t gloo_sync_bucket_bytes = int64_t{4} << 20;
-
 /// Transfers `source`'s weights to every rank of every engine role as `version`.
 step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int64_t> version,
                    int64_t timeout_ms) {
@@ -834,8 +828,6 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
         spec.channel = base + "-" + std::to_string(receivers.size());
         spec.version = *version;
         spec.timeout_ms = timeout_ms;
-        if (spec.transport == "gloo")
-          spec.bucket_bytes = gloo_sync_bucket_bytes;
         if (spec.transport == "gloo")
           gloo.push_back(receivers.size());
         receivers.push_back({e.ranks[r], name, r, std::move(spec)});

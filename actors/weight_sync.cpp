@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include <ATen/ATen.h>
@@ -110,6 +111,7 @@ struct weight_channels::impl {
     std::unique_ptr<be::gloo_receiver> receiver;
     int32_t rank = 0;
     int32_t world_size = 0;
+    weight_channels::link_state link; ///< the sender's measurement and bucket size
     ~channel() {
       sender.reset();
       receiver.reset();
@@ -173,6 +175,13 @@ uint64_t weight_channels::opened() const noexcept {
 
 uint64_t weight_channels::reused() const noexcept {
   return impl_->reused;
+}
+
+std::optional<weight_channels::link_state> weight_channels::link(const std::string& channel) const {
+  auto i = impl_->open.find(channel);
+  if (i == impl_->open.end())
+    return std::nullopt;
+  return i->second->link;
 }
 
 void weight_channels::keep_only(const std::vector<std::string>& keep) {
@@ -287,7 +296,18 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
       be::fail(error_code::invalid_argument, std::string{who} +
                                                  ": the sender is gloo rank 0, got rank " +
                                                  std::to_string(spec.rank));
-    channels.impl_->use(spec, opts, [&](auto& c) { c.sender->send(weights, version); });
+    const auto bytes = bytes_of(weights);
+    channels.impl_->use(spec, opts, [&](auto& c) {
+      // Bucket size 0: chosen from the link this channel measured on its previous transfer.
+      if (spec.bucket_bytes == 0)
+        c.sender->set_bucket_bytes(be::bucket_bytes_for_link(c.link.bytes_per_second, bytes));
+      c.link.bucket_bytes = c.sender->bucket_bytes();
+      const auto start = std::chrono::steady_clock::now();
+      c.sender->send(weights, version);
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      if (took.count() > 0)
+        c.link.bytes_per_second = static_cast<double>(bytes) / took.count();
+    });
   } else {
     be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
                                                spec.transport +

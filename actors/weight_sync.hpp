@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +85,17 @@ public:
   uint64_t reused() const noexcept;
   /// Closes every channel whose name is not in `keep`.
   void keep_only(const std::vector<std::string>& keep);
+
+  /// What a sending end knows of its channel's link: the rate of its last transfer (bytes over
+  /// the time from the header to the receivers' commit; 0 before the first) and the bucket size
+  /// of that transfer. A transfer whose spec leaves `bucket_bytes` 0 takes
+  /// `backends::bucket_bytes_for_link` of the rate its predecessor measured.
+  struct link_state {
+    double bytes_per_second = 0;
+    std::uint64_t bucket_bytes = 0;
+  };
+  /// The link of the open channel `channel` (nullopt when it is not open here).
+  std::optional<link_state> link(const std::string& channel) const;
 
   struct impl;
 

@@ -488,7 +488,9 @@ struct weight_sync_spec {
   /// sender and its receivers, kept by both ends and reused by every transfer that names it).
   std::string channel;
   int64_t version = 0;      ///< the version the engines hold afterwards (>= 1)
-  int64_t bucket_bytes = 0; ///< bucket size; 0 = the transports' default (256 MiB)
+  /// Bucket size; 0 = the transport's choice: 256 MiB, or for gloo the bucket the channel's
+  /// measured link suggests (backends::bucket_bytes_for_link; 4 MiB before it was measured).
+  int64_t bucket_bytes = 0;
   int64_t timeout_ms = 0;   ///< bound on every wait for the peer (> 0)
   /// gloo: where the channel's ranks rendezvous when they open it (its first transfer).
   rendezvous_store_actor store;

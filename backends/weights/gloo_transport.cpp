@@ -243,6 +243,13 @@ void gloo_sender::send(const named_tensors& weights, std::uint64_t version) {
                           bucket_buffer_, weights, version, "gloo sender");
 }
 
+void gloo_sender::set_bucket_bytes(std::uint64_t bytes) {
+  auto o = opts_;
+  o.bucket_bytes = bytes;
+  validate(o, "gloo sender");
+  opts_ = o;
+}
+
 gloo_receiver::gloo_receiver(collective_group& group, transport_options opts, int root)
     : group_(group), opts_(opts), root_(root) {
   detail::check_collective_endpoint(group, root, false, "gloo", opts, "gloo receiver");

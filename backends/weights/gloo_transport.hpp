@@ -52,6 +52,11 @@ public:
   void send(const named_tensors& weights, std::uint64_t version) override;
   const char* kind() const noexcept override { return "gloo"; }
 
+  /// Sets the bucket size of the next transfers (> 0; the header tells the receivers). Throws
+  /// `error{invalid_argument}` for 0.
+  void set_bucket_bytes(std::uint64_t bytes);
+  std::uint64_t bucket_bytes() const noexcept { return opts_.bucket_bytes; }
+
 private:
   collective_group& group_;
   transport_options opts_;

@@ -9,6 +9,7 @@
 #include "strings/format.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -283,5 +284,19 @@ std::vector<at::Tensor> targets_in_manifest_order(const weight_manifest& m,
 
 
 } // namespace detail
+
+std::uint64_t bucket_bytes_for_link(double bytes_per_second, std::uint64_t total_bytes) {
+  if (!std::isfinite(bytes_per_second) || bytes_per_second < 0)
+    fail(error_code::invalid_argument, "bucket_bytes_for_link: the link rate must be a finite "
+                                       "number >= 0 bytes/s, got " +
+                                           std::to_string(bytes_per_second));
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20, grain = std::uint64_t{64} << 10;
+  if (bytes_per_second == 0)
+    return 4 * mib;
+  auto bytes = static_cast<std::uint64_t>(std::min(bytes_per_second * 0.002, 64.0 * mib));
+  bytes = std::min(bytes, total_bytes / 4);
+  bytes = std::max(bytes, mib);
+  return bytes / grain * grain;
+}
 
 } // namespace rlforge::backends

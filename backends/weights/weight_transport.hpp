@@ -109,6 +109,14 @@ struct transport_options {
 /// Throws `error{invalid_argument}` naming the field for `bucket_bytes` 0 or a timeout <= 0.
 void validate(const transport_options& opts, const char* who);
 
+/// The bucket size for a link measured at `bytes_per_second` (> 0) and a transfer of
+/// `total_bytes`: what the link carries in 2 ms (long enough that a collective's fixed cost,
+/// ~0.1 ms, stays small), but at most a quarter of the transfer (so a pipeline has buckets to
+/// overlap) and within [1 MiB, 64 MiB], rounded down to a multiple of 64 KiB. A link that was
+/// never measured (0) gets 4 MiB. Pure; throws `error{invalid_argument}` for a negative or
+/// non-finite rate.
+std::uint64_t bucket_bytes_for_link(double bytes_per_second, std::uint64_t total_bytes);
+
 /// The sending end of a weight sync (trainer rank 0).
 ///
 /// Thread contract: one thread at a time calls `send`. `send` returns once every receiver has

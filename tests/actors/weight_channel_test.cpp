@@ -18,6 +18,7 @@
 #include "actors/worker.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/weights/weight_transport.hpp"
 #include "test_support.hpp"
 
 namespace rlforge::actors::test {
@@ -40,7 +41,7 @@ protected:
     s.channel = channel;
     s.version = version;
     s.timeout_ms = 5000;
-    s.bucket_bytes = 1 << 16; // several buckets, some packed, some straight from a tensor
+    s.bucket_bytes = bucket_bytes_; // several buckets, some packed, some straight from a tensor
     s.store = store_;
     s.world_size = 2;
     s.rank = rank;
@@ -85,6 +86,7 @@ protected:
   }
 
   std::unique_ptr<be::causal_lm> trainer_, engine_;
+  int64_t bucket_bytes_ = 1 << 16;
   weight_channels trainer_channels_, engine_channels_;
 };
 
@@ -145,6 +147,25 @@ TEST_F(WeightChannels, AReceiverKeepsOneChannelAndASenderTheOnesItIsToldTo) {
   EXPECT_EQ(trainer_channels_.open_now(), 1u);
   EXPECT_EQ(transfer("c2", 3, 2), 3);
   expect_engine_equals_trainer();
+}
+
+TEST_F(WeightChannels, WithoutABucketSizeTheChannelTakesItFromTheLinkItMeasured) {
+  bucket_bytes_ = 0;
+  EXPECT_EQ(transfer("c1", 1, 0), 1);
+  auto first = trainer_channels_.link("c1");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->bucket_bytes, be::bucket_bytes_for_link(0, 0)); // not measured yet: 4 MiB
+  EXPECT_GT(first->bytes_per_second, 0);
+  step_trainer(0.25);
+  EXPECT_EQ(transfer("c1", 2, 1), 2);
+  expect_engine_equals_trainer();
+  std::uint64_t bytes = 0;
+  for (auto& [name, t] : weights_for_sync(*trainer_))
+    bytes += static_cast<std::uint64_t>(t.nbytes());
+  auto second = trainer_channels_.link("c1");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->bucket_bytes, be::bucket_bytes_for_link(first->bytes_per_second, bytes));
+  EXPECT_FALSE(engine_channels_.link("c2"));
 }
 
 TEST_F(WeightChannels, BadSpecsAreRefusedBeforeAnythingIsSent) {

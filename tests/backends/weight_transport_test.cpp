@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -646,6 +648,20 @@ TEST(WeightCheckTransfer, ListsEveryProblemWithExpectedAndActualValues) {
   EXPECT_NO_THROW(check_transfer(make_manifest(w), 3, like(w), 2));
 }
 
+TEST(WeightBucketForLink, TwoMillisecondsOfTheLinkWithinBounds) {
+  constexpr std::uint64_t mib = std::uint64_t{1} << 20, kib64 = std::uint64_t{64} << 10;
+  EXPECT_EQ(bucket_bytes_for_link(0, std::uint64_t{1} << 30), 4 * mib); // never measured
+  EXPECT_EQ(bucket_bytes_for_link(1e9, std::uint64_t{1} << 30), 2000000 / kib64 * kib64);
+  EXPECT_EQ(bucket_bytes_for_link(1e12, std::uint64_t{1} << 30), 64 * mib);   // capped
+  EXPECT_EQ(bucket_bytes_for_link(1e12, 8 * mib), 2 * mib);                   // a quarter
+  EXPECT_EQ(bucket_bytes_for_link(1e3, std::uint64_t{1} << 30), mib);         // floor
+  EXPECT_EQ(bucket_bytes_for_link(1e12, 1000), mib); // tiny transfers still get the floor
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto e = expect_error([&] { bucket_bytes_for_link(bad, 100); });
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+  }
+}
+
 TEST(WeightTransportOptions, RejectsZeroBucketBytesAndNonPositiveTimeout) {
   auto e1 = expect_error([] { in_process_channel ch(opts_with(0)); });
   EXPECT_TRUE(contains(e1.what(), "in-process channel: bucket_bytes must be > 0, got 0"));
@@ -1019,6 +1035,25 @@ TEST(GlooTransport, ACommitSwapsInTheStagedBytesAndTwoBuffersAlternate) {
     EXPECT_EQ(after[2][i], after[0][i]) << targets[0][i].first;
   }
   EXPECT_TRUE(same_weights(kept, model_weights(2.5)));
+}
+
+TEST(GlooTransport, TheBucketSizeCanChangeBetweenTransfers) {
+  endpoints e;
+  e.groups = make_groups(std::vector<store_handle>(2, make_in_process_store()), test_timeout);
+  auto sender = std::make_unique<gloo_sender>(*e.groups[0], opts_with(700));
+  auto* s = sender.get();
+  e.sender = std::move(sender);
+  e.receivers.push_back(std::make_unique<gloo_receiver>(*e.groups[1], opts_with(700)));
+  std::vector<named_tensors> targets = {like(model_weights(1.0))};
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    s->set_bucket_bytes(v == 2 ? 64 : 1 << 20);
+    EXPECT_EQ(s->bucket_bytes(), v == 2 ? 64u : 1u << 20);
+    auto w = model_weights(static_cast<double>(v));
+    expect_committed(transfer(e, w, v, targets), v);
+    EXPECT_TRUE(same_weights(targets[0], w)) << "transfer " << v;
+  }
+  EXPECT_EQ(expect_error([&] { s->set_bucket_bytes(0); }).code(), error_code::invalid_argument);
+  EXPECT_EQ(s->bucket_bytes(), 1u << 20);
 }
 
 TEST(GlooTransport, EndpointsCheckTheirRankRootAndGroup) {
