@@ -353,7 +353,7 @@ private:
           throw template_error(error_kind::unsupported,
                                "a lone surrogate escape in a string literal is not supported",
                                where(i - 2 - digits));
-        append_utf8(cp, out);
+        append_utf8(out, cp);
         break;
       }
       case 'N':
@@ -365,7 +365,7 @@ private:
           char32_t cp = static_cast<char32_t>(e - '0');
           for (int k = 0; k < 2 && i < src_.size() && src_[i] >= '0' && src_[i] <= '7'; ++k, ++i)
             cp = cp * 8 + static_cast<char32_t>(src_[i] - '0');
-          append_utf8(cp, out);
+          append_utf8(out, cp);
         } else {
           // Python keeps unknown escapes as they are.
           out.push_back('\\');

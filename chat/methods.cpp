@@ -252,7 +252,7 @@ value get_item(const value& obj, const value& key, source_position where) {
       const int64_t i = *index < 0 ? *index + n : *index;
       if (i >= 0 && i < n) {
         std::string out;
-        append_utf8(cps[static_cast<std::size_t>(i)], out);
+        append_utf8(out, cps[static_cast<std::size_t>(i)]);
         return value::string(std::move(out));
       }
     }
@@ -318,7 +318,7 @@ value get_slice(const value& obj, const std::optional<value>& start,
   if (obj.is(k::string)) {
     std::string out;
     for (int64_t i : picks)
-      append_utf8(cps[static_cast<std::size_t>(i)], out);
+      append_utf8(out, cps[static_cast<std::size_t>(i)]);
     return value::string(std::move(out));
   }
   value_list out;

@@ -260,7 +260,7 @@ std::vector<value> iterate(const value& x, source_position where) {
   case k::string:
     for (char32_t cp : decode_utf8(x.as_string())) {
       std::string s;
-      append_utf8(cp, s);
+      append_utf8(s, cp);
       out.push_back(value::string(std::move(s)));
     }
     return out;

@@ -108,7 +108,7 @@ std::string json_quote(std::string_view text, bool ensure_ascii) {
         append_u_escape(cp, out);
       }
     } else {
-      append_utf8(cp, out);
+      append_utf8(out, cp);
     }
   }
   out += '"';

@@ -113,7 +113,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
         out += replacement;
         ++done;
       }
-      append_utf8(c, out);
+      append_utf8(out, c);
     }
     if (count < 0 || done < count)
       out += replacement;

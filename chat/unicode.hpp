@@ -3,6 +3,8 @@
 #include <string>
 #include <string_view>
 
+#include "strings/utf8.hpp"
+
 /// UTF-8 helpers with Python's `str` semantics: strings are sequences of code points, and
 /// "whitespace" is what `str.isspace()` accepts. Reentrant.
 namespace rlforge::chat::detail {
@@ -14,8 +16,8 @@ bool valid_utf8(std::string_view text) noexcept;
 /// The code points of `text`, which must be valid UTF-8 (see `valid_utf8`).
 std::u32string decode_utf8(std::string_view text);
 
-/// Appends the UTF-8 encoding of `cp` to `out`.
-void append_utf8(char32_t cp, std::string& out);
+/// Appends the UTF-8 encoding of a code point to a string (the one encoder, strings/).
+using strings::append_utf8;
 
 /// The UTF-8 encoding of `text`.
 std::string encode_utf8(std::u32string_view text);

@@ -4,8 +4,9 @@
 #               every other folder may use (it is below them all)
 #   tinker/     standard C++ only: no CAF, no torch, no other rlforge folder but strings/
 #   text/       standard C++ and Debian libraries (PCRE2, ICU, SentencePiece, nlohmann-json): no CAF,
-#               no torch, no other rlforge folder
-#   chat/       standard C++ and nlohmann-json only: no CAF, no torch, no other rlforge folder
+#               no torch, no other rlforge folder but strings/
+#   chat/       standard C++ and nlohmann-json only: no CAF, no torch, no other rlforge folder but
+#               strings/
 #   env/        standard C++, POSIX and nlohmann-json only: no CAF, no torch, no other rlforge folder
 #   prompt/     standard C++ on text/ and chat/ only: no CAF, no torch, no other rlforge folder
 #   placement/  pure C++: no CAF, no torch, no other rlforge folder

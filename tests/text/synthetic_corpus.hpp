@@ -3,12 +3,14 @@
 // Deterministic pseudo-text for the bulk comparisons of tests/text and for bench/tokenizer_bench:
 // words built from syllables of several scripts, numbers of many lengths, code, emoji and
 // punctuation, drawn with a Zipf-like law (as words in real text are) and joined by spaces,
-// newlines and tabs. Header-only, standard C++.
+// newlines and tabs. Header-only: standard C++ and rlforge::strings.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "strings/utf8.hpp"
 
 namespace rlforge::text::test {
 
@@ -59,7 +61,7 @@ public:
       } else if (kind < 17) {
         // A Hangul syllable block, computed from its parts.
         for (uint64_t n = 1 + next() % 3; n > 0; --n)
-          append_utf8(word, 0xAC00 + static_cast<char32_t>(next() % 11172));
+          strings::append_utf8(word, 0xAC00 + static_cast<char32_t>(next() % 11172));
       } else {
         const auto& script = syllables[kind < 55 ? 0 : 1 + next() % (syllables.size() - 1)];
         for (uint64_t n = 1 + next() % 4; n > 0; --n)
@@ -100,11 +102,6 @@ private:
     return z ^ (z >> 31);
   }
   double uniform() { return static_cast<double>(next() >> 11) / 9007199254740992.0; }
-  static void append_utf8(std::string& out, char32_t c) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
 
   uint64_t state_;
   std::vector<std::string> words_;

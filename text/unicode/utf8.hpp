@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "strings/utf8.hpp"
+
 /// UTF-8 validation, decoding and lossy conversion (RFC 3629: no overlong forms, no surrogates,
 /// nothing above U+10FFFF). Pure functions, safe to call from any thread.
 namespace rlforge::text::unicode {
@@ -29,8 +31,8 @@ char32_t next_code_point(std::string_view s, size_t& i) noexcept;
 /// The last code point of valid, non-empty UTF-8 `s`.
 char32_t last_code_point(std::string_view s) noexcept;
 
-/// Appends the UTF-8 encoding of the Unicode scalar value `c`.
-void append_utf8(std::string& out, char32_t c);
+/// Appends the UTF-8 encoding of the Unicode scalar value `c` (the one encoder, strings/).
+using strings::append_utf8;
 
 /// `bytes` as valid UTF-8: each maximal ill-formed subsequence becomes one U+FFFD (the Unicode
 /// "substitution of maximal subparts" practice, as Rust's `String::from_utf8_lossy`).
