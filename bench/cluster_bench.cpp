@@ -9,7 +9,8 @@
 //  3. weight sync from a policy rank on one node to an engine on the other over Gloo (a
 //     ~160 MB model computing in fp32, then in bf16: its GEMM weights travel as bf16), as a
 //     ratio to raw TCP loopback bandwidth of the fp32 bytes (two sockets in this process); goal
-//     >= 0.8 for fp32.
+//     >= 0.8 for fp32. Then the fp32 sync with the engine's node in a network namespace of its
+//     own, against raw TCP over the same veth pair (where root and `ip` allow).
 //  4. node death detection: a node process SIGKILLed / SIGSTOPped, until the head reports it
 //     dead (polled every 10 ms), with rlforge's default heartbeats (200 ms, dead after 1 s);
 //     goal <= 2 s.
@@ -25,6 +26,8 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -46,6 +50,7 @@
 #include "actors/trainer_client.hpp"
 #include "bench/bench_util.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
+#include "tests/cluster/network_namespace.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -178,59 +183,79 @@ void spawn_rate(test_driver& d, int groups) {
   d.pgs().remove("spawn");
 }
 
-/// Bytes per second of `bytes` sent over one TCP loopback connection between two threads of
-/// this process (median of `reps`): from and into a 1 MiB buffer that stays in cache, or, with
-/// `whole`, from one buffer of `bytes` into another (the memory traffic a weight sync has).
-double tcp_loopback_bandwidth(size_t bytes, int reps = 3, bool whole = false) {
-  int server = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (server < 0 || bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
-      || listen(server, 1) != 0
-      || getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    die("tcp baseline: cannot listen");
+/// Where a raw TCP baseline receives: an address of this network namespace, or of the named
+/// one (`ip netns`), which its receiving thread joins (then the bytes cross the veth pair).
+struct tcp_path {
+  std::string address = "127.0.0.1";
+  std::string netns; ///< empty: this process's namespace
+};
+
+/// Bytes per second of `bytes` sent over one TCP connection between two threads of this
+/// process (median of `reps`), received at `path`: from and into a 1 MiB buffer that stays in
+/// cache, or, with `whole`, from one buffer of `bytes` into another (the memory traffic a
+/// weight sync has).
+double tcp_bandwidth(size_t bytes, int reps = 3, bool whole = false, const tcp_path& path = {}) {
+  std::promise<sockaddr_in> listening;
+  auto bound = listening.get_future();
   std::vector<double> secs;
-  for (int rep = 0; rep < reps; ++rep) {
-    std::thread sender([&] {
-      int c = socket(AF_INET, SOCK_STREAM, 0);
-      if (connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-        die("tcp baseline: cannot connect");
-      std::vector<char> buf(whole ? bytes : size_t{1} << 20, 'x');
-      size_t sent = 0;
-      while (sent < bytes) {
-        auto at = whole ? sent : 0;
-        auto n = send(c, buf.data() + at, std::min(buf.size() - at, bytes - sent), 0);
+  std::thread receiver([&] {
+    if (!path.netns.empty()) {
+      int ns = open(("/var/run/netns/" + path.netns).c_str(), O_RDONLY);
+      if (ns < 0 || setns(ns, CLONE_NEWNET) != 0)
+        die("tcp baseline: cannot enter network namespace " + path.netns);
+      close(ns);
+    }
+    int server = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    socklen_t len = sizeof(addr);
+    if (server < 0 || inet_pton(AF_INET, path.address.c_str(), &addr.sin_addr) != 1
+        || bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+        || listen(server, 1) != 0
+        || getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      die("tcp baseline: cannot listen on " + path.address);
+    listening.set_value(addr);
+    std::vector<char> buf(whole ? bytes : size_t{1} << 20, 'y');
+    for (int rep = 0; rep < reps; ++rep) {
+      int s = accept(server, nullptr, nullptr);
+      size_t got = 0;
+      auto t0 = clock_type::now();
+      while (got < bytes) {
+        auto at = whole ? got : 0;
+        auto n = recv(s, buf.data() + at, buf.size() - at, 0);
         if (n <= 0)
           break;
-        sent += static_cast<size_t>(n);
+        got += static_cast<size_t>(n);
       }
-      close(c);
-    });
-    int s = accept(server, nullptr, nullptr);
-    std::vector<char> buf(whole ? bytes : size_t{1} << 20, 'y');
-    size_t got = 0;
-    auto t0 = clock_type::now();
-    while (got < bytes) {
-      auto at = whole ? got : 0;
-      auto n = recv(s, buf.data() + at, buf.size() - at, 0);
+      secs.push_back(seconds_since(t0));
+      close(s);
+    }
+    close(server);
+  });
+  auto addr = bound.get();
+  std::vector<char> buf(whole ? bytes : size_t{1} << 20, 'x');
+  for (int rep = 0; rep < reps; ++rep) {
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+      die("tcp baseline: cannot connect to " + path.address);
+    size_t sent = 0;
+    while (sent < bytes) {
+      auto at = whole ? sent : 0;
+      auto n = send(c, buf.data() + at, std::min(buf.size() - at, bytes - sent), 0);
       if (n <= 0)
         break;
-      got += static_cast<size_t>(n);
+      sent += static_cast<size_t>(n);
     }
-    secs.push_back(seconds_since(t0));
-    close(s);
-    sender.join();
+    close(c);
   }
-  close(server);
+  receiver.join();
   return static_cast<double>(bytes) / median(secs);
 }
 
 /// One policy rank on the first node syncing to one engine on the second over Gloo, computing
 /// in `dtype`: a bf16 model sends its GEMM weights as bf16 (half the bytes). Prints the
 /// median of 5 syncs against raw TCP loopback of the fp32 model's bytes, measured in the same run.
-void weight_sync(test_driver& d, const std::string& dtype) {
+void weight_sync(test_driver& d, const std::string& dtype, const tcp_path& path = {}) {
   auto pg = or_die(d.pgs().create({"sync", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10}),
                    d.sys(), "create sync group");
   auto bundle = [&](size_t i) {
@@ -273,8 +298,8 @@ void weight_sync(test_driver& d, const std::string& dtype) {
     auto t0 = clock_type::now();
     or_die(client.save_weights_for_sampler("policy"), d.sys(), "sync");
     secs.push_back(seconds_since(t0));
-    tcp.push_back(tcp_loopback_bandwidth(static_cast<size_t>(fp32_bytes), 1));
-    tcp_whole.push_back(tcp_loopback_bandwidth(static_cast<size_t>(fp32_bytes), 1, true));
+    tcp.push_back(tcp_bandwidth(static_cast<size_t>(fp32_bytes), 1, false, path));
+    tcp_whole.push_back(tcp_bandwidth(static_cast<size_t>(fp32_bytes), 1, true, path));
   }
   auto after = or_die(client.syncs(), d.sys(), "sync totals");
   const double wire = static_cast<double>(after.bytes - before.bytes) / reps;
@@ -289,15 +314,18 @@ void weight_sync(test_driver& d, const std::string& dtype) {
   auto effective = fp32_bytes / median(secs);
   std::printf("cluster.weight_sync %s: %.0f MB on the wire, policy (node %s) -> engine (node %s) "
               "over %s, %lld channel(s) opened for %d syncs: %.3f s (median of %d, pause + "
-              "transfer + resume; the transfer %.3f s on average), %.2f GB/s on the wire, %.2f GB/s of fp32 weights | raw TCP "
-              "loopback %.2f GB/s, each sync paired with a TCP transfer: median ratio %.2f "
+              "transfer + resume; the transfer %.3f s on average), %.2f GB/s on the wire, %.2f GB/s "
+              "of fp32 weights | raw TCP %s %.2f GB/s, each sync paired with a TCP transfer: "
+              "median ratio %.2f "
               "(wire) %.2f (fp32 weights) | TCP between two buffers of the model's size %.2f GB/s, "
               "ratio %.2f%s\n",
-              dtype.c_str(), wire / 1e6, pg.bundles[0].node_id.c_str(),
+              (dtype + (path.netns.empty() ? "" : " across two network namespaces")).c_str(),
+              wire / 1e6, pg.bundles[0].node_id.c_str(),
               pg.bundles[1].node_id.c_str(),
               status["last_sync"]["engines/0"].get<std::string>().c_str(),
               static_cast<long long>(status["gloo_channels_opened"].get<int64_t>()), reps + 1,
-              median(secs), reps, transfer, wire_bw / 1e9, effective / 1e9, tcp_bw / 1e9,
+              median(secs), reps, transfer, wire_bw / 1e9, effective / 1e9,
+              path.netns.empty() ? "loopback" : "over the veth pair", tcp_bw / 1e9,
               median(ratios), median(fp32_ratios), median(tcp_whole) / 1e9,
               wire_bw / median(tcp_whole),
               dtype == "fp32"
@@ -429,6 +457,37 @@ double grpo_step_time(const std::vector<std::string>& extra, const std::string& 
 
 } // namespace
 
+/// The fp32 weight sync with the engine's node in a network namespace of its own (a veth pair
+/// between them, as between two hosts), paired with raw TCP over the same veth pair. Needs
+/// root and `ip`; says why it is skipped otherwise.
+void weight_sync_across_namespaces() {
+  if (auto missing = missing_requirement(); !missing.empty()) {
+    std::printf("cluster.weight_sync across two network namespaces: skipped (needs %s)\n",
+                missing.c_str());
+    return;
+  }
+  network_namespace ns{2};
+  if (!ns.ok) {
+    std::printf("cluster.weight_sync across two network namespaces: skipped (could not create "
+                "network namespace %s with its veth pair)\n",
+                ns.name.c_str());
+    return;
+  }
+  const std::vector<std::string> beats{"--heartbeat-ms", "200", "--dead-after-ms", "1000"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), beats.begin(), beats.end());
+    return args;
+  };
+  test_cluster cluster{"bench_netns", with({"--bind", ns.host_ip, "--insecure"})};
+  cluster.add_node("n1", 4, 8, with({"--node-ip", ns.host_ip, "--insecure"}));
+  cluster.add_node("n2", 4, 8, with({"--node-ip", ns.node_ip, "--insecure"}),
+                   {"ip", "netns", "exec", ns.name});
+  test_driver driver{cluster.endpoint(), beats};
+  if (!driver.error().empty())
+    die("attach: " + driver.error() + "\n" + cluster.logs());
+  weight_sync(driver, "fp32", {ns.node_ip, ns.name});
+}
+
 int main(int argc, char** argv) {
   bool quick = false, scale_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -454,6 +513,7 @@ int main(int argc, char** argv) {
   spawn_rate(driver, quick ? 8 : 32);
   weight_sync(driver, "fp32");
   weight_sync(driver, "bf16");
+  weight_sync_across_namespaces();
   death_detection(cluster, driver);
   if (!quick) {
     auto one = grpo_step_time({}, cluster.dir(), "grpo_one_node");
