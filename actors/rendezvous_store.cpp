@@ -63,8 +63,9 @@ void serve_waiters(store_pointer self) {
 }
 
 caf::error bad_timeout(int64_t timeout_ms) {
-  return make_error(errc::invalid_argument, "rendezvous store: a wait's timeout must be > 0 ms, got "
-                                                + std::to_string(timeout_ms));
+  return make_error(errc::invalid_argument,
+                    "rendezvous store: a wait's timeout must be > 0 ms, got "
+                        + std::to_string(timeout_ms));
 }
 
 std::string key_list(const std::vector<std::string>& keys) {

@@ -273,11 +273,12 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
   const char* who = "send_weights";
   auto opts = options_of(spec, who);
   auto weights = weights_for_sync(model);
+  const auto bytes = bytes_of(weights);
   auto version = static_cast<std::uint64_t>(spec.version);
   if (spec.transport == "cuda_ipc") {
     auto link = be::listen_socket_link(spec.channel, opts.timeout);
     be::cuda_ipc_sender{link, model.device(), opts}.send(weights, version);
-    return static_cast<int64_t>(bytes_of(weights));
+    return static_cast<int64_t>(bytes);
   }
   // The host transports read host memory: weights on a CUDA device go through it.
   if (!model.device().is_cpu()) {
@@ -296,7 +297,6 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
       be::fail(error_code::invalid_argument, std::string{who} +
                                                  ": the sender is gloo rank 0, got rank " +
                                                  std::to_string(spec.rank));
-    const auto bytes = bytes_of(weights);
     channels.impl_->use(spec, opts, [&](auto& c) {
       // Bucket size 0: chosen from the link this channel measured on its previous transfer.
       if (spec.bucket_bytes == 0)
@@ -313,7 +313,7 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
                                                spec.transport +
                                                "' (transports: in_process, shm, cuda_ipc, gloo)");
   }
-  return static_cast<int64_t>(bytes_of(weights));
+  return static_cast<int64_t>(bytes);
 }
 
 int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,

@@ -744,16 +744,21 @@ void collective_group::broadcast_pipelined(std::size_t count,
   };
   std::deque<in_flight> pending;
   auto start = clock_type::now();
+  // Waits out every broadcast still on Gloo's threads before an error unwinds (their tensors
+  // must outlive them); their own errors are dropped: the first failure is the one reported.
+  auto drain = [&] {
+    for (; !pending.empty(); pending.pop_front())
+      try {
+        pending.front().work->wait(impl_->opts.timeout);
+      } catch (const std::exception&) {
+      }
+  };
   auto wait_oldest = [&] {
     try {
       pending.front().work->wait(impl_->opts.timeout);
     } catch (const std::exception& e) {
-      // Later broadcasts may still run on Gloo's threads: wait them out before unwinding.
-      for (size_t i = 1; i < pending.size(); ++i)
-        try {
-          pending[i].work->wait(impl_->opts.timeout);
-        } catch (const std::exception&) {
-        }
+      pending.pop_front();
+      drain();
       impl_->failed(op, e, start);
     }
     pending.pop_front();
@@ -761,12 +766,18 @@ void collective_group::broadcast_pipelined(std::size_t count,
   for (std::size_t i = 0; i < count; ++i) {
     while (pending.size() >= depth)
       wait_oldest();
-    auto t = next(i);
-    impl_->check_tensor(op, t, i);
-    if (!t.is_contiguous())
-      fail(error_code::invalid_argument,
-           impl_->where(op) + ": tensor " + std::to_string(i) + " of a pipelined broadcast must "
-           "be contiguous");
+    at::Tensor t;
+    try {
+      t = next(i);
+      impl_->check_tensor(op, t, i);
+      if (!t.is_contiguous())
+        fail(error_code::invalid_argument,
+             impl_->where(op) + ": tensor " + std::to_string(i) +
+                 " of a pipelined broadcast must be contiguous");
+    } catch (...) {
+      drain();
+      throw;
+    }
     if (t.numel() == 0)
       continue;
     std::vector<at::Tensor> v{t};
@@ -777,13 +788,7 @@ void collective_group::broadcast_pipelined(std::size_t count,
     try {
       pending.push_back({impl_->pg->broadcast(v, o), t});
     } catch (const std::exception& e) {
-      while (!pending.empty())
-        try {
-          pending.front().work->wait(impl_->opts.timeout);
-          pending.pop_front();
-        } catch (const std::exception&) {
-          pending.pop_front();
-        }
+      drain();
       impl_->failed(op, e, start);
     }
   }

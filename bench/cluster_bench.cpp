@@ -305,17 +305,17 @@ void weight_sync(test_driver& d, const std::string& dtype, const tcp_path& path 
   const double wire = static_cast<double>(after.bytes - before.bytes) / reps;
   const double transfer = (after.seconds - before.seconds) / reps; // send to last commit
   auto status = or_die(client.status(), d.sys(), "status");
-  for (int rep = 0; rep < reps; ++rep) {
-    ratios.push_back(wire / secs[static_cast<size_t>(rep)] / tcp[static_cast<size_t>(rep)]);
-    fp32_ratios.push_back(fp32_bytes / secs[static_cast<size_t>(rep)] / tcp[static_cast<size_t>(rep)]);
+  for (size_t rep = 0; rep < secs.size(); ++rep) {
+    ratios.push_back(wire / secs[rep] / tcp[rep]);
+    fp32_ratios.push_back(fp32_bytes / secs[rep] / tcp[rep]);
   }
   auto tcp_bw = median(tcp);
   auto wire_bw = wire / median(secs);
   auto effective = fp32_bytes / median(secs);
   std::printf("cluster.weight_sync %s: %.0f MB on the wire, policy (node %s) -> engine (node %s) "
               "over %s, %lld channel(s) opened for %d syncs: %.3f s (median of %d, pause + "
-              "transfer + resume; the transfer %.3f s on average), %.2f GB/s on the wire, %.2f GB/s "
-              "of fp32 weights | raw TCP %s %.2f GB/s, each sync paired with a TCP transfer: "
+              "transfer + resume; the transfer %.3f s on average), %.2f GB/s on the wire, "
+              "%.2f GB/s of fp32 weights | raw TCP %s %.2f GB/s, each sync paired with a TCP transfer: "
               "median ratio %.2f "
               "(wire) %.2f (fp32 weights) | TCP between two buffers of the model's size %.2f GB/s, "
               "ratio %.2f%s\n",
