@@ -111,8 +111,20 @@ bucket_plan make_bucket_plan(const weight_manifest& m, std::uint64_t bucket_byte
   return plan;
 }
 
+bool same_layout(const weight_manifest& a, const weight_manifest& b) {
+  if (a.tensors.size() != b.tensors.size())
+    return false;
+  for (std::size_t i = 0; i < a.tensors.size(); ++i) {
+    const auto& x = a.tensors[i];
+    const auto& y = b.tensors[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape)
+      return false;
+  }
+  return true;
+}
+
 std::string encode_transfer_header(const weight_manifest& m, std::uint64_t version,
-                                   std::uint64_t bucket_bytes) {
+                                   std::uint64_t bucket_bytes, std::uint64_t delta_base) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const auto& t : m.tensors)
     tensors.push_back({{"name", t.name},
@@ -123,6 +135,8 @@ std::string encode_transfer_header(const weight_manifest& m, std::uint64_t versi
                       {"version", version},
                       {"bucket_bytes", bucket_bytes},
                       {"tensors", std::move(tensors)}};
+  if (delta_base != 0)
+    j["delta_base"] = delta_base;
   return j.dump();
 }
 
@@ -142,6 +156,7 @@ transfer_header decode_transfer_header(const std::string& text) {
       bad("format is not rlforge.weights.v1");
     h.version = j.at("version").get<std::uint64_t>();
     h.bucket_bytes = j.at("bucket_bytes").get<std::uint64_t>();
+    h.delta_base = j.value("delta_base", std::uint64_t{0});
     for (const auto& t : j.at("tensors")) {
       tensor_spec s;
       s.name = t.at("name").get<std::string>();

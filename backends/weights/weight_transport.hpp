@@ -72,16 +72,22 @@ struct bucket_plan {
 bucket_plan make_bucket_plan(const weight_manifest& m, std::uint64_t bucket_bytes);
 
 /// The manifest, version and bucket size as one JSON text: the header that travels before the
-/// weights in the shared-memory and collective transports.
+/// weights in the shared-memory and collective transports. `delta_base` (collective transports)
+/// is the version the sender can send a delta against (weight_delta.hpp); 0 for none.
 std::string encode_transfer_header(const weight_manifest& m, std::uint64_t version,
-                                   std::uint64_t bucket_bytes);
+                                   std::uint64_t bucket_bytes, std::uint64_t delta_base = 0);
 
 /// Decoded `encode_transfer_header` text.
 struct transfer_header {
   weight_manifest manifest;
   std::uint64_t version = 0;
   std::uint64_t bucket_bytes = 0;
+  std::uint64_t delta_base = 0; ///< absent in the text: 0
 };
+
+/// Whether two manifests describe the same layout: the same names, dtypes and shapes in the
+/// same order.
+bool same_layout(const weight_manifest& a, const weight_manifest& b);
 
 /// Parses `encode_transfer_header` text. Throws `error{decode_error}` naming what is malformed
 /// (not JSON, a missing field, an unknown dtype, a byte size that disagrees with the shape).

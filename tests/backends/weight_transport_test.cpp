@@ -1056,6 +1056,153 @@ TEST(GlooTransport, TheBucketSizeCanChangeBetweenTransfers) {
   EXPECT_EQ(s->bucket_bytes(), 1u << 20);
 }
 
+// `w` with every `every`-th element of each tensor (from the first) increased by one; with
+// `every` 0, `w` itself (cloned).
+named_tensors change_every(const named_tensors& w, int64_t every) {
+  named_tensors out;
+  for (const auto& [name, t] : w) {
+    auto c = t.clone();
+    if (every > 0 && c.numel() > 0) {
+      auto flat = c.view({-1});
+      auto idx = at::arange(0, c.numel(), every, at::kLong);
+      flat.index_put_({idx}, flat.index({idx}) + 1.0);
+    }
+    out.emplace_back(name, c);
+  }
+  return out;
+}
+
+// Elements whose bits differ between `a` and `b` (same names, shapes and dtypes).
+std::uint64_t changed_elements(const named_tensors& a, const named_tensors& b) {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const auto& x = a[i].second;
+    const auto bits = x.element_size() == 2 ? at::kShort : at::kInt;
+    n += static_cast<std::uint64_t>(
+        x.contiguous().view(bits).ne(b[i].second.contiguous().view(bits)).sum().item<int64_t>());
+  }
+  return n;
+}
+
+// A delta-enabled sender and a plain one, each with two receivers: the same versions go to
+// both, and the receivers' weights must agree bit for bit.
+struct delta_pair {
+  endpoints delta, full;
+  gloo_sender* sender = nullptr;
+  std::vector<named_tensors> delta_targets, full_targets;
+
+  explicit delta_pair(std::uint64_t bucket_bytes) {
+    delta = gloo_kind::make(opts_with(bucket_bytes));
+    full = gloo_kind::make(opts_with(bucket_bytes));
+    sender = dynamic_cast<gloo_sender*>(delta.sender.get());
+    sender->set_delta(true);
+    auto w = model_weights(1.0);
+    delta_targets = {like(w), like(w, 98.0)};
+    full_targets = {like(w), like(w, 98.0)};
+  }
+
+  ::testing::AssertionResult send(const named_tensors& w, std::uint64_t version) {
+    auto d = transfer(delta, w, version, delta_targets);
+    auto f = transfer(full, w, version, full_targets);
+    expect_committed(d, version);
+    expect_committed(f, version);
+    for (std::size_t i = 0; i < delta_targets.size(); ++i) {
+      auto same = same_weights(delta_targets[i], full_targets[i]);
+      if (!same)
+        return same << " (receiver " << i << " of version " << version << ")";
+      same = same_weights(delta_targets[i], w);
+      if (!same)
+        return same << " (receiver " << i << " against the sender, version " << version << ")";
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+TEST(GlooTransport, DeltaTransfersAreBitIdenticalToFullOnes) {
+  delta_pair p(700);
+  const auto directory = 8u * model_weights(1.0).size();
+  auto w1 = model_weights(1.0);
+  const auto payload = make_manifest(w1).total_bytes();
+  // The first transfer has no base: full.
+  ASSERT_TRUE(p.send(w1, 1));
+  EXPECT_FALSE(p.sender->last_transfer().delta);
+  EXPECT_EQ(p.sender->last_transfer().payload_bytes, payload);
+  // A sparse change: encoded, exactly the changed elements.
+  auto w2 = change_every(w1, 7);
+  ASSERT_TRUE(p.send(w2, 2));
+  auto s = p.sender->last_transfer();
+  EXPECT_TRUE(s.delta);
+  EXPECT_EQ(s.changed, changed_elements(w1, w2));
+  EXPECT_GT(s.wire_bytes, directory);
+  EXPECT_LT(s.wire_bytes, payload);
+  // No change: only the directories travel.
+  ASSERT_TRUE(p.send(change_every(w2, 0), 3));
+  s = p.sender->last_transfer();
+  EXPECT_TRUE(s.delta);
+  EXPECT_EQ(s.changed, 0u);
+  EXPECT_EQ(s.wire_bytes, directory);
+  // Every element changes: the full layout is smaller, and goes as it is.
+  auto w4 = change_every(w2, 1);
+  ASSERT_TRUE(p.send(w4, 4));
+  EXPECT_FALSE(p.sender->last_transfer().delta);
+  // Bits that compare equal as numbers (-0.0 for 0.0, another NaN payload) are changes, and a
+  // new bucket size does not matter (the layout does not depend on it).
+  auto w5 = change_every(w4, 0);
+  w5[0].second.view({-1})[0] = 0.0f;
+  ASSERT_TRUE(p.send(w5, 5));
+  auto w6 = change_every(w5, 0);
+  w6[0].second.view({-1})[0] = -0.0f;
+  w6[0].second.view({-1})[1] = std::numeric_limits<float>::quiet_NaN();
+  p.sender->set_bucket_bytes(64);
+  dynamic_cast<gloo_sender*>(p.full.sender.get())->set_bucket_bytes(64);
+  ASSERT_TRUE(p.send(w6, 6));
+  s = p.sender->last_transfer();
+  EXPECT_TRUE(s.delta);
+  EXPECT_EQ(s.changed, 2u);
+  EXPECT_EQ(s.changed, changed_elements(w5, w6));
+}
+
+TEST(GlooTransport, ADeltaNeedsEveryReceiverToHoldItsBase) {
+  delta_pair p(700);
+  auto w1 = model_weights(1.0);
+  ASSERT_TRUE(p.send(w1, 1));
+  auto w2 = change_every(w1, 5);
+  ASSERT_TRUE(p.send(w2, 2));
+  EXPECT_TRUE(p.sender->last_transfer().delta);
+  // Receiver 1's weights were replaced by other tensors (same values): they no longer view the
+  // buffer of version 2, so version 3 comes whole, to both.
+  p.delta_targets[1] = deep_copy(p.delta_targets[1]);
+  auto w3 = change_every(w2, 5);
+  ASSERT_TRUE(p.send(w3, 3));
+  EXPECT_FALSE(p.sender->last_transfer().delta);
+  auto w4 = change_every(w3, 9);
+  ASSERT_TRUE(p.send(w4, 4));
+  EXPECT_TRUE(p.sender->last_transfer().delta);
+  // Receiver 0's weights were written in place under the same version, and it says so.
+  p.delta_targets[0][0].second.view({-1})[3] = 42.0f;
+  p.full_targets[0][0].second.view({-1})[3] = 42.0f;
+  dynamic_cast<gloo_receiver*>(p.delta.receivers[0].get())->forget_base();
+  ASSERT_TRUE(p.send(change_every(w4, 9), 5));
+  EXPECT_FALSE(p.sender->last_transfer().delta);
+  // A receiver that holds another version than the sender's base.
+  p.delta.receivers[1]->assume_version(5);
+  ASSERT_TRUE(p.send(change_every(w4, 3), 6));
+  EXPECT_TRUE(p.sender->last_transfer().delta);
+  p.delta.receivers[1]->assume_version(3);
+  p.full.receivers[1]->assume_version(3);
+  ASSERT_TRUE(p.send(change_every(w4, 4), 7));
+  EXPECT_FALSE(p.sender->last_transfer().delta);
+  // Turning delta off frees the copy: the next transfer is full, and so is the one after.
+  p.sender->set_delta(false);
+  ASSERT_TRUE(p.send(change_every(w4, 6), 8));
+  EXPECT_FALSE(p.sender->last_transfer().delta);
+  p.sender->set_delta(true);
+  ASSERT_TRUE(p.send(change_every(w4, 8), 9));
+  EXPECT_FALSE(p.sender->last_transfer().delta);
+  ASSERT_TRUE(p.send(change_every(w4, 10), 10));
+  EXPECT_TRUE(p.sender->last_transfer().delta);
+}
+
 TEST(GlooTransport, EndpointsCheckTheirRankRootAndGroup) {
   auto groups = make_groups(std::vector<store_handle>(2, make_in_process_store()), test_timeout);
   auto e1 = expect_error([&] { gloo_sender s(*groups[1]); });
