@@ -73,6 +73,8 @@ struct dispatcher_state {
   int64_t next_stream = 1;
   std::set<std::string> colocated;
   std::string transport = "auto";
+  /// Gloo syncs go as deltas (dispatcher_delta_atom).
+  bool delta = false;
   /// The transport each engine rank got in the last sync ("<role>/<rank>" → transport).
   std::map<std::string, std::string> last_sync;
   /// Every sync that completed: how many, the bytes the senders sent, their wall time.
@@ -957,6 +959,7 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
       spec.store = st.rendezvous;
       spec.world_size = world;
       spec.rank = rank++;
+      spec.delta = st.delta;
     }
     launch(std::move(receivers));
   };
@@ -1189,6 +1192,7 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
   auto doc = std::make_shared<nlohmann::json>();
   (*doc)["weight_version"] = st.weight_version;
   (*doc)["transport"] = st.transport;
+  (*doc)["delta"] = st.delta;
   (*doc)["last_sync"] = st.last_sync;
   (*doc)["gloo_channels_opened"] = st.gloo_channels_opened;
   for (auto& [from, c] : st.gloo_channels)
@@ -1379,7 +1383,21 @@ caf::behavior dispatcher(self_ptr self) {
                                                         transport +
                                                         "' (auto, in_process, shm, cuda_ipc, "
                                                         "gloo)");
+        if (self->state.delta && transport != "auto" && transport != "gloo")
+          return make_error(errc::invalid_argument,
+                            "dispatcher: weight transport '" + transport +
+                                "' moves whole weights, and delta syncs are on (turn them off "
+                                "first)");
         self->state.transport = transport;
+        return caf::unit;
+      },
+      [=](dispatcher_delta_atom, bool on) -> caf::result<void> {
+        const auto& t = self->state.transport;
+        if (on && t != "auto" && t != "gloo")
+          return make_error(errc::invalid_argument,
+                            "dispatcher: delta syncs go through Gloo channels; the weight "
+                            "transport is forced to '" + t + "', which moves whole weights");
+        self->state.delta = on;
         return caf::unit;
       },
       [=](dispatcher_syncs_atom) -> caf::result<int64_t, int64_t, double> {

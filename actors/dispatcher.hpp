@@ -49,6 +49,13 @@ using dispatcher_colocate_atom = caf::atom_constant<caf::atom("dcoloc")>;
 /// uses: "auto" (default: the fastest that reaches each engine), "in_process", "shm" or "gloo".
 using dispatcher_transport_atom = caf::atom_constant<caf::atom("dtransp")>;
 
+/// (dispatcher_delta_atom, bool on) → (): delta weight syncs (off by default): every sync that
+/// goes through a Gloo channel sends only the elements that changed since the engines' version
+/// when that is smaller (backends/weights/gloo_transport.hpp), bit-identical to a full sync.
+/// Refused while the transport is forced to one that moves whole weights (in_process, shm,
+/// cuda_ipc); with "auto" it applies to the engines reached through Gloo.
+using dispatcher_delta_atom = caf::atom_constant<caf::atom("ddelta")>;
+
 /// (dispatcher_status_atom, int64 timeout_ms) → std::string: a JSON text with, per role, its
 /// kind, DP size, whether it is colocated, and what the dispatcher believes is on the device
 /// (`model_on_device`, `optimizer_on_device`; for engines `weights_awake`, `kv_cache_awake`);

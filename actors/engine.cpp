@@ -745,6 +745,8 @@ caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& a
   c10::NoGradGuard no_grad;
   for (auto& [name, p] : params)
     p.copy_(tensors->at(name));
+  // Written in place: a Gloo channel's receiving buffer no longer holds what its sender sent.
+  st.channels.forget_bases();
   after_new_weights(st, version);
   return caf::message{};
 }

@@ -226,6 +226,14 @@ caf::expected<void> trainer_client::set_weight_transport(const std::string& tran
   return out;
 }
 
+caf::expected<void> trainer_client::set_weight_delta(bool on) {
+  caf::scoped_actor self{*sys_};
+  caf::expected<void> out{caf::unit};
+  self->request(dispatcher_, std::chrono::seconds(30), dispatcher_delta_atom::value, on)
+      .receive([&]() {}, [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
 caf::expected<std::vector<sample_output>>
 trainer_client::generate(const std::vector<sample_request>& requests, const std::string& role) {
   return unwrap<std::vector<sample_output>>(call(role, "generate", caf::make_message(requests)),

@@ -114,6 +114,10 @@ public:
   /// Forces the weight transport of every sync ("auto", "in_process", "shm", "gloo").
   caf::expected<void> set_weight_transport(const std::string& transport);
 
+  /// Turns delta weight syncs on or off (`dispatcher_delta_atom`): syncs through Gloo send only
+  /// the elements that changed, when that is smaller; bit-identical to a full sync.
+  caf::expected<void> set_weight_delta(bool on);
+
   /// Generates from the engines of `role`: requests spread over the engines (least loaded
   /// first), outputs in request order (`num_samples` consecutive rows per request).
   caf::expected<std::vector<sample_output>> generate(const std::vector<sample_request>& requests,

@@ -56,6 +56,10 @@ be::transport_options options_of(const weight_sync_spec& spec, const char* who) 
              std::string{who} + ": version must be >= 1, got " + std::to_string(spec.version));
   if (spec.channel.empty())
     be::fail(error_code::invalid_argument, std::string{who} + ": the channel name is empty");
+  if (spec.delta && spec.transport != "gloo")
+    be::fail(error_code::invalid_argument,
+             std::string{who} + ": delta transfers go through gloo channels; transport '" +
+                 spec.transport + "' moves whole weights");
   be::transport_options o;
   if (spec.bucket_bytes > 0)
     o.bucket_bytes = static_cast<std::uint64_t>(spec.bucket_bytes);
@@ -184,6 +188,12 @@ std::optional<weight_channels::link_state> weight_channels::link(const std::stri
   return i->second->link;
 }
 
+void weight_channels::forget_bases() {
+  for (auto& [name, c] : impl_->open)
+    if (c->receiver)
+      c->receiver->forget_base();
+}
+
 void weight_channels::keep_only(const std::vector<std::string>& keep) {
   for (auto i = impl_->open.begin(); i != impl_->open.end();)
     if (std::find(keep.begin(), keep.end(), i->first) == keep.end())
@@ -297,7 +307,8 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
       be::fail(error_code::invalid_argument, std::string{who} +
                                                  ": the sender is gloo rank 0, got rank " +
                                                  std::to_string(spec.rank));
-    channels.impl_->use(spec, opts, [&](auto& c) {
+    return channels.impl_->use(spec, opts, [&](auto& c) {
+      c.sender->set_delta(spec.delta);
       // Bucket size 0: chosen from the link this channel measured on its previous transfer.
       if (spec.bucket_bytes == 0)
         c.sender->set_bucket_bytes(be::bucket_bytes_for_link(c.link.bytes_per_second, bytes));
@@ -305,8 +316,12 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
       const auto start = std::chrono::steady_clock::now();
       c.sender->send(weights, version);
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-      if (took.count() > 0)
+      // A delta transfer sent its encoded buckets only; its time says little of the link (the
+      // encoding and fixed costs weigh more), so only full transfers measure it.
+      const auto& sent = c.sender->last_transfer();
+      if (!sent.delta && took.count() > 0)
         c.link.bytes_per_second = static_cast<double>(bytes) / took.count();
+      return static_cast<int64_t>(sent.delta ? sent.wire_bytes : bytes);
     });
   } else {
     be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +

@@ -85,10 +85,13 @@ public:
   uint64_t reused() const noexcept;
   /// Closes every channel whose name is not in `keep`.
   void keep_only(const std::vector<std::string>& keep);
+  /// The receiver's weights changed by other means (e.g. `set_weights` in place): the next
+  /// transfer on each receiving channel comes whole, not as a delta.
+  void forget_bases();
 
-  /// What a sending end knows of its channel's link: the rate of its last transfer (bytes over
-  /// the time from the header to the receivers' commit; 0 before the first) and the bucket size
-  /// of that transfer. A transfer whose spec leaves `bucket_bytes` 0 takes
+  /// What a sending end knows of its channel's link: the rate of its last full (not delta)
+  /// transfer (bytes over the time from the header to the receivers' commit; 0 before the
+  /// first) and the bucket size of the last transfer. A transfer whose spec leaves `bucket_bytes` 0 takes
   /// `backends::bucket_bytes_for_link` of the rate its predecessor measured.
   struct link_state {
     double bytes_per_second = 0;
@@ -109,7 +112,8 @@ private:
 
 /// Sender side of one planned transfer (`spec.rank` must be 0): sends `weights_for_sync(model)`
 /// as `spec.version` through `spec.transport` and returns once the receiver(s) committed it.
-/// Gloo transfers go through `channels` (opened on first use). Returns the bytes sent. Throws
+/// Gloo transfers go through `channels` (opened on first use), as deltas with `spec.delta`.
+/// Returns the bytes sent: the weights' bytes, or a delta transfer's encoded buckets. Throws
 /// `backends::error`: `invalid_argument` for a bad spec or when a receiver rejected the manifest
 /// (its reason included where the transport carries it), `timeout` when no receiver took the
 /// transfer within `spec.timeout_ms`. Transport "message" is not handled here (the dispatcher

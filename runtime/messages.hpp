@@ -496,19 +496,23 @@ struct weight_sync_spec {
   rendezvous_store_actor store;
   int32_t world_size = 2;   ///< gloo: 1 sender + the receivers
   int32_t rank = 0;         ///< gloo: this end's rank (0 = the sender)
+  /// gloo, read by the sender (rank 0): send only the elements that changed since the version
+  /// the receivers hold, when that is smaller (backends/weights/gloo_transport.hpp); the
+  /// receivers take whatever comes. Refused with the other transports.
+  bool delta = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, weight_sync_spec& x) {
   return f(caf::meta::type_name("weight_sync_spec"), x.transport, x.channel, x.version,
-           x.bucket_bytes, x.timeout_ms, x.store, x.world_size, x.rank);
+           x.bucket_bytes, x.timeout_ms, x.store, x.world_size, x.rank, x.delta);
 }
 
 inline bool operator==(const weight_sync_spec& a, const weight_sync_spec& b) {
   return a.transport == b.transport && a.channel == b.channel && a.version == b.version &&
          a.bucket_bytes == b.bucket_bytes && a.timeout_ms == b.timeout_ms &&
          a.store == b.store &&
-         a.world_size == b.world_size && a.rank == b.rank;
+         a.world_size == b.world_size && a.rank == b.rank && a.delta == b.delta;
 }
 
 /// One prompt group of an RL loop (rl/): the request the rollout producer submits for it and,

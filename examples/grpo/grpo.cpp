@@ -724,6 +724,8 @@ int run(int argc, char** argv) {
     or_die(client.init_model("engines", model), "init_model engines");
     if (!split)
       or_die(client.colocate({"policy", "ref", "engines"}), "colocate");
+    or_die(client.set_weight_transport(opt.weight_transport), "--weight-transport");
+    or_die(client.set_weight_delta(opt.delta_sync), "--delta-sync");
     // Where the ranks are, for the opening line.
     std::string layout_text =
         "policy (2 DP ranks), ref (2) and engines (2) colocated on 2 virtual GPUs at 0.2 each";
@@ -769,6 +771,12 @@ int run(int argc, char** argv) {
     for (auto& [rank, transport] : ledger["last_sync"].items())
       transports += " " + rank + "=" + transport.get<std::string>();
     std::printf("grpo: weight sync transports:%s\n", transports.c_str());
+    auto syncs = or_die(client.syncs(), "syncs");
+    if (syncs.count > 0)
+      std::printf("grpo: %lld weight syncs%s: %.2f MB sent per sync on average, %.3f s each\n",
+                  static_cast<long long>(syncs.count), opt.delta_sync ? " (delta)" : "",
+                  static_cast<double>(syncs.bytes) / 1e6 / static_cast<double>(syncs.count),
+                  syncs.seconds / static_cast<double>(syncs.count));
     for (auto* g : {&policy, &ref, &engines})
       g->stop();
     examples::shutdown(client, manager);

@@ -140,6 +140,10 @@ const std::vector<flag_doc>& flag_docs() {
       {"--mode", "M", "sync, one_step_off or fully_async (async modes need --placement split)"},
       {"--max-staleness", "K", "versions a trained rollout may lag (0..1000)"},
       {"--pause", "P", "what weight updates do to partial rollouts: keep or abort"},
+      {"--weight-transport", "T", "weight sync transport: auto (the fastest that reaches each "
+                                  "engine), in_process, shm or gloo"},
+      {"--delta-sync", "", "syncs through Gloo send only the weights' changed elements when "
+                           "that is smaller (needs --weight-transport auto or gloo)"},
       {"--tis", "T", "off-policy correction: none, token or sequence (default: none in sync "
                      "mode, token otherwise)"},
       {"--eval-every", "N", "held-out accuracy every N steps (0 = at the ends only)"},
@@ -222,7 +226,7 @@ struct flag_targets {
              {"--pause", &o.pause},       {"--tis", &o.tis},
              {"--env", &o.env_command},   {"--checkpoint-dir", &o.checkpoint_dir},
              {"--model", &o.model},       {"--task", &o.task},
-             {"--log-level", &o.log_level}};
+             {"--log-level", &o.log_level}, {"--weight-transport", &o.weight_transport}};
   }
 
   /// The value `name` holds now, as --help shows it ("" for none).
@@ -296,7 +300,8 @@ parse_result parse_options(const std::vector<std::string>& args) {
       {"--placement", {"colocated", "split"}},
       {"--mode", {"sync", "one_step_off", "fully_async"}},
       {"--pause", {"keep", "abort"}},
-      {"--tis", {"none", "token", "sequence"}}};
+      {"--tis", {"none", "token", "sequence"}},
+      {"--weight-transport", {"auto", "in_process", "shm", "gloo"}}};
   flag_parser parser(o, "grpo_example");
   try {
     parser.app.parse(std::vector<std::string>(args.rbegin(), args.rend()));
@@ -322,6 +327,10 @@ parse_result parse_options(const std::vector<std::string>& args) {
     }
     if (a == "--no-goal") {
       o.accuracy_goal = false;
+      continue;
+    }
+    if (a == "--delta-sync") {
+      o.delta_sync = true;
       continue;
     }
     if (auto it = ints.find(a); it != ints.end()) {
@@ -389,6 +398,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
   }
   if (o.tis.empty())
     o.tis = o.mode == "sync" ? "none" : "token";
+  if (o.delta_sync && o.weight_transport != "auto" && o.weight_transport != "gloo") {
+    r.error = "--delta-sync goes through Gloo; --weight-transport " + o.weight_transport +
+              " moves whole weights";
+    return r;
+  }
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     r.error = std::string{o.resume ? "--resume" : "--checkpoint-every"} +
               " needs --checkpoint-dir DIR";

@@ -241,6 +241,60 @@ TEST_F(EngineDispatch, GlooSyncsReuseOneChannelUntilTheirEnginesChange) {
   EXPECT_NE(s["gloo_channels"]["policy"]["channel"].get<std::string>(), first);
 }
 
+TEST_F(EngineDispatch, DeltaSyncsGiveTheEnginesTheBitsOfFullOnes) {
+  setup("tiny", "tiny", 2);
+  done(client_->set_weight_transport("gloo"));
+  done(client_->set_weight_delta(true));
+  EXPECT_TRUE(ok(client_->status())["delta"].get<bool>());
+  auto engine_weights = [&](size_t rank) {
+    caf::scoped_actor self{*sys_};
+    tensor_map out;
+    self->request(ok(engines_.rank_handles()).at(rank), std::chrono::seconds(30), call_atom::value,
+                  std::string{"get_weights"}, caf::message{})
+        .receive([&](op_result& r) { out = r.value.get_as<tensor_map>(0); },
+                 [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
+    return out;
+  };
+  auto bytes_of_last_sync = [&, before = int64_t{0}]() mutable {
+    auto now = ok(client_->syncs()).bytes;
+    auto out = now - before;
+    before = now;
+    return out;
+  };
+  train_step();
+  ok(client_->save_weights_for_sampler()); // the first sync of a channel is whole
+  const auto full = bytes_of_last_sync();
+  train_step();
+  ok(client_->save_weights_for_sampler()); // a delta where it is smaller
+  expect_engines_match_trainer();
+  EXPECT_LE(bytes_of_last_sync(), full);
+  const auto delta0 = engine_weights(0), delta1 = engine_weights(1);
+  // Nothing changed since: only the buckets' directories travel, and the engines hold the
+  // same bits as before.
+  ok(client_->save_weights_for_sampler());
+  EXPECT_LT(bytes_of_last_sync() * 100, full);
+  EXPECT_EQ(engine_weights(0), delta0);
+  // The same weights sent whole: the same bits, byte for byte.
+  done(client_->set_weight_delta(false));
+  ok(client_->save_weights_for_sampler());
+  EXPECT_EQ(bytes_of_last_sync(), full);
+  EXPECT_EQ(engine_weights(0), delta0);
+  EXPECT_EQ(engine_weights(1), delta1);
+  EXPECT_EQ(engine_weights(0), engine_weights(1));
+  // Delta syncs and a transport that moves whole weights exclude each other.
+  done(client_->set_weight_transport("shm"));
+  auto refused = client_->set_weight_delta(true);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(error_message(refused.error()).find("forced to 'shm'"), std::string::npos)
+      << error_message(refused.error());
+  done(client_->set_weight_transport("auto"));
+  done(client_->set_weight_delta(true));
+  refused = client_->set_weight_transport("in_process");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(error_message(refused.error()).find("delta syncs are on"), std::string::npos)
+      << error_message(refused.error());
+}
+
 TEST_F(EngineDispatch, LoraAdaptersAreMergedBeforeTheSync) {
   setup("tiny", "tiny", 1, 4);
   train_step(); // B moves away from zero: the adapters now change the outputs

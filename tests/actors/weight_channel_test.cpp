@@ -45,6 +45,7 @@ protected:
     s.store = store_;
     s.world_size = 2;
     s.rank = rank;
+    s.delta = delta_;
     return s;
   }
 
@@ -58,7 +59,7 @@ protected:
     });
     std::exception_ptr sent;
     try {
-      send_model_weights(*trainer_, spec(channel, version, 0), trainer_channels_);
+      sent_bytes_ = send_model_weights(*trainer_, spec(channel, version, 0), trainer_channels_);
     } catch (...) {
       sent = std::current_exception();
     }
@@ -87,6 +88,8 @@ protected:
 
   std::unique_ptr<be::causal_lm> trainer_, engine_;
   int64_t bucket_bytes_ = 1 << 16;
+  bool delta_ = false;
+  int64_t sent_bytes_ = 0; ///< what the last transfer's sender reported
   weight_channels trainer_channels_, engine_channels_;
 };
 
@@ -166,6 +169,41 @@ TEST_F(WeightChannels, WithoutABucketSizeTheChannelTakesItFromTheLinkItMeasured)
   ASSERT_TRUE(second);
   EXPECT_EQ(second->bucket_bytes, be::bucket_bytes_for_link(first->bytes_per_second, bytes));
   EXPECT_FALSE(engine_channels_.link("c2"));
+}
+
+TEST_F(WeightChannels, DeltaTransfersSendTheChangesUntilTheEngineWritesItsWeightsOtherwise) {
+  delta_ = true;
+  auto poke = [&](double by) { // three elements of one weight change
+    c10::NoGradGuard no_grad;
+    trainer_->named_parameters().at(1).second.view({-1}).narrow(0, 5, 3).add_(by);
+  };
+  EXPECT_EQ(transfer("c1", 1, 0), 1);
+  const auto full = sent_bytes_;
+  poke(0.5);
+  EXPECT_EQ(transfer("c1", 2, 1), 2);
+  expect_engine_equals_trainer();
+  EXPECT_LT(sent_bytes_ * 100, full); // 3 values + indices + the directories
+  // The engine's weights were written by other means: the next transfer comes whole.
+  engine_channels_.forget_bases();
+  poke(0.25);
+  EXPECT_EQ(transfer("c1", 3, 2), 3);
+  expect_engine_equals_trainer();
+  EXPECT_EQ(sent_bytes_, full);
+  poke(0.125);
+  EXPECT_EQ(transfer("c1", 4, 3), 4);
+  EXPECT_LT(sent_bytes_ * 100, full);
+  expect_engine_equals_trainer();
+  // Delta transfers are Gloo's only.
+  auto shm = spec("c2", 5, 0);
+  shm.transport = "shm";
+  try {
+    send_model_weights(*trainer_, shm, trainer_channels_);
+    ADD_FAILURE() << "a delta shm transfer was accepted";
+  } catch (const be::error& e) {
+    EXPECT_EQ(e.code(), be::error_code::invalid_argument) << e.what();
+    EXPECT_NE(std::string{e.what()}.find("transport 'shm' moves whole weights"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(WeightChannels, BadSpecsAreRefusedBeforeAnythingIsSent) {
