@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <caf/all.hpp>
@@ -25,6 +26,7 @@
 #include "backends/collective_group.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/model/lora.hpp"
 #include "backends/weights/cuda_ipc_transport.hpp"
 #include "backends/weights/gloo_transport.hpp"
 #include "backends/weights/in_process_transport.hpp"
@@ -87,6 +89,37 @@ std::uint64_t bytes_of(const be::named_tensors& weights) {
   return n;
 }
 
+/// `<path>.weight` for an adapter's tensor `<path>.lora_A.weight` / `<path>.lora_B.weight`; ""
+/// for any other name.
+std::string adapter_base(const std::string& name) {
+  for (const char* suffix : {".lora_A.weight", ".lora_B.weight"}) {
+    const std::string s{suffix};
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
+      return name.substr(0, name.size() - s.size()) + ".weight";
+  }
+  return {};
+}
+
+/// After an adapter sync committed: each adapted weight of `model` becomes its merge.
+void merge_adapters(be::causal_lm& model, const be::named_tensors& adapters) {
+  if (adapters.empty())
+    return;
+  // targets_for made sure every adapted weight has its base, both adapters and the scaling.
+  std::map<std::string, at::Tensor> in(adapters.begin(), adapters.end());
+  c10::NoGradGuard no_grad;
+  const double s = in.at(lora_scaling_name).item<double>();
+  const std::string suffix = ".weight";
+  for (auto& [name, p] : model.named_parameters()) {
+    if (name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const auto path = name.substr(0, name.size() - suffix.size());
+    auto a = in.find(path + ".lora_A.weight");
+    if (a != in.end())
+      p.copy_(be::merged_lora_weight(in.at(name), a->second, in.at(path + ".lora_B.weight"), s));
+  }
+}
+
 std::string read_link(const char* path) {
   char buf[256] = {};
   auto n = ::readlink(path, buf, sizeof(buf) - 1);
@@ -105,6 +138,56 @@ struct advertised {
 
 } // namespace
 
+be::named_tensors sync_targets(const be::weight_manifest& m, const be::named_tensors& params,
+                              be::named_tensors& adapters) {
+  std::set<std::string> adapted, in_manifest;
+  bool any = false;
+  for (auto& t : m.tensors) {
+    in_manifest.insert(t.name);
+    if (auto base = adapter_base(t.name); !base.empty())
+      adapted.insert(base);
+    any = any || t.name == lora_scaling_name;
+  }
+  if (adapted.empty() && !any) {
+    adapters.clear();
+    return params;
+  }
+  // Refused before anything is written: a merge needs both adapters, the base and the scaling.
+  auto need = [&](const std::string& name) {
+    if (!in_manifest.count(name))
+      be::fail(error_code::invalid_argument,
+               "receive_weights: an adapter sync without '" + name + "'");
+  };
+  need(lora_scaling_name);
+  for (auto& base : adapted) {
+    const auto path = base.substr(0, base.size() - std::string{".weight"}.size());
+    need(base);
+    need(path + ".lora_A.weight");
+    need(path + ".lora_B.weight");
+  }
+  std::map<std::string, at::Tensor> param_by_name(params.begin(), params.end());
+  std::map<std::string, at::Tensor> kept(adapters.begin(), adapters.end());
+  be::named_tensors out, inbox;
+  for (auto& t : m.tensors) {
+    if (t.name == lora_scaling_name || adapted.count(t.name) || !adapter_base(t.name).empty()) {
+      auto k = kept.find(t.name);
+      auto slot = k != kept.end() && k->second.scalar_type() == t.dtype &&
+                          k->second.sizes().vec() == t.shape
+                      ? k->second
+                      : at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
+      inbox.emplace_back(t.name, slot);
+      out.emplace_back(t.name, slot);
+    } else if (auto p = param_by_name.find(t.name); p != param_by_name.end()) {
+      out.emplace_back(t.name, p->second);
+    }
+  }
+  for (auto& [name, t] : params)
+    if (!in_manifest.count(name) && !adapted.count(name))
+      out.emplace_back(name, t);
+  adapters = std::move(inbox);
+  return out;
+}
+
 // -- weight_channels ---------------------------------------------------------------------------
 
 struct weight_channels::impl {
@@ -116,6 +199,9 @@ struct weight_channels::impl {
     int32_t rank = 0;
     int32_t world_size = 0;
     weight_channels::link_state link; ///< the sender's measurement and bucket size
+    /// A receiver of adapter syncs: the tensors they land in (adapted weights' fp32 bases, the
+    /// adapters, the scaling), kept so that the next one can come as a delta.
+    be::named_tensors adapters;
     ~channel() {
       sender.reset();
       receiver.reset();
@@ -278,11 +364,40 @@ std::vector<std::pair<std::string, at::Tensor>> weights_for_sync(const be::causa
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> adapters_for_sync(const be::causal_lm& model) {
+  if (!model.has_lora())
+    return {};
+  auto params = model.named_parameters();
+  std::set<std::string> names, adapted;
+  for (auto& [name, t] : params) {
+    names.insert(name);
+    if (auto base = adapter_base(name); !base.empty())
+      adapted.insert(base);
+  }
+  for (auto& base : adapted)
+    if (!names.count(base))
+      return {}; // an adapter on a weight the model does not hold on its own (tied lm_head)
+  const bool bf16 = model.compute_precision() == be::compute_dtype::bf16;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  c10::NoGradGuard no_grad;
+  for (auto& [name, t] : params) {
+    if (name == "value_head.weight")
+      continue;
+    const bool as_is = adapted.count(name) || !adapter_base(name).empty() ||
+                       !(bf16 && be::causal_lm::is_gemm_weight(name));
+    out.emplace_back(name, as_is ? t.detach() : t.detach().to(at::kBFloat16));
+  }
+  out.emplace_back(lora_scaling_name, at::scalar_tensor(model.lora().scaling(), at::kDouble));
+  return out;
+}
+
 int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& spec,
                            weight_channels& channels) {
   const char* who = "send_weights";
   auto opts = options_of(spec, who);
-  auto weights = weights_for_sync(model);
+  auto weights = spec.delta ? adapters_for_sync(model) : decltype(weights_for_sync(model)){};
+  if (weights.empty())
+    weights = weights_for_sync(model);
   const auto bytes = bytes_of(weights);
   auto version = static_cast<std::uint64_t>(spec.version);
   if (spec.transport == "cuda_ipc") {
@@ -367,6 +482,7 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
     }
   };
   std::uint64_t got = 0;
+  const be::named_tensors* adapters = nullptr; // a Gloo channel's adapter tensors
   if (spec.transport == "cuda_ipc") {
     be::cuda_ipc_receiver r{be::connect_socket_link(spec.channel, opts.timeout), model.device(),
                             opts};
@@ -383,7 +499,13 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
                std::string{who} + ": a receiver's gloo rank must be in [1, " +
                    std::to_string(spec.world_size) + "), got " + std::to_string(spec.rank));
     channels.keep_only({spec.channel});
-    got = channels.impl_->use(spec, opts, [&](auto& c) { return run(*c.receiver); });
+    got = channels.impl_->use(spec, opts, [&](auto& c) {
+      c.receiver->assume_version(current);
+      auto v = c.receiver->receive_for(
+          [&](const be::weight_manifest& m) { return sync_targets(m, targets, c.adapters); });
+      adapters = &c.adapters;
+      return v;
+    });
   } else {
     be::fail(error_code::invalid_argument, std::string{who} + ": unknown transport '" +
                                                spec.transport +
@@ -391,6 +513,10 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   }
   for (size_t i = 0; i < device_targets.size(); ++i)
     device_targets[i].second.copy_(targets[i].second);
+  // An adapter sync: its adapted weights are merged in last (over whatever the loop above
+  // copied for them).
+  if (adapters)
+    merge_adapters(model, *adapters);
   if (got != static_cast<std::uint64_t>(spec.version))
     be::fail(error_code::internal, std::string{who} + ": committed version " + std::to_string(got) +
                                        ", expected " + std::to_string(spec.version));

@@ -13,6 +13,8 @@
 
 #include "runtime/messages.hpp"
 
+#include "backends/weights/weight_transport.hpp"
+
 namespace rlforge::backends {
 class causal_lm;
 } // namespace rlforge::backends
@@ -63,6 +65,30 @@ std::string choose_transport(const process_location& sender, const process_locat
 /// Exposed for tests; `send_model_weights` sends exactly these.
 std::vector<std::pair<std::string, at::Tensor>> weights_for_sync(const backends::causal_lm& model);
 
+/// The name of the 0-d fp64 tensor that carries the adapters' scaling (alpha / rank) in an
+/// adapter sync.
+inline constexpr const char* lora_scaling_name = "lora.scaling";
+
+/// What a LoRA policy sends in a delta sync, for engines to merge themselves: its base weights
+/// unmerged (fp32 where an adapter sits on them, the others as `weights_for_sync` sends them),
+/// its adapters (`<path>.lora_A.weight`, `.lora_B.weight`, fp32) and `lora_scaling_name`. The
+/// base never changes while the adapters train, so after the first sync a delta carries the
+/// adapters alone. Empty without LoRA, or when an adapter sits on a weight the model does not
+/// hold on its own (an adapter on a tied lm_head): such a model sends merged weights.
+std::vector<std::pair<std::string, at::Tensor>> adapters_for_sync(const backends::causal_lm& model);
+
+/// The tensors a Gloo transfer whose manifest is `m` lands in, on an engine whose parameters are
+/// `params`: `params` themselves, except for an adapter sync (`adapters_for_sync`), whose
+/// adapters, scaling and adapted weights' bases land in `adapters` (kept from the last one
+/// where name, shape and dtype still match, else new). A name that is neither is left out and
+/// a parameter the manifest lacks stays in, for `check_transfer` to name them. A transfer
+/// without adapters empties `adapters`. Throws `backends::error{invalid_argument}` naming what
+/// an adapter sync lacks (an adapter's partner, its base or the scaling) before anything is
+/// written. Exposed for tests; `receive_model_weights` calls it.
+backends::named_tensors sync_targets(const backends::weight_manifest& m,
+                                     const backends::named_tensors& params,
+                                     backends::named_tensors& adapters);
+
 /// The Gloo weight channels one rank keeps open between transfers: per channel name
 /// (`weight_sync_spec::channel`), its Gloo group and its sender or receiver with their buffers
 /// (the sender's packing space, the receiver's staging). The first transfer naming a channel
@@ -112,7 +138,8 @@ private:
 
 /// Sender side of one planned transfer (`spec.rank` must be 0): sends `weights_for_sync(model)`
 /// as `spec.version` through `spec.transport` and returns once the receiver(s) committed it.
-/// Gloo transfers go through `channels` (opened on first use), as deltas with `spec.delta`.
+/// Gloo transfers go through `channels` (opened on first use), as deltas with `spec.delta`; a
+/// LoRA model's delta transfers send `adapters_for_sync(model)` where it has them.
 /// Returns the bytes sent: the weights' bytes, or a delta transfer's encoded buckets. Throws
 /// `backends::error`: `invalid_argument` for a bad spec or when a receiver rejected the manifest
 /// (its reason included where the transport carries it), `timeout` when no receiver took the
@@ -128,7 +155,11 @@ int64_t send_model_weights(const backends::causal_lm& model, const weight_sync_s
 /// `backends::error{invalid_argument}` naming the differences; `torn` is set when a transfer
 /// broke after the copy began (the shared-memory ring when the sender stops mid-stream), which
 /// leaves the weights a mix of two versions. A Gloo transfer uses `channels` and closes the
-/// receiver's other channels (an engine listens on one). Returns the version now held.
+/// receiver's other channels (an engine listens on one). A transfer of adapters
+/// (`adapters_for_sync`) lands in tensors the channel keeps (the adapted weights' fp32 bases and
+/// the adapters); after the commit each adapted weight of `model` becomes
+/// `backends::merged_lora_weight` of them, in the weight's dtype: the bits a merged sync brings.
+/// Returns the version now held.
 int64_t receive_model_weights(backends::causal_lm& model, int64_t current_version,
                               const weight_sync_spec& spec, bool& torn,
                               weight_channels& channels);

@@ -833,8 +833,10 @@ std::map<std::string, at::Tensor> causal_lm::state_dict() const {
   if (impl_->tied && impl_->head.lora_a.defined())
     out["lm_head.weight"] = impl_->embed.detach().to(at::kFloat, false, true);
   impl_->for_each_projection([&](const projection& p, const std::string&) {
-    if (p.lora_a.defined())
-      out[p.path + ".weight"].add_(at::matmul(p.lora_b, p.lora_a), impl_->lora.scaling());
+    if (p.lora_a.defined()) {
+      auto& w = out[p.path + ".weight"];
+      w = merged_lora_weight(w, p.lora_a, p.lora_b, impl_->lora.scaling());
+    }
   });
   if (impl_->value_head.defined())
     out["value_head.weight"] = impl_->value_head.detach().clone();

@@ -167,6 +167,13 @@ lora_adapter load_lora_adapter(const std::string& dir) {
   return adapter;
 }
 
+at::Tensor merged_lora_weight(const at::Tensor& base, const at::Tensor& a, const at::Tensor& b_up,
+                              double scaling) {
+  auto out = base.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  out.add_(at::matmul(b_up, a), scaling);
+  return out;
+}
+
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                        const at::Tensor& a, const at::Tensor& b_up, double scaling, double dropout,
                        bool training, const at::Tensor& weight_bf16) {

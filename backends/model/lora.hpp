@@ -61,6 +61,12 @@ void save_lora_adapter(const std::string& dir, const lora_adapter& adapter);
 /// Throws `backends::error(not_found)` when a file is missing.
 lora_adapter load_lora_adapter(const std::string& dir);
 
+/// The merged weight of an adapted linear: `base + scaling * (b_up a)`, computed in fp32 into a
+/// new tensor (`base` is not changed). `causal_lm::state_dict()` and an engine merging synced
+/// adapters (actors/weight_sync.hpp) both compute it here, so the two agree bit for bit.
+at::Tensor merged_lora_weight(const at::Tensor& base, const at::Tensor& a, const at::Tensor& b_up,
+                              double scaling);
+
 /// `x W^T + b + scaling * (dropout(x) A^T) B^T`; `bias` may be undefined. `a`/`b_up` undefined
 /// means no adapter. `dropout` is applied only when `training` is true. With `weight_bf16` (a
 /// bf16 copy of `weight`, see mixed_linear.hpp) the base product runs in bf16 (`mixed_linear`);

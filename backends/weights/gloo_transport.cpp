@@ -285,7 +285,7 @@ transfer_stats collective_send(collective_group& group, int root, c10::Device de
 }
 
 std::uint64_t collective_receive(collective_group& group, int root, c10::Device device,
-                                 receive_buffers& buffers, const named_tensors& targets,
+                                 receive_buffers& buffers, const targets_for_manifest& targets_for,
                                  std::uint64_t& version, const char* who) {
   c10::NoGradGuard no_grad;
   auto [kind, text] = broadcast_text(group, root, device, 0, {});
@@ -296,12 +296,14 @@ std::uint64_t collective_receive(collective_group& group, int root, c10::Device 
     fail(error_code::decode_error,
          std::string(who) + ": unknown transfer header kind " + std::to_string(kind));
   transfer_header h;
+  named_tensors targets;
   bucket_plan plan;
   std::vector<at::Tensor> dst;
   bool can_delta = false;
   std::optional<error> mine;
   try {
     h = decode_transfer_header(text);
+    targets = targets_for(h.manifest);
     check_transfer(h.manifest, h.version, targets, version, device);
     plan = make_bucket_plan(h.manifest, h.bucket_bytes);
     dst = targets_in_manifest_order(h.manifest, targets);
@@ -445,7 +447,11 @@ gloo_receiver::gloo_receiver(collective_group& group, transport_options opts, in
 }
 
 std::uint64_t gloo_receiver::receive(const named_tensors& targets) {
-  return detail::collective_receive(group_, root_, c10::Device(c10::kCPU), buffers_, targets,
+  return receive_for([&](const weight_manifest&) { return targets; });
+}
+
+std::uint64_t gloo_receiver::receive_for(const targets_for_manifest& targets_for) {
+  return detail::collective_receive(group_, root_, c10::Device(c10::kCPU), buffers_, targets_for,
                                     version_, "gloo receiver");
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "backends/collective_group.hpp"
 #include "backends/weights/weight_transport.hpp"
@@ -30,6 +31,9 @@ struct sent_layout {
 };
 
 } // namespace detail
+
+/// Makes a receiver's targets once it knows the incoming manifest.
+using targets_for_manifest = std::function<named_tensors(const weight_manifest&)>;
 
 /// What one collective transfer sent.
 struct transfer_stats {
@@ -115,6 +119,11 @@ public:
   std::uint64_t receive(const named_tensors& targets) override;
   const char* kind() const noexcept override { return "gloo"; }
 
+  /// `receive` into the tensors `targets_for` returns for the incoming manifest, called once
+  /// the header arrived and before the transfer is checked (`check_transfer` then judges what
+  /// it returned; an `error` it throws refuses the transfer like a failed check).
+  std::uint64_t receive_for(const targets_for_manifest& targets_for);
+
   /// Declares that the targets changed by other means since the last commit (e.g. written in
   /// place under the same version): the next transfer is refused as a delta and comes whole.
   void forget_base() noexcept { buffers_.live_version = 0; }
@@ -135,9 +144,10 @@ transfer_stats collective_send(collective_group& group, int root, c10::Device de
                                const named_tensors& weights, std::uint64_t version,
                                const char* who, sent_layout* sent = nullptr);
 
-/// Receiving side of `collective_send`; updates `version` on commit and returns it.
+/// Receiving side of `collective_send` into the targets `targets_for` makes for the manifest;
+/// updates `version` on commit and returns it.
 std::uint64_t collective_receive(collective_group& group, int root, c10::Device device,
-                                 receive_buffers& buffers, const named_tensors& targets,
+                                 receive_buffers& buffers, const targets_for_manifest& targets_for,
                                  std::uint64_t& version, const char* who);
 
 /// Checks a group/root pair for a sender (`sending`) or a receiver.

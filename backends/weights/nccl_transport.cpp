@@ -37,8 +37,9 @@ nccl_receiver::nccl_receiver(collective_group& group, c10::Device device, transp
 }
 
 std::uint64_t nccl_receiver::receive(const named_tensors& targets) {
-  return detail::collective_receive(group_, root_, device_, buffers_, targets, version_,
-                                    "nccl receiver");
+  return detail::collective_receive(
+      group_, root_, device_, buffers_, [&](const weight_manifest&) { return targets; }, version_,
+      "nccl receiver");
 }
 
 } // namespace rlforge::backends

@@ -123,6 +123,15 @@ protected:
     }
   }
 
+  /// The bytes the syncs sent since the last call (since the start for the first).
+  int64_t bytes_synced_since() {
+    auto now = ok(client_->syncs()).bytes;
+    auto out = now - synced_bytes_;
+    synced_bytes_ = now;
+    return out;
+  }
+  int64_t synced_bytes_ = 0;
+
   int64_t engine_version(size_t rank) {
     auto handles = ok(engines_.rank_handles());
     caf::scoped_actor self{*sys_};
@@ -255,29 +264,23 @@ TEST_F(EngineDispatch, DeltaSyncsGiveTheEnginesTheBitsOfFullOnes) {
                  [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
     return out;
   };
-  auto bytes_of_last_sync = [&, before = int64_t{0}]() mutable {
-    auto now = ok(client_->syncs()).bytes;
-    auto out = now - before;
-    before = now;
-    return out;
-  };
   train_step();
   ok(client_->save_weights_for_sampler()); // the first sync of a channel is whole
-  const auto full = bytes_of_last_sync();
+  const auto full = bytes_synced_since();
   train_step();
   ok(client_->save_weights_for_sampler()); // a delta where it is smaller
   expect_engines_match_trainer();
-  EXPECT_LE(bytes_of_last_sync(), full);
+  EXPECT_LE(bytes_synced_since(), full);
   const auto delta0 = engine_weights(0), delta1 = engine_weights(1);
   // Nothing changed since: only the buckets' directories travel, and the engines hold the
   // same bits as before.
   ok(client_->save_weights_for_sampler());
-  EXPECT_LT(bytes_of_last_sync() * 100, full);
+  EXPECT_LT(bytes_synced_since() * 100, full);
   EXPECT_EQ(engine_weights(0), delta0);
   // The same weights sent whole: the same bits, byte for byte.
   done(client_->set_weight_delta(false));
   ok(client_->save_weights_for_sampler());
-  EXPECT_EQ(bytes_of_last_sync(), full);
+  EXPECT_EQ(bytes_synced_since(), full);
   EXPECT_EQ(engine_weights(0), delta0);
   EXPECT_EQ(engine_weights(1), delta1);
   EXPECT_EQ(engine_weights(0), engine_weights(1));
@@ -293,6 +296,22 @@ TEST_F(EngineDispatch, DeltaSyncsGiveTheEnginesTheBitsOfFullOnes) {
   ASSERT_FALSE(refused);
   EXPECT_NE(error_message(refused.error()).find("delta syncs are on"), std::string::npos)
       << error_message(refused.error());
+}
+
+TEST_F(EngineDispatch, DeltaSyncsOfALoraPolicySendItsAdaptersForTheEnginesToMerge) {
+  setup("tiny", "tiny", 2, 4);
+  done(client_->set_weight_transport("gloo"));
+  done(client_->set_weight_delta(true));
+  train_step();
+  ok(client_->save_weights_for_sampler()); // the base and the adapters
+  const auto first = bytes_synced_since();
+  expect_engines_match_trainer();
+  for (int i = 0; i < 2; ++i) {
+    train_step(); // B moves away from zero: the adapters change the outputs
+    ok(client_->save_weights_for_sampler()); // the adapters alone
+    EXPECT_LT(bytes_synced_since() * 10, first);
+    expect_engines_match_trainer();
+  }
 }
 
 TEST_F(EngineDispatch, LoraAdaptersAreMergedBeforeTheSync) {

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
 #include <future>
 #include <string>
 #include <thread>
@@ -18,6 +21,8 @@
 #include "actors/worker.hpp"
 #include "backends/error.hpp"
 #include "backends/model/causal_lm.hpp"
+#include "backends/model/compute_dtype.hpp"
+#include "backends/model/lora.hpp"
 #include "backends/weights/weight_transport.hpp"
 #include "test_support.hpp"
 
@@ -204,6 +209,129 @@ TEST_F(WeightChannels, DeltaTransfersSendTheChangesUntilTheEngineWritesItsWeight
     EXPECT_NE(std::string{e.what()}.find("transport 'shm' moves whole weights"), std::string::npos)
         << e.what();
   }
+}
+
+/// A LoRA trainer's delta syncs: the first brings the base and the adapters, the next ones the
+/// adapters alone; each time the engine's weights are, bit for bit, the merged ones a full sync
+/// sends (`weights_for_sync`). In bf16 the trainer computes in bf16 and the engine stores bf16.
+void lora_syncs(be::causal_lm& trainer, be::causal_lm& engine,
+                const std::function<int64_t(const std::string&, int64_t, int64_t)>& transfer,
+                const int64_t& sent_bytes) {
+  be::lora_config lora;
+  lora.rank = 4;
+  lora.alpha = 8;
+  trainer.enable_lora(lora, 5);
+  auto expect_merged = [&](int64_t version) {
+    std::map<std::string, at::Tensor> got;
+    for (auto& [name, t] : engine.named_parameters())
+      got.emplace(name, t);
+    auto sent = weights_for_sync(trainer);
+    ASSERT_EQ(sent.size(), got.size());
+    for (auto& [name, t] : sent) {
+      ASSERT_TRUE(got.count(name)) << name;
+      const auto& e = got.at(name);
+      ASSERT_EQ(e.scalar_type(), t.scalar_type()) << name;
+      EXPECT_EQ(std::memcmp(e.contiguous().data_ptr(), t.contiguous().data_ptr(), t.nbytes()), 0)
+          << name << " differs after version " << version;
+    }
+  };
+  int64_t adapter_bytes = 0, tensors = 1; // + the scaling
+  for (auto& [name, t] : trainer.named_parameters())
+    if (name != "value_head.weight") {
+      ++tensors;
+      if (name.find(".lora_") != std::string::npos)
+        adapter_bytes += static_cast<int64_t>(t.nbytes());
+    }
+  EXPECT_EQ(transfer("c1", 1, 0), 1);
+  expect_merged(1);
+  const auto first = sent_bytes;
+  for (int64_t v = 2; v <= 3; ++v) {
+    { // a training step moves every adapter element (B leaves zero)
+      c10::NoGradGuard no_grad;
+      for (auto& [name, t] : trainer.named_parameters())
+        if (name.find(".lora_") != std::string::npos)
+          t.add_(at::randn(t.sizes(), at::TensorOptions().dtype(t.scalar_type())) * 0.05);
+    }
+    EXPECT_EQ(transfer("c1", v, v - 1), v);
+    expect_merged(v);
+    // The adapters in full sections, the rest directory entries: nothing of the base.
+    EXPECT_LE(sent_bytes, adapter_bytes + 8 * tensors);
+    EXPECT_GE(sent_bytes, adapter_bytes);
+  }
+  EXPECT_GT(first, 10 * sent_bytes);
+}
+
+TEST_F(WeightChannels, ALoraTrainersDeltaSyncsSendTheAdaptersAndTheEngineMergesThem) {
+  delta_ = true;
+  lora_syncs(*trainer_, *engine_,
+             [&](const std::string& c, int64_t v, int64_t held) { return transfer(c, v, held); },
+             sent_bytes_);
+}
+
+TEST_F(WeightChannels, ALoraTrainerInBf16SyncsToABf16EngineTheSameWay) {
+  delta_ = true;
+  trainer_->set_compute_dtype(be::compute_dtype::bf16);
+  engine_->store_weights_in_bf16();
+  lora_syncs(*trainer_, *engine_,
+             [&](const std::string& c, int64_t v, int64_t held) { return transfer(c, v, held); },
+             sent_bytes_);
+}
+
+TEST(SyncTargets, AdapterSyncsLandInKeptTensorsAndIncompleteOnesAreRefused) {
+  be::named_tensors params{{"w.weight", at::zeros({4, 3})}, {"n.weight", at::zeros({4})}};
+  auto spec_of = [](const std::string& name, std::vector<int64_t> shape,
+                    at::ScalarType dtype = at::kFloat) {
+    be::tensor_spec s;
+    s.name = name;
+    s.shape = std::move(shape);
+    s.dtype = dtype;
+    return s;
+  };
+  be::weight_manifest adapter_sync;
+  adapter_sync.tensors = {spec_of("w.weight", {4, 3}), spec_of("n.weight", {4}),
+                          spec_of("w.lora_A.weight", {2, 3}), spec_of("w.lora_B.weight", {4, 2}),
+                          spec_of(lora_scaling_name, {}, at::kDouble)};
+  be::named_tensors adapters;
+  auto t = sync_targets(adapter_sync, params, adapters);
+  ASSERT_EQ(t.size(), 5u);
+  EXPECT_TRUE(t[1].second.is_same(params[1].second)); // an unadapted weight: the parameter
+  EXPECT_FALSE(t[0].second.is_same(params[0].second)); // an adapted one: its base, kept apart
+  ASSERT_EQ(adapters.size(), 4u);
+  EXPECT_EQ(adapters[3].second.scalar_type(), at::kDouble);
+  // The next adapter sync lands in the same tensors; one whose rank changed gets new ones.
+  auto kept = adapters;
+  sync_targets(adapter_sync, params, adapters);
+  for (size_t i = 0; i < kept.size(); ++i)
+    EXPECT_TRUE(adapters[i].second.is_same(kept[i].second)) << adapters[i].first;
+  auto rank3 = adapter_sync;
+  rank3.tensors[2] = spec_of("w.lora_A.weight", {3, 3});
+  rank3.tensors[3] = spec_of("w.lora_B.weight", {4, 3});
+  sync_targets(rank3, params, adapters);
+  EXPECT_TRUE(adapters[0].second.is_same(kept[0].second));
+  EXPECT_EQ(adapters[1].second.sizes(), (at::IntArrayRef{3, 3}));
+  // Incomplete adapter syncs are refused naming what they lack, and keep what was kept.
+  for (auto [drop, missing] : {std::pair<size_t, std::string>{3, "w.lora_B.weight"},
+                               {4, lora_scaling_name},
+                               {0, "w.weight"}}) {
+    auto bad = adapter_sync;
+    bad.tensors.erase(bad.tensors.begin() + static_cast<std::ptrdiff_t>(drop));
+    auto before = adapters;
+    try {
+      sync_targets(bad, params, adapters);
+      ADD_FAILURE() << "an adapter sync without " << missing << " was accepted";
+    } catch (const be::error& e) {
+      EXPECT_EQ(e.code(), be::error_code::invalid_argument);
+      EXPECT_NE(std::string{e.what()}.find("without '" + missing + "'"), std::string::npos)
+          << e.what();
+    }
+    ASSERT_EQ(adapters.size(), before.size());
+  }
+  // A transfer of merged weights: the parameters, and the adapter tensors are let go.
+  be::weight_manifest merged;
+  merged.tensors = {spec_of("w.weight", {4, 3}), spec_of("n.weight", {4})};
+  t = sync_targets(merged, params, adapters);
+  EXPECT_TRUE(t[0].second.is_same(params[0].second));
+  EXPECT_TRUE(adapters.empty());
 }
 
 TEST_F(WeightChannels, BadSpecsAreRefusedBeforeAnythingIsSent) {
