@@ -10,7 +10,9 @@
 //     ~160 MB model computing in fp32, then in bf16: its GEMM weights travel as bf16), as a
 //     ratio to raw TCP loopback bandwidth of the fp32 bytes (two sockets in this process); goal
 //     >= 0.8 for fp32. Then the fp32 sync with the engine's node in a network namespace of its
-//     own, against raw TCP over the same veth pair (where root and `ip` allow).
+//     own, against raw TCP over the same veth pair (where root and `ip` allow). Then delta
+//     syncs against full ones, each after a training step (bf16, fp32, and bf16 with LoRA
+//     rank 16, whose delta syncs send the adapters): bytes and time.
 //  4. node death detection: a node process SIGKILLed / SIGSTOPped, until the head reports it
 //     dead (polled every 10 ms), with rlforge's default heartbeats (200 ms, dead after 1 s);
 //     goal <= 2 s.
@@ -48,6 +50,8 @@
 #include "actors/dispatcher.hpp"
 #include "actors/protocol.hpp"
 #include "actors/trainer_client.hpp"
+#include "backends/train/optimizer.hpp"
+#include "backends/train/training_batch.hpp"
 #include "bench/bench_util.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
 #include "tests/cluster/network_namespace.hpp"
@@ -252,42 +256,99 @@ double tcp_bandwidth(size_t bytes, int reps = 3, bool whole = false, const tcp_p
   return static_cast<double>(bytes) / median(secs);
 }
 
-/// One policy rank on the first node syncing to one engine on the second over Gloo, computing
-/// in `dtype`: a bf16 model sends its GEMM weights as bf16 (half the bytes). Prints the
-/// median of 5 syncs against raw TCP loopback of the fp32 model's bytes, measured in the same run.
+/// One policy rank on the first node and one engine on the second, joined by a dispatcher
+/// whose syncs go over Gloo: the ~160 MB model computing in `dtype` on both (a bf16 model sends
+/// its GEMM weights as bf16, half the bytes), the policy with LoRA adapters of `lora_rank` on
+/// every projection when it is > 0. Stops everything when destroyed.
+struct sync_pair {
+  test_driver& d;
+  placement_group_info pg;
+  actor_group policy, engines;
+  caf::actor dispatcher;
+  std::unique_ptr<trainer_client> client;
+  int64_t params = 0;
+
+  sync_pair(test_driver& driver, const std::string& dtype, int64_t lora_rank = 0) : d(driver) {
+    pg = or_die(d.pgs().create({"sync", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10}),
+                d.sys(), "create sync group");
+    auto bundle = [&](size_t i) {
+      auto one = pg;
+      one.bundles = {pg.bundles.at(i)};
+      return one;
+    };
+    policy = spawn_group(d, "policy", "policy", bundle(0), 1, true);
+    engines = spawn_group(d, "engines", "engine", bundle(1), 1);
+    dispatcher = spawn_dispatcher(d.sys());
+    client = std::make_unique<trainer_client>(d.sys(), dispatcher, 300s);
+    or_die(client->register_group("policy", policy), d.sys(), "register policy");
+    or_die(client->register_engines(engines), d.sys(), "register engines");
+    model_spec m;
+    m.compute_dtype = dtype;
+    m.config_json = nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                                   {"model_type", "llama"},
+                                   {"vocab_size", 8192},
+                                   {"hidden_size", 768},
+                                   {"intermediate_size", 2048},
+                                   {"num_hidden_layers", 4},
+                                   {"num_attention_heads", 12},
+                                   {"num_key_value_heads", 12},
+                                   {"max_position_embeddings", 256},
+                                   {"tie_word_embeddings", false}}
+                      .dump();
+    auto policy_model = m;
+    policy_model.lora_rank = lora_rank;
+    params = or_die(client->init_model("policy", policy_model), d.sys(), "init policy");
+    or_die(client->init_model("engines", m), d.sys(), "init engines");
+    auto ok = client->set_weight_transport("gloo");
+    if (!ok)
+      die("set_weight_transport: " + d.sys().render(ok.error()));
+  }
+
+  ~sync_pair() {
+    policy.stop();
+    engines.stop();
+    caf::anon_send_exit(dispatcher, caf::exit_reason::user_shutdown);
+    d.pgs().remove("sync");
+  }
+
+  /// One sync: its wall time (pause + transfer + resume) and the bytes the sender sent.
+  std::pair<double, int64_t> sync() {
+    auto before = or_die(client->syncs(), d.sys(), "sync totals");
+    auto t0 = clock_type::now();
+    or_die(client->save_weights_for_sampler("policy"), d.sys(), "sync");
+    const double secs = seconds_since(t0);
+    auto after = or_die(client->syncs(), d.sys(), "sync totals");
+    return {secs, after.bytes - before.bytes};
+  }
+
+  /// One training step of the policy: a cross-entropy batch of 8 sequences of 64 tokens, then
+  /// AdamW at `lr` on its fp32 master weights.
+  void train_step(double lr, uint64_t seed) {
+    std::vector<std::vector<int64_t>> prompts, answers;
+    for (uint64_t i = 0; i < 8; ++i) {
+      prompts.emplace_back();
+      answers.emplace_back();
+      for (uint64_t t = 0; t < 32; ++t) {
+        prompts.back().push_back(static_cast<int64_t>((seed * 7919 + i * 131 + t * 17) % 8192));
+        answers.back().push_back(static_cast<int64_t>((seed * 104729 + i * 31 + t * 7) % 8192));
+      }
+    }
+    or_die(client->forward_backward("policy", backends::from_sequences(prompts, answers),
+                                    "cross_entropy"),
+           d.sys(), "forward_backward");
+    backends::adam_params p;
+    p.learning_rate = lr;
+    or_die(client->optim_step("policy", p), d.sys(), "optim_step");
+  }
+};
+
+/// The sync of `sync_pair` computing in `dtype`: the median of 9 syncs against raw TCP
+/// loopback of the fp32 model's bytes, measured in the same run.
 void weight_sync(test_driver& d, const std::string& dtype, const tcp_path& path = {}) {
-  auto pg = or_die(d.pgs().create({"sync", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10}),
-                   d.sys(), "create sync group");
-  auto bundle = [&](size_t i) {
-    auto one = pg;
-    one.bundles = {pg.bundles.at(i)};
-    return one;
-  };
-  auto policy = spawn_group(d, "policy", "policy", bundle(0), 1, true);
-  auto engines = spawn_group(d, "engines", "engine", bundle(1), 1);
-  auto dispatcher = spawn_dispatcher(d.sys());
-  trainer_client client{d.sys(), dispatcher, 300s};
-  or_die(client.register_group("policy", policy), d.sys(), "register policy");
-  or_die(client.register_engines(engines), d.sys(), "register engines");
-  model_spec m;
-  m.compute_dtype = dtype;
-  m.config_json = nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
-                                 {"model_type", "llama"},
-                                 {"vocab_size", 8192},
-                                 {"hidden_size", 768},
-                                 {"intermediate_size", 2048},
-                                 {"num_hidden_layers", 4},
-                                 {"num_attention_heads", 12},
-                                 {"num_key_value_heads", 12},
-                                 {"max_position_embeddings", 256},
-                                 {"tie_word_embeddings", false}}
-                    .dump();
-  auto params = or_die(client.init_model("policy", m), d.sys(), "init policy");
-  or_die(client.init_model("engines", m), d.sys(), "init engines");
-  auto ok = client.set_weight_transport("gloo");
-  if (!ok)
-    die("set_weight_transport: " + d.sys().render(ok.error()));
-  const double fp32_bytes = static_cast<double>(params) * 4;
+  sync_pair pair{d, dtype};
+  auto& client = *pair.client;
+  const auto& pg = pair.pg;
+  const double fp32_bytes = static_cast<double>(pair.params) * 4;
   or_die(client.save_weights_for_sampler("policy"), d.sys(), "warm-up sync");
   auto before = or_die(client.syncs(), d.sys(), "sync totals");
   // Each sync is paired with a raw TCP transfer of the fp32 bytes right after it: the ratio of
@@ -331,10 +392,49 @@ void weight_sync(test_driver& d, const std::string& dtype, const tcp_path& path 
               dtype == "fp32"
                   ? (std::string{" | goal >= 0.8: "} + verdict(median(ratios) >= 0.8)).c_str()
                   : "");
-  policy.stop();
-  engines.stop();
-  caf::anon_send_exit(dispatcher, caf::exit_reason::user_shutdown);
-  d.pgs().remove("sync");
+}
+
+/// Delta syncs against full ones on the same pair, each sync after a real training step
+/// (AdamW at `lr`): `steps` steps with delta syncs, then `steps` with full ones; the median
+/// bytes and time of each. In bf16 the GEMM weights travel as bf16, whose elements a small step
+/// often leaves unchanged; in fp32 nearly every element changes, and the delta falls back to
+/// full buckets. With `lora_rank` > 0 the policy trains LoRA adapters: its delta syncs send the
+/// adapters (the engine merges them), its full ones the merged weights.
+void weight_sync_delta(test_driver& d, const std::string& dtype, double lr, int steps,
+                       int64_t lora_rank = 0) {
+  sync_pair pair{d, dtype, lora_rank};
+  auto delta = [&](bool on) {
+    auto ok = pair.client->set_weight_delta(on);
+    if (!ok)
+      die("set_weight_delta: " + d.sys().render(ok.error()));
+  };
+  delta(true);
+  pair.sync(); // the channel's first sync is whole: the base of the next
+  std::vector<double> delta_secs, full_secs, delta_bytes, full_bytes;
+  uint64_t seed = 1;
+  for (int i = 0; i < steps; ++i) {
+    pair.train_step(lr, seed++);
+    auto [secs, bytes] = pair.sync();
+    delta_secs.push_back(secs);
+    delta_bytes.push_back(static_cast<double>(bytes));
+  }
+  delta(false);
+  for (int i = 0; i < steps; ++i) {
+    pair.train_step(lr, seed++);
+    auto [secs, bytes] = pair.sync();
+    full_secs.push_back(secs);
+    full_bytes.push_back(static_cast<double>(bytes));
+  }
+  std::printf("cluster.weight_sync delta %s%s, a training step (AdamW lr %g) before each sync: "
+              "%.2f MB per sync (median of %d; min %.2f, max %.2f) in %.3f s vs full %.2f MB in "
+              "%.3f s | bytes ratio %.3f, time ratio %.2f\n",
+              dtype.c_str(),
+              lora_rank > 0 ? (" LoRA rank " + std::to_string(lora_rank)).c_str() : "", lr,
+              median(delta_bytes) / 1e6, steps,
+              *std::min_element(delta_bytes.begin(), delta_bytes.end()) / 1e6,
+              *std::max_element(delta_bytes.begin(), delta_bytes.end()) / 1e6, median(delta_secs),
+              median(full_bytes) / 1e6, median(full_secs),
+              median(delta_bytes) / median(full_bytes), median(delta_secs) / median(full_secs));
 }
 
 void death_detection(test_cluster& c, test_driver& d) {
@@ -513,6 +613,9 @@ int main(int argc, char** argv) {
   spawn_rate(driver, quick ? 8 : 32);
   weight_sync(driver, "fp32");
   weight_sync(driver, "bf16");
+  weight_sync_delta(driver, "bf16", 1e-5, quick ? 3 : 7);
+  weight_sync_delta(driver, "fp32", 1e-5, quick ? 3 : 7);
+  weight_sync_delta(driver, "bf16", 1e-4, quick ? 3 : 7, 16);
   weight_sync_across_namespaces();
   death_detection(cluster, driver);
   if (!quick) {
