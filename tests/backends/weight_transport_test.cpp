@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1201,6 +1202,137 @@ TEST(GlooTransport, ADeltaNeedsEveryReceiverToHoldItsBase) {
   EXPECT_FALSE(p.sender->last_transfer().delta);
   ASSERT_TRUE(p.send(change_every(w4, 10), 10));
   EXPECT_TRUE(p.sender->last_transfer().delta);
+}
+
+// -- a peer that dies mid-transfer --------------------------------------------------------------
+//
+// The peer is a child process, SIGKILLed at several points of the second transfer. Its weights
+// are made before the fork and each is larger than a bucket, so it sends and receives straight
+// from them: the child runs no torch kernel (a parallel one could hang after fork).
+
+// 32 fp32 tensors of 4 MiB: a transfer of tens of milliseconds over loopback.
+named_tensors big_weights(double seed) {
+  named_tensors w;
+  for (int i = 0; i < 32; ++i)
+    w.emplace_back("layer." + std::to_string(i), pattern({1 << 20}, at::kFloat, seed + i));
+  return w;
+}
+
+constexpr std::uint64_t big_bucket = 1 << 20;
+
+// Joins the two-rank group whose store `store` reaches. A receiver whose sender died while its
+// bucket receives were posted learns it only from this timeout (Gloo does not fail pending
+// receives when their pair closes), hence a short one.
+std::unique_ptr<collective_group> join_weights_group(store_handle store, int rank) {
+  collective_options co;
+  co.timeout = std::chrono::milliseconds{3000};
+  co.group_name = "weights";
+  return collective_group::create(std::move(store), rank, 2, co);
+}
+
+// Forks the peer: it joins the group at `port` as `rank` and runs `body`, then exits 0 (1 when
+// body throws).
+pid_t fork_peer(std::uint16_t port, int rank,
+                const std::function<void(collective_group&)>& body) {
+  pid_t pid = ::fork();
+  if (pid != 0)
+    return pid;
+  int code = 0;
+  try {
+    auto g = join_weights_group(make_tcp_store("127.0.0.1", port, false, 2, test_timeout), rank);
+    body(*g);
+  } catch (...) {
+    code = 1;
+  }
+  ::_exit(code);
+}
+
+// Kills and reaps the child when the test leaves its scope, also on a failed assertion.
+struct child_guard {
+  pid_t pid;
+  ~child_guard() {
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+};
+
+// SIGKILLs `pid` `delay` after it is started.
+std::thread kill_after(pid_t pid, std::chrono::milliseconds delay) {
+  return std::thread([=] {
+    std::this_thread::sleep_for(delay);
+    ::kill(pid, SIGKILL);
+  });
+}
+
+TEST(GlooTransport, ASenderKilledMidTransferLeavesTheReceiverWholeOnItsVersion) {
+  const auto w1 = big_weights(1.0), w2 = big_weights(2.0);
+  int interrupted = 0;
+  for (int delay : {0, 10, 40}) {
+    auto server = make_tcp_store("127.0.0.1", 0, true, 2, test_timeout);
+    const pid_t pid = fork_peer(server.port(), 0, [&](collective_group& g) {
+      gloo_sender s(g, opts_with(big_bucket));
+      s.send(w1, 1);
+      s.send(w2, 2); // killed somewhere in here, or after
+    });
+    ASSERT_GE(pid, 0);
+    child_guard guard{pid};
+    auto g = join_weights_group(server, 1);
+    gloo_receiver r(*g, opts_with(big_bucket));
+    auto targets = like(w1);
+    ASSERT_EQ(r.receive(targets), 1u);
+    ASSERT_TRUE(same_weights(targets, w1));
+    auto killer = kill_after(pid, std::chrono::milliseconds{delay});
+    auto failed = capture([&] { r.receive(targets); });
+    killer.join();
+    // Either the transfer failed and nothing changed, or it committed whole before the kill.
+    if (failed) {
+      ++interrupted;
+      EXPECT_EQ(r.version(), 1u) << "kill after " << delay << " ms";
+      EXPECT_TRUE(same_weights(targets, w1)) << "kill after " << delay << " ms";
+    } else {
+      EXPECT_EQ(r.version(), 2u) << "kill after " << delay << " ms";
+      EXPECT_TRUE(same_weights(targets, w2)) << "kill after " << delay << " ms";
+    }
+  }
+  EXPECT_GT(interrupted, 0) << "no kill landed before the second transfer committed";
+}
+
+TEST(GlooTransport, AReceiverKilledMidTransferFailsTheSendAndTheSenderGoesOn) {
+  const auto w1 = big_weights(1.0), w2 = big_weights(2.0);
+  auto targets = like(w1); // the child's, made before the fork
+  int interrupted = 0;
+  for (int delay : {0, 5, 15, 30, 60}) {
+    auto server = make_tcp_store("127.0.0.1", 0, true, 2, test_timeout);
+    const pid_t pid = fork_peer(server.port(), 1, [&](collective_group& g) {
+      gloo_receiver r(g, opts_with(big_bucket));
+      r.receive(targets);
+      r.receive(targets); // killed somewhere in here, or after
+    });
+    ASSERT_GE(pid, 0);
+    child_guard guard{pid};
+    auto g = join_weights_group(server, 0);
+    gloo_sender s(*g, opts_with(big_bucket));
+    ASSERT_NO_THROW(s.send(w1, 1));
+    auto killer = kill_after(pid, std::chrono::milliseconds{delay});
+    auto failed = capture([&] { s.send(w2, 2); });
+    killer.join();
+    if (failed) {
+      ++interrupted;
+      EXPECT_TRUE(failed->code() == error_code::backend_error ||
+                  failed->code() == error_code::timeout)
+          << describe(failed);
+    }
+  }
+  EXPECT_GT(interrupted, 0) << "no kill landed before the second transfer committed";
+  // The trainer goes on: a new channel to a new receiver carries the next version.
+  endpoints e;
+  e.groups = make_groups(std::vector<store_handle>(2, make_in_process_store()), test_timeout);
+  e.sender = std::make_unique<gloo_sender>(*e.groups[0], opts_with(big_bucket));
+  e.receivers.push_back(std::make_unique<gloo_receiver>(*e.groups[1], opts_with(big_bucket)));
+  std::vector<named_tensors> fresh = {like(w1)};
+  expect_committed(transfer(e, w2, 2, fresh), 2);
+  EXPECT_TRUE(same_weights(fresh[0], w2));
 }
 
 TEST(GlooTransport, EndpointsCheckTheirRankRootAndGroup) {
