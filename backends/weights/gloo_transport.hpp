@@ -78,7 +78,12 @@ struct transfer_stats {
 /// The group is borrowed: it must outlive the sender/receiver, and collectives on it must not
 /// interleave with a transfer. Timeouts are the group's (`collective_options::timeout`); after
 /// a timeout the group is unusable (see `collective_group`), and a receiver that timed out
-/// mid-transfer has not touched its tensors.
+/// mid-transfer has not touched its tensors. A peer that dies mid-transfer: a dead receiver
+/// fails the send at once (its connection resets); a dead sender fails its receivers at once
+/// when they were between two collectives, but receivers whose bucket receives were already
+/// posted learn it only from the timeout (Gloo does not fail posted receives when their pair
+/// closes). Either way the receivers' tensors and versions are as before the transfer (tested
+/// with a SIGKILLed peer process).
 class gloo_sender final : public weight_sender {
 public:
   /// Throws `error{invalid_argument}` when `group` is not a Gloo group, its rank is not

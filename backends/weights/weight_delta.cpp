@@ -222,6 +222,8 @@ void encode_delta_bucket(const std::vector<delta_tensor>& tensors,
     const std::uint64_t entry = (std::uint64_t{static_cast<std::uint8_t>(c.encoding)} << 56) |
                                 (c.changed & count_mask);
     std::memcpy(out + k * directory_entry, &entry, sizeof(entry));
+    if (t.bytes == 0) // an empty tensor: its directory entry only (no pointer is read)
+      continue;
     if (c.encoding == delta_encoding::full)
       std::memcpy(section, t.after, t.bytes);
     else if (c.changed > 0)
@@ -275,6 +277,8 @@ void decode_delta_bucket(const std::uint8_t* encoded, std::uint64_t encoded_byte
   for (std::size_t k = 0; k < targets.size(); ++k) {
     const auto& t = targets[k];
     const auto& e = entries[k];
+    if (t.bytes == 0)
+      continue; // no section, nothing to write
     if (e.encoding == delta_encoding::full) {
       std::memcpy(t.out, section, t.bytes);
     } else {

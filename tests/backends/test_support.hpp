@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -87,6 +88,16 @@ inline double v(const at::Tensor& t, int64_t i, int64_t j) {
 /// EXPECT_NEAR with a tolerance relative to the expected value (absolute below magnitude 1).
 inline void expect_close(double got, double want, double rel = 1e-5) {
   EXPECT_NEAR(got, want, rel * std::max(1.0, std::abs(want)));
+}
+
+/// Whether `a` and `b` have the same dtype, shape and bytes (bit for bit: NaN payloads and -0.0
+/// count). Empty tensors compare without touching their (possibly null) data.
+inline bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes())
+    return false;
+  auto ca = a.contiguous();
+  auto cb = b.contiguous();
+  return ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
 /// Marks `t` as a leaf that requires a gradient, and returns it.

@@ -32,12 +32,14 @@
 #include "backends/weights/gloo_transport.hpp"
 #include "backends/weights/in_process_transport.hpp"
 #include "backends/weights/shm_transport.hpp"
+#include "tests/backends/test_support.hpp"
 #ifdef RLFORGE_WITH_CUDA
 #include "backends/weights/nccl_transport.hpp"
 #endif
 
 using namespace rlforge::backends;
 using namespace std::chrono_literals;
+using rlforge::backends::testing::same_bits;
 
 namespace {
 
@@ -103,14 +105,6 @@ named_tensors deep_copy(const named_tensors& w) {
   for (const auto& [name, t] : w)
     out.emplace_back(name, t.clone());
   return out;
-}
-
-bool same_bits(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes())
-    return false;
-  auto ca = a.contiguous();
-  auto cb = b.contiguous();
-  return std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
 ::testing::AssertionResult same_weights(const named_tensors& a, const named_tensors& b) {
