@@ -1,4 +1,5 @@
 #include "backends/model/causal_lm.hpp"
+#include "backends/model/causal_lm_impl.hpp"
 
 #include <c10/core/GradMode.h>
 #include <unordered_set>
@@ -24,6 +25,8 @@
 #include "strings/format.hpp"
 
 namespace rlforge::backends {
+
+using namespace model_detail;
 
 // -- kv_cache -------------------------------------------------------------------------------------
 
@@ -69,43 +72,6 @@ namespace {
 
 // The critic head is not part of the HF layout; it is stored next to the checkpoint.
 constexpr const char* value_head_file = "value_head.safetensors";
-
-const std::vector<std::string>& projection_names() {
-  static const std::vector<std::string> names{"q_proj",    "k_proj",  "v_proj",   "o_proj",
-                                              "gate_proj", "up_proj", "down_proj"};
-  return names;
-}
-
-struct projection {
-  std::string path; // e.g. model.layers.3.self_attn.q_proj
-  at::Tensor weight, bias, lora_a, lora_b;
-  mutable bf16_copy compute; // the weight in bf16 while the model computes in bf16
-};
-
-struct layer {
-  projection q, k, v, o, gate, up, down;
-  at::Tensor input_norm, post_attention_norm, q_norm, k_norm;
-
-  projection& by_name(const std::string& name) {
-    return const_cast<projection&>(static_cast<const layer&>(*this).by_name(name));
-  }
-
-  const projection& by_name(const std::string& name) const {
-    if (name == "q_proj")
-      return q;
-    if (name == "k_proj")
-      return k;
-    if (name == "v_proj")
-      return v;
-    if (name == "o_proj")
-      return o;
-    if (name == "gate_proj")
-      return gate;
-    if (name == "up_proj")
-      return up;
-    return down;
-  }
-};
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   auto variance = x.pow(2).mean(-1, /*keepdim=*/true);
@@ -234,26 +200,6 @@ at::Tensor append_to_cache(const at::Tensor& cached, const at::Tensor& x, int64_
 
 using strings::shape_text;
 
-// What one decoder layer reads besides the residual stream: the rotary factors, the attention
-// bias, the shapes and the KV cache of this forward pass; or, for a flattened pass
-// (`forward_tokens`: batch 1, no bias, no cache), the hook that computes attention.
-struct layer_inputs {
-  at::Tensor cos, signed_sin, cos_q, sin_q, bias;
-  int64_t batch = 0, len = 0;
-  kv_cache* cache = nullptr;
-  attention_hook* attention = nullptr;
-  /// `bias` masks nothing but the future (no padding, no cache): a CUDA device may then take
-  /// the fused causal attention kernel.
-  bool causal_only = false;
-};
-
-// The decoder layers of a model, as the activation checkpoint sees them.
-struct layer_stack {
-  virtual ~layer_stack() = default;
-  virtual at::Tensor layer_forward(size_t li, const at::Tensor& x, const layer_inputs& in) const = 0;
-  virtual std::vector<at::Tensor> layer_parameters(size_t li) const = 0;
-};
-
 // Activation checkpointing of one layer: forward runs without keeping activations; backward
 // recomputes the layer with autograd (on the same random stream, for LoRA dropout) and
 // differentiates it. The layer's parameters are inputs so their gradients flow; the model (the
@@ -333,171 +279,61 @@ at::Tensor checkpointed_layer(const layer_stack& stack, size_t li, const at::Ten
 
 } // namespace
 
-struct causal_lm::impl : layer_stack {
-  model_config config;
-  at::Tensor embed, final_norm, value_head;
-  projection head;     // the lm_head: weight is `embed` when tied; its adapter, when targeted
-  at::Tensor inv_freq; // [head_dim / 2] fp32 rotary frequencies
-  bool tied = false;
-  std::vector<layer> layers;
-  std::vector<std::pair<std::string, at::Tensor>> base; // HF names, live leaves
-  lora_config lora;
-  bool training = false;
-  compute_dtype compute = compute_dtype::fp32;
-  bool batch_invariant = false;
-  bool gradient_checkpointing = false;
-
-  /// The weight `p`'s GEMM multiplies by: its bf16 copy in bf16 mode (the weight itself when it
-  /// is stored in bf16), undefined in fp32 mode (then the fp32 weight is used).
-  at::Tensor compute_weight(const projection& p) const {
-    return compute == compute_dtype::bf16 ? p.compute.of(p.weight) : at::Tensor();
-  }
-
-  at::Tensor project(const projection& p, const at::Tensor& x) const {
-    return lora_linear(x, p.weight, p.bias, p.lora_a, p.lora_b, lora.rank > 0 ? lora.scaling() : 0,
-                       lora.dropout, training, compute_weight(p));
-  }
-
-  /// Drops every bf16 copy (they are rebuilt on the next use).
-  void reset_compute_copies() {
-    for_each_projection([](const projection& p, const std::string&) { p.compute.reset(); });
-  }
-
-  /// Rotary factors for positions `[B, T]`: `cos`/`sin` for keys, `cos_q`/`sin_q` for queries
-  /// (`[B, T, 1, head_dim]`; `sin` carries the sign of rotate_half).
-  struct rotary {
-    at::Tensor cos, sin, cos_q, sin_q;
-  };
-
-  rotary rotary_for(const at::Tensor& positions) const {
-    // Rotary angles exactly as HF: angle = position * inv_freq in fp32, cat(f, f).
-    auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq; // [B, T, d/2]
-    auto emb = at::cat({freqs, freqs}, -1).unsqueeze(2);            // [B, T, 1, d]
-    rotary r;
-    r.cos = emb.cos();
-    auto sin = emb.sin();
-    const int64_t half = config.head_dim / 2;
-    r.sin = at::cat({-sin.narrow(-1, 0, half), sin.narrow(-1, half, half)}, -1);
-    // The attention scale 1/sqrt(head_dim) is folded into the query's rotary factors, so the
-    // [T, T_total] scores need no separate scaling pass (HF scales the scores; the results agree
-    // to fp32 rounding, exactly when head_dim is a power of 4).
-    const double scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
-    r.cos_q = r.cos * scale;
-    r.sin_q = r.sin * scale;
-    return r;
-  }
-
-  /// Every projection an adapter may target: the layers' seven, then the lm_head.
-  template <class F> void for_each_projection(F&& f) {
-    for (auto& l : layers)
-      for (auto& name : projection_names())
-        f(l.by_name(name), name);
-    f(head, "lm_head");
-  }
-  template <class F> void for_each_projection(F&& f) const {
-    for (const auto& l : layers)
-      for (auto& name : projection_names())
-        f(l.by_name(name), name);
-    f(head, "lm_head");
-  }
-
-
-  /// Decoder layer `li` on the residual stream `x` [B, T, hidden] (see forward_hidden).
-  at::Tensor layer_forward(size_t li, const at::Tensor& x_in, const layer_inputs& in) const override {
-    const auto& c = config;
-    const int64_t batch = in.batch, len = in.len;
-    const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
-    const int64_t group = heads / kv_heads, head_dim = c.head_dim;
-    const double eps = c.rms_norm_eps;
-    const auto& l = layers[li];
-    auto x = x_in;
-    auto h = rms_norm(x, l.input_norm, eps);
-    auto q = project(l.q, h).view({batch, len, heads, head_dim});
-    auto k = project(l.k, h).view({batch, len, kv_heads, head_dim});
-    auto v = project(l.v, h).view({batch, len, kv_heads, head_dim});
-    if (l.q_norm.defined())
-      q = rms_norm(q, l.q_norm, eps);
-    if (l.k_norm.defined())
-      k = rms_norm(k, l.k_norm, eps);
-    q = apply_rotary(q, in.cos_q, in.sin_q);    // [B, T, H, d], pre-scaled
-    k = apply_rotary(k, in.cos, in.signed_sin); // [B, T, KV, d]
-    if (in.attention) {
-      auto out = in.attention
-                     ->attend(static_cast<int64_t>(li), q[0].contiguous(), k[0].contiguous(),
-                              v[0].contiguous())
-                     .unsqueeze(0);
-      return finish_layer(l, x + project(l.o, out));
-    }
-    k = k.transpose(1, 2);                      // [B, KV, T, d]
-    v = v.transpose(1, 2);
-    if (in.cache) {
-      auto& ck = in.cache->keys[li];
-      auto& cv = in.cache->values[li];
-      ck = append_to_cache(ck, k, c.max_position_embeddings);
-      cv = append_to_cache(cv, v, c.max_position_embeddings);
-      k = ck;
-      v = cv;
-    }
-    // Grouped-query attention without repeating keys: the `group` query heads that share a
-    // kv head are stacked along the query axis, so one batched matmul serves them all.
-    auto qg = q.view({batch, len, kv_heads, group, head_dim})
-                  .permute({0, 2, 3, 1, 4})
-                  .reshape({batch, kv_heads, group * len, head_dim});
-    auto out = attention(qg, k, v, in.bias, group,
-                         batch_invariant ? attention_kernel::invariant : attention_kernel::gemm,
-                         in.causal_only, gemm_scalar_type(compute)) // [B, KV, G*T, d]
-                   .view({batch, kv_heads, group, len, head_dim})
-                   .permute({0, 3, 1, 2, 4})
-                   .reshape({batch, len, heads * head_dim});
+at::Tensor causal_lm::impl::layer_forward(size_t li, const at::Tensor& x_in,
+                                           const layer_inputs& in) const {
+  const auto& c = config;
+  const int64_t batch = in.batch, len = in.len;
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const int64_t group = heads / kv_heads, head_dim = c.head_dim;
+  const double eps = c.rms_norm_eps;
+  const auto& l = layers[li];
+  auto x = x_in;
+  auto h = rms_norm(x, l.input_norm, eps);
+  auto q = project(l.q, h).view({batch, len, heads, head_dim});
+  auto k = project(l.k, h).view({batch, len, kv_heads, head_dim});
+  auto v = project(l.v, h).view({batch, len, kv_heads, head_dim});
+  if (l.q_norm.defined())
+    q = rms_norm(q, l.q_norm, eps);
+  if (l.k_norm.defined())
+    k = rms_norm(k, l.k_norm, eps);
+  q = apply_rotary(q, in.cos_q, in.sin_q);    // [B, T, H, d], pre-scaled
+  k = apply_rotary(k, in.cos, in.signed_sin); // [B, T, KV, d]
+  if (in.attention) {
+    auto out = in.attention
+                   ->attend(static_cast<int64_t>(li), q[0].contiguous(), k[0].contiguous(),
+                            v[0].contiguous())
+                   .unsqueeze(0);
     return finish_layer(l, x + project(l.o, out));
   }
-
-  /// The MLP half of a decoder layer on the residual stream after attention.
-  at::Tensor finish_layer(const layer& l, const at::Tensor& x) const {
-    auto h = rms_norm(x, l.post_attention_norm, config.rms_norm_eps);
-    auto act = at::silu(project(l.gate, h)) * project(l.up, h);
-    return x + project(l.down, act);
+  k = k.transpose(1, 2);                      // [B, KV, T, d]
+  v = v.transpose(1, 2);
+  if (in.cache) {
+    auto& ck = in.cache->keys[li];
+    auto& cv = in.cache->values[li];
+    ck = append_to_cache(ck, k, c.max_position_embeddings);
+    cv = append_to_cache(cv, v, c.max_position_embeddings);
+    k = ck;
+    v = cv;
   }
+  // Grouped-query attention without repeating keys: the `group` query heads that share a
+  // kv head are stacked along the query axis, so one batched matmul serves them all.
+  auto qg = q.view({batch, len, kv_heads, group, head_dim})
+                .permute({0, 2, 3, 1, 4})
+                .reshape({batch, kv_heads, group * len, head_dim});
+  auto out = attention(qg, k, v, in.bias, group,
+                       batch_invariant ? attention_kernel::invariant : attention_kernel::gemm,
+                       in.causal_only, gemm_scalar_type(compute)) // [B, KV, G*T, d]
+                 .view({batch, kv_heads, group, len, head_dim})
+                 .permute({0, 3, 1, 2, 4})
+                 .reshape({batch, len, heads * head_dim});
+  return finish_layer(l, x + project(l.o, out));
+}
 
-  /// The embeddings of `ids` as the fp32 residual stream. In bf16 they are the bf16 table's
-  /// values whether the table is stored in bf16 (an engine) or is an fp32 master (a trainer), so
-  /// both start from the same numbers. The rounding passes gradients through unchanged.
-  at::Tensor embed_input(const at::Tensor& ids) const {
-    auto x = at::embedding(embed, ids);
-    if (compute == compute_dtype::bf16 && x.scalar_type() == at::kFloat)
-      x = x.to(at::kBFloat16);
-    return x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
-  }
-
-  /// The tensors layer `li` reads that autograd may differentiate: its weights, biases, norms
-  /// and adapters (undefined ones left out).
-  std::vector<at::Tensor> layer_parameters(size_t li) const override {
-    std::vector<at::Tensor> out;
-    const auto& l = layers[li];
-    for (const auto* t : {&l.input_norm, &l.post_attention_norm, &l.q_norm, &l.k_norm})
-      if (t->defined())
-        out.push_back(*t);
-    for (auto& name : projection_names()) {
-      const auto& p = l.by_name(name);
-      for (const auto* t : {&p.weight, &p.bias, &p.lora_a, &p.lora_b})
-        if (t->defined())
-          out.push_back(*t);
-    }
-    return out;
-  }
-
-  /// A tied lm_head gets its own copy of the embedding (a base parameter named lm_head.weight).
-  void untie() {
-    if (!tied)
-      return;
-    c10::NoGradGuard no_grad;
-    head.weight = embed.detach().clone();
-    head.weight.requires_grad_(embed.requires_grad());
-    base.emplace_back("lm_head.weight", head.weight);
-    tied = false;
-    config.tie_word_embeddings = false;
-  }
-};
+at::Tensor causal_lm::impl::finish_layer(const layer& l, const at::Tensor& x) const {
+  auto h = rms_norm(x, l.post_attention_norm, config.rms_norm_eps);
+  auto act = at::silu(project(l.gate, h)) * project(l.up, h);
+  return x + project(l.down, act);
+}
 
 causal_lm::causal_lm(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 
@@ -875,275 +711,6 @@ int64_t causal_lm::num_trainable_parameters() const {
   for (auto& t : trainable_parameters())
     n += t.numel();
   return n;
-}
-
-namespace {
-
-void set_base_trainable(std::vector<std::pair<std::string, at::Tensor>>& base, bool on) {
-  for (auto& [name, t] : base)
-    t.requires_grad_(on);
-}
-
-} // namespace
-
-void causal_lm::enable_lora(lora_config config, uint64_t seed) {
-  config.validate();
-  if (config.rank < 1)
-    fail(error_code::invalid_argument,
-         "enable_lora: rank must be >= 1, got " + std::to_string(config.rank));
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  impl_->for_each_projection([&](projection& p, const std::string& name) {
-    p.lora_a = at::Tensor();
-    p.lora_b = at::Tensor();
-    if (std::find(config.target_modules.begin(), config.target_modules.end(), name) ==
-        config.target_modules.end())
-      return;
-    auto in = p.weight.size(1);
-    auto out = p.weight.size(0);
-    // kaiming_uniform_(a=sqrt(5)) as PEFT/nn.Linear: bound = 1/sqrt(fan_in).
-    auto bound = 1.0 / std::sqrt(static_cast<double>(in));
-    p.lora_a =
-        at::empty({config.rank, in}, at::kFloat).uniform_(-bound, bound, gen).to(p.weight.device());
-    p.lora_b = at::zeros({out, config.rank}, p.weight.options().dtype(at::kFloat));
-    p.lora_a.requires_grad_(true);
-    p.lora_b.requires_grad_(true);
-  });
-  impl_->lora = std::move(config);
-  set_base_trainable(impl_->base, false);
-}
-
-bool causal_lm::has_lora() const {
-  return impl_->lora.rank > 0;
-}
-
-const lora_config& causal_lm::lora() const {
-  return impl_->lora;
-}
-
-void causal_lm::merge_lora() {
-  if (!has_lora())
-    return;
-  c10::NoGradGuard no_grad;
-  auto scaling = impl_->lora.scaling();
-  if (impl_->head.lora_a.defined())
-    impl_->untie(); // the merged lm_head differs from the embedding
-  impl_->for_each_projection([&](projection& p, const std::string&) {
-    if (p.lora_a.defined())
-      p.weight.add_(at::matmul(p.lora_b, p.lora_a), scaling);
-    p.lora_a = at::Tensor();
-    p.lora_b = at::Tensor();
-  });
-  impl_->lora = lora_config{};
-  set_base_trainable(impl_->base, true);
-}
-
-void causal_lm::save_lora_adapter(const std::string& dir, const std::string& base_model) const {
-  if (!has_lora())
-    fail(error_code::invalid_argument, "save_lora_adapter: the model has no LoRA adapter");
-  lora_adapter adapter;
-  adapter.config = impl_->lora;
-  adapter.base_model = base_model;
-  impl_->for_each_projection([&](const projection& p, const std::string&) {
-    if (!p.lora_a.defined())
-      return;
-    adapter.tensors[peft_prefix + p.path + ".lora_A.weight"] = p.lora_a.detach();
-    adapter.tensors[peft_prefix + p.path + ".lora_B.weight"] = p.lora_b.detach();
-  });
-  backends::save_lora_adapter(dir, adapter);
-}
-
-void causal_lm::load_lora_adapter(const std::string& dir) {
-  auto adapter = backends::load_lora_adapter(dir);
-  auto& cfg = adapter.config;
-  if (cfg.rank < 1)
-    fail(error_code::invalid_argument,
-         "load_lora_adapter: adapter in " + dir + " has rank " + std::to_string(cfg.rank));
-  // Check everything before touching the model so a bad adapter leaves it unchanged.
-  std::map<std::string, std::pair<at::Tensor, at::Tensor>> found;
-  size_t used = 0;
-  impl_->for_each_projection([&](projection& p, const std::string& name) {
-    bool targeted = std::find(cfg.target_modules.begin(), cfg.target_modules.end(), name) !=
-                    cfg.target_modules.end();
-    auto a_name = peft_prefix + p.path + ".lora_A.weight";
-    auto b_name = peft_prefix + p.path + ".lora_B.weight";
-    auto a = adapter.tensors.find(a_name);
-    auto b = adapter.tensors.find(b_name);
-    if (!targeted) {
-      if (a != adapter.tensors.end() || b != adapter.tensors.end())
-        fail(error_code::invalid_argument, "load_lora_adapter: tensor for " + p.path +
-                                               " present but " + name +
-                                               " is not in target_modules");
-      return;
-    }
-    if (a == adapter.tensors.end() || b == adapter.tensors.end())
-      fail(error_code::invalid_argument,
-           "load_lora_adapter: missing " + (a == adapter.tensors.end() ? a_name : b_name));
-    auto in = p.weight.size(1);
-    auto out = p.weight.size(0);
-    auto check = [&](const std::string& n, const at::Tensor& t, int64_t rows, int64_t cols) {
-      if (t.dim() != 2 || t.size(0) != rows || t.size(1) != cols)
-        fail(error_code::invalid_argument, "load_lora_adapter: " + n + " has shape " +
-                                               shape_text(t.sizes()) + ", expected [" +
-                                               std::to_string(rows) + ", " + std::to_string(cols) +
-                                               "] (rank " + std::to_string(cfg.rank) + ")");
-    };
-    check(a_name, a->second, cfg.rank, in);
-    check(b_name, b->second, out, cfg.rank);
-    found[p.path] = {a->second, b->second};
-    used += 2;
-  });
-  if (used != adapter.tensors.size()) {
-    for (auto& [n, t] : adapter.tensors) {
-      bool known = false;
-      for (auto& [path, ab] : found)
-        known = known || n == peft_prefix + path + ".lora_A.weight" ||
-                n == peft_prefix + path + ".lora_B.weight";
-      if (!known)
-        fail(error_code::invalid_argument,
-             "load_lora_adapter: tensor " + n + " does not match any projection of the model");
-    }
-  }
-  impl_->for_each_projection([&](projection& p, const std::string&) {
-    auto i = found.find(p.path);
-    p.lora_a = i == found.end() ? at::Tensor() : i->second.first.to(at::kFloat).contiguous();
-    p.lora_b = i == found.end() ? at::Tensor() : i->second.second.to(at::kFloat).contiguous();
-    if (p.lora_a.defined()) {
-      p.lora_a.requires_grad_(true);
-      p.lora_b.requires_grad_(true);
-    }
-  });
-  impl_->lora = std::move(cfg);
-  set_base_trainable(impl_->base, false);
-}
-
-void causal_lm::set_training(bool on) {
-  impl_->training = on;
-}
-
-void causal_lm::set_compute_dtype(compute_dtype dtype) {
-  if (dtype == compute_dtype::fp32 && impl_->embed.scalar_type() != at::kFloat)
-    fail(error_code::invalid_argument,
-         "set_compute_dtype: the weights are stored in bf16; fp32 compute needs fp32 weights");
-  impl_->compute = dtype;
-  if (dtype == compute_dtype::fp32)
-    impl_->reset_compute_copies();
-}
-
-compute_dtype causal_lm::compute_precision() const {
-  return impl_->compute;
-}
-
-void causal_lm::set_batch_invariant(bool on) {
-  if (on && impl_->embed.is_cuda())
-    fail(error_code::unsupported, "batch-invariant attention is a CPU kernel; a model on " +
-                                      impl_->embed.device().str() + " cannot run it");
-  impl_->batch_invariant = on;
-}
-
-bool causal_lm::batch_invariant() const {
-  return impl_->batch_invariant;
-}
-
-void causal_lm::set_gradient_checkpointing(bool on) {
-  impl_->gradient_checkpointing = on;
-}
-
-bool causal_lm::gradient_checkpointing() const {
-  return impl_->gradient_checkpointing;
-}
-
-void causal_lm::to(const c10::Device& device) {
-  if (device.is_cuda() && impl_->batch_invariant)
-    fail(error_code::unsupported, "batch-invariant attention is a CPU kernel; turn it off before "
-                                  "moving the model to " + device.str());
-  c10::NoGradGuard no_grad;
-  std::unordered_set<const void*> moved; // TensorImpls already moved (tied and shared weights)
-  auto move = [&](at::Tensor& t) {
-    if (!t.defined() || !moved.insert(t.unsafeGetTensorImpl()).second)
-      return;
-    if (t.grad().defined())
-      t.mutable_grad() = t.grad().to(device);
-    if (t.device() != device)
-      t.set_data(t.detach().to(device));
-  };
-  auto& p = *impl_;
-  move(p.embed);
-  move(p.final_norm);
-  move(p.value_head);
-  move(p.inv_freq);
-  for (auto& l : p.layers)
-    for (auto* t : {&l.input_norm, &l.post_attention_norm, &l.q_norm, &l.k_norm})
-      move(*t);
-  p.for_each_projection([&](projection& proj, const std::string&) {
-    for (auto* t : {&proj.weight, &proj.bias, &proj.lora_a, &proj.lora_b})
-      move(*t);
-    proj.compute.reset();
-  });
-  for (auto& [name, t] : p.base)
-    move(t);
-}
-
-void causal_lm::drop_compute_copies() {
-  impl_->reset_compute_copies();
-}
-
-c10::Device causal_lm::device() const {
-  return impl_->embed.device();
-}
-
-void causal_lm::store_weights_in_bf16() {
-  if (has_lora())
-    fail(error_code::invalid_argument,
-         "store_weights_in_bf16: merge the LoRA adapters first (bf16 storage is for inference)");
-  c10::NoGradGuard no_grad;
-  impl_->compute = compute_dtype::bf16;
-  impl_->reset_compute_copies();
-  // Only the matrices the GEMMs (and the embedding lookup) read go to bf16; norms, biases and
-  // the value head stay fp32, as in mixed-precision training.
-  auto to_bf16 = [](at::Tensor& t) {
-    if (!t.defined() || t.scalar_type() == at::kBFloat16)
-      return;
-    t.requires_grad_(false);
-    t.set_data(t.detach().to(at::kBFloat16));
-  };
-  to_bf16(impl_->embed);
-  impl_->for_each_projection([&](projection& p, const std::string&) {
-    if (&p.weight != &impl_->embed)
-      to_bf16(p.weight);
-  });
-  if (impl_->tied)
-    impl_->head.weight = impl_->embed;
-  for (auto& [name, t] : impl_->base)
-    t.requires_grad_(false);
-}
-
-bool causal_lm::is_gemm_weight(const std::string& name) {
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() &&
-           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return name == "model.embed_tokens.weight" || name == "lm_head.weight" ||
-         (name.rfind("model.layers.", 0) == 0 && ends_with("_proj.weight"));
-}
-
-bool causal_lm::weights_in_bf16() const {
-  return impl_->embed.scalar_type() == at::kBFloat16;
-}
-
-at::Tensor causal_lm::lm_head_compute_weight() const {
-  auto w = impl_->compute_weight(impl_->head);
-  return w.defined() ? w : impl_->head.weight;
-}
-
-int64_t causal_lm::compute_copy_bytes() const {
-  int64_t n = 0;
-  impl_->for_each_projection(
-      [&](const projection& p, const std::string&) { n += p.compute.bytes(); });
-  return n;
-}
-
-bool causal_lm::training() const {
-  return impl_->training;
 }
 
 } // namespace rlforge::backends
