@@ -15,6 +15,7 @@
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
 
+#include "backends/error.hpp"
 #include "runtime/messages.hpp"
 
 namespace rlforge::backends {
@@ -22,6 +23,15 @@ class collective_group;
 } // namespace rlforge::backends
 
 namespace rlforge::actors {
+
+/// The check every op makes of its arguments first: unless `args` holds exactly `Ts...`, throws
+/// `backends::error{invalid_argument}` "<op> expects (<signature>), got <args>".
+template <class... Ts>
+void expect_args(const caf::message& args, const char* op, const char* signature) {
+  if (!args.match_elements<Ts...>())
+    backends::fail(backends::error_code::invalid_argument,
+                   std::string{op} + " expects (" + signature + "), got " + caf::to_string(args));
+}
 
 /// What one rank owns while it lives: who it is, its collective group (after
 /// `init_collective`), and the kind's own state.

@@ -1,4 +1,5 @@
 #include "actors/worker.hpp"
+#include "actors/worker_state.hpp"
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -38,45 +39,11 @@
 
 namespace rlforge::actors {
 
-namespace {
-
-namespace be = rlforge::backends;
-namespace algo = rlforge::backends::algo;
-using be::error_code;
-namespace keys = be::batch_keys;
-
-const char* const tag_model = "model";
-const char* const tag_optimizer = "optimizer";
-
-/// One rank's model replica and training state.
-struct worker_state {
-  std::string role; ///< policy, critic or ref
-  std::unique_ptr<be::causal_lm> model;
-  be::adamw optimizer;
-  std::optional<be::lr_schedule> schedule;
-  algorithm_config algo;
-  /// While the model is offloaded (its parameters hold no storage): host copies of every
-  /// parameter and of every accumulated gradient, by parameter name, and the device to return to.
-  bool model_offloaded = false;
-  std::map<std::string, at::Tensor> host_params;
-  std::map<std::string, at::Tensor> host_grads;
-  at::Device model_device{at::kCPU};
-  /// While the optimizer is offloaded (the live optimizer is empty): its state in host memory.
-  bool optimizer_offloaded = false;
-  be::adamw_state host_optimizer;
-  at::Device optimizer_device{at::kCPU};
-  /// With LoRA on an HF base: the handle on the process-wide frozen base weights the model
-  /// shares (base_weights.hpp), dropped with the model.
-  std::shared_ptr<const void> shared_base;
-  /// Gloo channels to the engines, kept between weight syncs (rank 0 of a policy).
-  weight_channels channels;
-};
+namespace worker_detail {
 
 bool is_trainable(const worker_state& st) {
   return st.role != "ref";
 }
-
-using be::storage_bytes;
 
 /// The moments of an optimizer state as (name, tensor) pairs, for `storage_bytes`.
 std::vector<std::pair<std::string, at::Tensor>> moments_of(const be::adamw_state& s) {
@@ -87,8 +54,6 @@ std::vector<std::pair<std::string, at::Tensor>> moments_of(const be::adamw_state
   }
   return out;
 }
-
-using be::storage_copier;
 
 /// The tags an offload/onload call names: all of the kind's when empty. Throws before anything
 /// moves for an unknown tag or `optimizer` on a ref worker.
@@ -139,12 +104,6 @@ void require_resident_optimizer(const worker_state& st, const char* op) {
                  "dispatcher does this for you)");
 }
 
-template <class... Ts>
-void expect_args(const caf::message& args, const char* op, const char* signature) {
-  if (!args.match_elements<Ts...>())
-    be::fail(error_code::invalid_argument,
-             std::string{op} + " expects (" + signature + "), got " + caf::to_string(args));
-}
 
 void throw_if(const caf::error& err) {
   if (err)
@@ -528,229 +487,7 @@ caf::expected<caf::message> set_algorithm_config(rank_context& ctx, const caf::m
   return caf::message{};
 }
 
-/// Arguments of save/load_checkpoint: (root, step) or (root, step, role directory name); load
-/// also takes (root, step, role, bool with_optimizer).
-be::checkpoint_location location_of(const rank_context& ctx, const worker_state& st,
-                                    const caf::message& args, const char* op) {
-  bool load = std::string{op} == "load_checkpoint";
-  if (!args.match_elements<std::string, int64_t>() &&
-      !args.match_elements<std::string, int64_t, std::string>() &&
-      !(load && args.match_elements<std::string, int64_t, std::string, bool>()))
-    be::fail(error_code::invalid_argument,
-             std::string{op} + " expects (string root, int64 global_step[, string role" +
-                 (load ? "[, bool with_optimizer]" : "") + "]), got " + caf::to_string(args));
-  auto role = args.size() >= 3 ? args.get_as<std::string>(2) : st.role;
-  return be::checkpoint_location{args.get_as<std::string>(0), args.get_as<int64_t>(1), role,
-                                 ctx.info.rank, ctx.info.world_size};
-}
-
-caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::message& args) {
-  auto& st = ctx.as<worker_state>();
-  auto where = location_of(ctx, st, args, "save_checkpoint");
-  auto& model = resident_model(st, "save_checkpoint");
-  require_resident_optimizer(st, "save_checkpoint");
-  where.validate();
-  be::save_rank_state(where, model.named_parameters(), st.optimizer, &*st.schedule,
-                      be::capture_rng_state());
-  return caf::message{};
-}
-
-caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args) {
-  auto& st = ctx.as<worker_state>();
-  auto where = location_of(ctx, st, args, "load_checkpoint");
-  const bool with_optimizer = args.size() < 4 || args.get_as<bool>(3);
-  auto& model = resident_model(st, "load_checkpoint");
-  if (with_optimizer)
-    require_resident_optimizer(st, "load_checkpoint");
-  if (where.global_step < 0) {
-    auto latest = be::latest_step(where.root);
-    if (!latest)
-      be::fail(error_code::not_found,
-               "no committed checkpoint in '" + where.root + "' (no latest_global_step.txt)");
-    where.global_step = *latest;
-  }
-  where.validate();
-  auto step = where.global_step;
-  // Restore into copies first: a refused checkpoint leaves the live state untouched.
-  auto schedule = *st.schedule;
-  be::adamw optimizer;
-  auto loaded = be::load_rank_state(where);
-  if (!with_optimizer) {
-    // Weights only: the optimizer starts fresh (its moments belonged to other weights); the
-    // schedule and the RNG stay as they are.
-    be::load_parameters(model.named_parameters(), loaded.model);
-    if (st.optimizer_offloaded) {
-      st.optimizer_offloaded = false;
-      st.host_optimizer = be::adamw_state{};
-    }
-    st.optimizer = be::adamw{};
-    be::zero_grad(model.named_parameters());
-    return caf::make_message(step);
-  }
-  optimizer.load_state(loaded.optimizer);
-  if (!loaded.scheduler)
-    be::fail(error_code::decode_error,
-             "checkpoint '" + be::rank_directory(where) + "' has no learning-rate schedule");
-  schedule = *loaded.scheduler;
-  be::load_parameters(model.named_parameters(), loaded.model);
-  be::restore_rng_state(loaded.rng);
-  st.optimizer = std::move(optimizer);
-  st.schedule = std::move(schedule);
-  be::zero_grad(model.named_parameters());
-  return caf::make_message(step);
-}
-
-caf::expected<caf::message> export_hf(rank_context& ctx, const caf::message& args) {
-  expect_args<std::string>(args, "export_hf", "string dir");
-  auto& st = ctx.as<worker_state>();
-  auto& model = resident_model(st, "export_hf");
-  const auto& dir = args.get_as<std::string>(0);
-  if (dir.empty())
-    be::fail(error_code::invalid_argument, "export_hf: empty directory");
-  if (ctx.info.rank == 0)
-    model.save_hf(dir);
-  return caf::message{};
-}
-
-/// Moves parameters and accumulated gradients into host buffers, then frees the device side.
-void offload_model(worker_state& st) {
-  c10::NoGradGuard no_grad;
-  auto params = st.model->named_parameters();
-  at::Device device = params.empty() ? at::Device{at::kCPU} : params.front().second.device();
-  // Copy everything first: if a copy fails, the model is untouched.
-  storage_copier to_host{at::kCPU};
-  std::map<std::string, at::Tensor> host_params, host_grads;
-  for (auto& [name, p] : params) {
-    host_params.emplace(name, to_host(p));
-    if (p.grad().defined())
-      host_grads.emplace(name, to_host(p.grad()));
-  }
-  // The model's tensors keep their identity (the optimizer and LoRA hold them) but no storage.
-  for (auto& [name, p] : params) {
-    if (p.grad().defined())
-      p.mutable_grad() = at::Tensor{};
-    p.set_();
-  }
-  // Nothing of the model stays on the device: its bf16 copies go too.
-  st.model->drop_compute_copies();
-  st.host_params = std::move(host_params);
-  st.host_grads = std::move(host_grads);
-  st.model_device = device;
-  st.model_offloaded = true;
-}
-
-void onload_model(worker_state& st) {
-  c10::NoGradGuard no_grad;
-  auto params = st.model->named_parameters();
-  storage_copier to_device{st.model_device};
-  std::vector<std::pair<at::Tensor, at::Tensor>> back; // (parameter, gradient or undefined)
-  back.reserve(params.size());
-  for (auto& [name, p] : params) {
-    auto i = st.host_params.find(name);
-    if (i == st.host_params.end())
-      be::fail(error_code::internal, "onload: no host copy of parameter '" + name + "'");
-    auto g = st.host_grads.find(name);
-    back.emplace_back(to_device(i->second),
-                      g == st.host_grads.end() ? at::Tensor{} : to_device(g->second));
-  }
-  for (size_t k = 0; k < params.size(); ++k) {
-    auto& p = params[k].second;
-    p.set_(back[k].first);
-    if (back[k].second.defined())
-      p.mutable_grad() = back[k].second;
-  }
-  st.host_params.clear();
-  st.host_grads.clear();
-  st.model_offloaded = false;
-}
-
-/// Moves the AdamW moments into host memory; the live optimizer is left empty.
-void offload_optimizer(worker_state& st) {
-  auto state = st.optimizer.take_state();
-  be::adamw_state host;
-  at::Device device = st.model_device;
-  try {
-    storage_copier to_host{at::kCPU};
-    host.last_params = state.last_params;
-    for (const auto& [name, ps] : state.params) {
-      device = ps.exp_avg.device();
-      host.params[name] =
-          be::adamw_param_state{to_host(ps.exp_avg), to_host(ps.exp_avg_sq), ps.step};
-    }
-  } catch (...) {
-    st.optimizer.put_state(std::move(state));
-    throw;
-  }
-  st.host_optimizer = std::move(host);
-  st.optimizer_device = device;
-  st.optimizer_offloaded = true;
-}
-
-void onload_optimizer(worker_state& st) {
-  storage_copier to_device{st.optimizer_device};
-  be::adamw_state state;
-  state.last_params = st.host_optimizer.last_params;
-  for (const auto& [name, ps] : st.host_optimizer.params)
-    state.params[name] =
-        be::adamw_param_state{to_device(ps.exp_avg), to_device(ps.exp_avg_sq), ps.step};
-  st.optimizer.put_state(std::move(state));
-  st.host_optimizer = be::adamw_state{};
-  st.optimizer_offloaded = false;
-}
-
-caf::expected<caf::message> offload(rank_context& ctx, const caf::message& args) {
-  expect_args<std::vector<std::string>>(args, "offload", "std::vector<std::string> tags");
-  auto& st = ctx.as<worker_state>();
-  model_of(st, "offload");
-  for (const auto& tag : parse_tags(st, args.get_as<std::vector<std::string>>(0), "offload")) {
-    if (tag == tag_model && !st.model_offloaded)
-      offload_model(st);
-    else if (tag == tag_optimizer && !st.optimizer_offloaded)
-      offload_optimizer(st);
-  }
-  // A CUDA device's freed blocks return to the driver for the role that runs next: once every
-  // tag's tensors are gone (the allocator frees only whole segments, which tensors of the model
-  // and of the optimizer may share).
-  be::release_cached_memory();
-  return caf::message{};
-}
-
-caf::expected<caf::message> onload(rank_context& ctx, const caf::message& args) {
-  expect_args<std::vector<std::string>>(args, "onload", "std::vector<std::string> tags");
-  auto& st = ctx.as<worker_state>();
-  model_of(st, "onload");
-  for (const auto& tag : parse_tags(st, args.get_as<std::vector<std::string>>(0), "onload")) {
-    if (tag == tag_model && st.model_offloaded)
-      onload_model(st);
-    else if (tag == tag_optimizer && st.optimizer_offloaded)
-      onload_optimizer(st);
-  }
-  return caf::message{};
-}
-
-caf::expected<caf::message> memory(rank_context& ctx, const caf::message& args) {
-  expect_args<>(args, "memory", "");
-  auto& st = ctx.as<worker_state>();
-  auto& model = model_of(st, "memory");
-  auto params = model.named_parameters();
-  std::vector<std::pair<std::string, at::Tensor>> grads, moments;
-  for (auto& [name, p] : params) {
-    if (p.grad().defined())
-      grads.emplace_back(name, p.grad());
-    if (const auto* ps = st.optimizer.state_of(name)) {
-      moments.emplace_back(name, ps->exp_avg);
-      moments.emplace_back(name, ps->exp_avg_sq);
-    }
-  }
-  std::unordered_set<const void*> seen;
-  int64_t resident =
-      storage_bytes(params, seen) + storage_bytes(grads, seen) + storage_bytes(moments, seen);
-  std::unordered_set<const void*> seen_host;
-  int64_t host = storage_bytes(st.host_params, seen_host) +
-                 storage_bytes(st.host_grads, seen_host) +
-                 storage_bytes(moments_of(st.host_optimizer), seen_host);
-  return caf::make_message(resident, host);
-}
+namespace {
 
 actor_kind make_kind(const std::string& role) {
   actor_kind k;
@@ -779,6 +516,10 @@ actor_kind make_kind(const std::string& role) {
 }
 
 } // namespace
+
+} // namespace worker_detail
+
+using namespace worker_detail;
 
 const be::causal_lm& worker_model(rank_context& ctx, const char* op) {
   return resident_model(ctx.as<worker_state>(), op);

@@ -1,0 +1,451 @@
+// The engine rank's ops (engine_state.hpp): the model, its configuration, generation, streams,
+// sleep and pause, weights, stats.
+#include "actors/engine_state.hpp"
+
+#include <c10/core/GradMode.h>
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+
+#include "actors/actor_kind.hpp"
+#include "actors/backend_seam.hpp"
+#include "actors/batch_wire.hpp"
+#include "actors/engine_requests.hpp"
+#include "actors/engine_weights.hpp"
+#include "actors/rank_device.hpp"
+#include "actors/weight_sync.hpp"
+#include "actors/worker.hpp"
+#include "backends/devices.hpp"
+#include "backends/engine/continuous_engine.hpp"
+#include "backends/error.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/detokenizer.hpp"
+#include "backends/model/model_config.hpp"
+#include "backends/storage_bytes.hpp"
+#include "backends/storage_copier.hpp"
+#include "runtime/errc.hpp"
+#include "runtime/logging.hpp"
+
+namespace rlforge::actors::engine_detail {
+
+// -- ops ------------------------------------------------------------------------------------
+
+/// (Re)builds the engine over the current model with the current settings.
+void build_engine(engine_state& st) {
+  st.engine.reset();
+  st.engine = std::make_unique<be::continuous_engine>(*st.model, st.config);
+  if (st.asleep.count(tag_kv_cache))
+    st.engine->release_cache();
+}
+
+/// The tokenizer for stop strings of a model built from `spec`: `tokenizer_dir`'s (refused when
+/// it holds none), else `hf_dir`'s when it has one. A tokenizer that does not load (malformed, or
+/// a SentencePiece model in this process) leaves the engine serving without stop strings; the
+/// reason is kept for the requests that ask for them.
+engine_tokenizer load_tokenizer(const model_spec& spec, int32_t rank) {
+  engine_tokenizer t;
+  const std::string& dir = spec.tokenizer_dir.empty() ? spec.hf_dir : spec.tokenizer_dir;
+  if (dir.empty()) {
+    t.missing = "a model built from a preset or config_json has none";
+    return t;
+  }
+  if (!be::has_tokenizer(dir)) {
+    if (!spec.tokenizer_dir.empty())
+      be::fail(error_code::not_found, "init_model: tokenizer_dir '" + dir +
+                                          "' holds no tokenizer (neither tokenizer.json nor "
+                                          "tokenizer.model)");
+    t.missing = "'" + dir + "' has none (neither tokenizer.json nor tokenizer.model)";
+    return t;
+  }
+  try {
+    t.tokenizer = be::load_detokenizer(dir);
+  } catch (const std::exception& e) {
+    t.missing = e.what(); // names the directory and why (backends/model/detokenizer.hpp)
+    runtime::logger("actors.engine")
+        ->warn("tokenizer_unavailable rank={} dir={} reason={}", rank, dir, e.what());
+  }
+  return t;
+}
+
+caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& args) {
+  expect_args<model_spec>(args, "init_model", "model_spec");
+  auto& st = ctx.as<engine_state>();
+  const auto& spec = args.get_as<model_spec>(0);
+  if (spec.lora_rank != 0)
+    be::fail(error_code::invalid_argument,
+             "init_model: an engine serves merged weights; lora_rank must be 0, got " +
+                 std::to_string(spec.lora_rank));
+  const auto dtype = compute_dtype_of(spec);
+  auto tokenizer = load_tokenizer(spec, st.rank);
+  // An engine only infers: in bf16 it holds its weights in bf16 (half the memory, and weight
+  // syncs send half the bytes: weights_for_sync), read from an HF directory straight into bf16.
+  const bool hf_only = !spec.hf_dir.empty() && spec.preset.empty() && spec.config_json.empty();
+  auto model = dtype == be::compute_dtype::bf16 && hf_only
+                   ? be::causal_lm::load_for_inference(spec.hf_dir, dtype)
+                   : build_model(spec);
+  if (spec.untie_word_embeddings)
+    model->untie_word_embeddings();
+  if (dtype == be::compute_dtype::bf16)
+    model->store_weights_in_bf16();
+  model->to(compute_device(ctx.info)); // the rank's CUDA device, or the CPU for a virtual GPU
+  model->set_batch_invariant(spec.batch_invariant);
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, p] : model->named_parameters())
+      p.requires_grad_(false);
+  }
+  model->set_training(false);
+  be::validate(st.config, model->config());
+  fail_everything(ctx, st,
+                  make_error(errc::invalid_argument,
+                             "init_model replaced the engine's model while the request ran"));
+  st.engine.reset();
+  st.model = std::move(model);
+  st.tokenizer = std::move(tokenizer);
+  st.weights.reset(st.model.get());
+  st.asleep.clear();
+  st.host_weights.clear();
+  build_engine(st);
+  return caf::make_message(st.model->num_parameters());
+}
+
+caf::expected<caf::message> configure(rank_context& ctx, const caf::message& args) {
+  expect_args<engine_options>(args, "configure", "engine_options");
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "configure");
+  const auto& o = args.get_as<engine_options>(0);
+  be::engine_config c;
+  c.kv_cache_bytes = o.kv_cache_bytes;
+  c.block_size = o.block_size;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_step_tokens = o.max_step_tokens;
+  c.prefix_caching = o.prefix_caching;
+  const auto busy = st.origins.size() + st.queue.size();
+  if (busy > 0)
+    be::fail(error_code::invalid_argument,
+             "configure: " + std::to_string(busy) +
+                 " requests or queued calls are in flight; wait for them (or pause(abort))");
+  be::validate(c, model.config());
+  st.config = c;
+  build_engine(st);
+  return caf::message{};
+}
+
+caf::expected<caf::message> generate(rank_context& ctx, const caf::message& args) {
+  expect_args<std::vector<sample_request>>(args, "generate", "std::vector<sample_request>");
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "generate");
+  const auto& requests = args.get_as<std::vector<sample_request>>(0);
+  if (st.paused) {
+    queued_work q;
+    q.ticket = ctx.defer_reply();
+    q.requests = requests;
+    st.queue.push_back(std::move(q));
+    return caf::message{};
+  }
+  check_awake(st);
+  auto converted = check_requests(requests, *st.engine, st.weights, st.tokenizer, "generate");
+  start_call(st, ctx.defer_reply(), std::move(converted));
+  return caf::message{};
+}
+
+caf::expected<caf::message> submit(rank_context& ctx, const caf::message& args) {
+  expect_args<caf::actor, std::vector<int64_t>, std::vector<sample_request>, int64_t>(
+      args, "submit",
+      "caf::actor consumer, std::vector<int64_t> ids, std::vector<sample_request>, "
+      "int64 timeout_ms");
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "submit");
+  const auto& consumer = args.get_as<caf::actor>(0);
+  const auto& ids = args.get_as<std::vector<int64_t>>(1);
+  const auto& requests = args.get_as<std::vector<sample_request>>(2);
+  const auto timeout_ms = args.get_as<int64_t>(3);
+  check_submission(st, consumer, ids, requests.size(), timeout_ms);
+  check_awake(st);
+  auto converted = check_requests(requests, *st.engine, st.weights, st.tokenizer, "submit");
+  if (st.paused) {
+    st.queue.push_back(queued_work{0, requests, consumer, ids, timeout_ms,
+                                   clock_type::now() + std::chrono::milliseconds(timeout_ms)});
+  } else {
+    start_stream(st, consumer, ids, std::move(converted), timeout_ms,
+                 clock_type::now() + std::chrono::milliseconds(timeout_ms));
+  }
+  return caf::make_message(static_cast<int64_t>(requests.size()));
+}
+
+caf::expected<caf::message> cancel(rank_context& ctx, const caf::message& args) {
+  expect_args<caf::actor, std::vector<int64_t>>(args, "cancel",
+                                                "caf::actor consumer, std::vector<int64_t> ids");
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "cancel");
+  const auto& consumer = args.get_as<caf::actor>(0);
+  int64_t n = 0;
+  for (auto uid : args.get_as<std::vector<int64_t>>(1)) {
+    if (auto i = st.streams.find({consumer, uid}); i != st.streams.end()) {
+      stop_request(ctx, st, i->second);
+      ++n;
+      continue;
+    }
+    for (auto q = st.queue.begin(); q != st.queue.end(); ++q) {
+      auto pos = std::find(q->ids.begin(), q->ids.end(), uid);
+      if (q->ticket || q->consumer != consumer || pos == q->ids.end())
+        continue;
+      const auto i = static_cast<size_t>(pos - q->ids.begin());
+      std::vector<sample_output> rows(
+          static_cast<size_t>(std::max<int64_t>(1, q->requests[i].num_samples)),
+          sample_output{{}, {}, "abort", {}, {}, {}, {}});
+      send_result(ctx, st, consumer, uid, std::move(rows), {});
+      q->ids.erase(pos);
+      q->requests.erase(q->requests.begin() + static_cast<std::ptrdiff_t>(i));
+      if (q->ids.empty())
+        st.queue.erase(q);
+      ++n;
+      break;
+    }
+  }
+  return caf::make_message(n);
+}
+
+caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args) {
+  expect_args<std::vector<std::string>>(args, "sleep", "std::vector<std::string> tags");
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "sleep");
+  for (auto& tag : parse_tags(args.get_as<std::vector<std::string>>(0), "sleep")) {
+    if (st.asleep.count(tag))
+      continue;
+    if (tag == tag_weights) {
+      // Move each storage out of the model: the saved tensor keeps it alive, the model's
+      // tensor is emptied in place (tied weights stay tied through shared storage). On a
+      // virtual GPU that is no copy; from a CUDA device the storages go to pinned host memory.
+      c10::NoGradGuard no_grad;
+      std::map<std::string, at::Tensor> saved;
+      auto params = model.named_parameters();
+      be::storage_copier to_host{at::kCPU};
+      for (auto& [name, p] : params)
+        saved.emplace(name, p.is_cuda() ? to_host(p) : p.detach());
+      for (auto& [name, p] : params)
+        p.set_();
+      st.host_weights = std::move(saved);
+    } else {
+      // Running requests lose their keys/values and recompute them after wake_up.
+      st.engine->release_cache();
+    }
+    st.asleep.insert(tag);
+  }
+  // A CUDA device's freed blocks return to the driver for the role that runs next.
+  be::release_cached_memory();
+  (void)ctx;
+  return caf::message{};
+}
+
+caf::expected<caf::message> wake_up(rank_context& ctx, const caf::message& args) {
+  expect_args<std::vector<std::string>>(args, "wake_up", "std::vector<std::string> tags");
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "wake_up");
+  for (auto& tag : parse_tags(args.get_as<std::vector<std::string>>(0), "wake_up")) {
+    if (!st.asleep.count(tag))
+      continue;
+    if (tag == tag_weights) {
+      c10::NoGradGuard no_grad;
+      const auto device = compute_device(ctx.info);
+      be::storage_copier to_device{device};
+      for (auto& [name, p] : model.named_parameters()) {
+        auto i = st.host_weights.find(name);
+        if (i == st.host_weights.end())
+          be::fail(error_code::internal, "wake_up: no saved storage for parameter '" + name + "'");
+        p.set_(device.is_cpu() ? i->second : to_device(i->second));
+      }
+      st.host_weights.clear();
+    } else {
+      st.engine->restore_cache();
+    }
+    st.asleep.erase(tag);
+  }
+  (void)ctx;
+  return caf::message{};
+}
+
+caf::expected<caf::message> memory(rank_context& ctx, const caf::message&) {
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "memory");
+  auto resident = be::storage_bytes(model.named_parameters()) + st.weights.bytes() +
+                  st.engine->cache_bytes();
+  auto host = be::storage_bytes(st.host_weights);
+  return caf::make_message(resident, host);
+}
+
+caf::expected<caf::message> pause_op(rank_context& ctx, const caf::message& args) {
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "pause");
+  std::string mode = "keep";
+  if (!args.empty()) {
+    expect_args<std::string>(args, "pause", "[std::string mode: keep | abort]");
+    mode = args.get_as<std::string>(0);
+    if (mode != "keep" && mode != "abort")
+      be::fail(error_code::invalid_argument,
+               "pause: unknown mode '" + mode + "' (modes: keep, abort)");
+  }
+  st.paused = true;
+  return caf::make_message(mode == "abort" ? abort_everything(ctx, st) : int64_t{0});
+}
+
+caf::expected<caf::message> resume(rank_context& ctx, const caf::message&) {
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "resume");
+  st.paused = false;
+  return caf::make_message(release_queue(ctx, st));
+}
+
+caf::expected<caf::message> weight_version(rank_context& ctx, const caf::message&) {
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "weight_version");
+  return caf::make_message(st.weights.current());
+}
+
+/// Before the live weights change: copies of the current version for who still needs it.
+void before_new_weights(engine_state& st) {
+  st.weights.before_change([&](int64_t v) { return version_in_use(st, v); });
+}
+
+/// After the live weights changed to `version`.
+void after_new_weights(engine_state& st, int64_t version) {
+  st.weights.set_current(version);
+  st.engine->weights_changed();
+}
+
+caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& args) {
+  expect_args<tensor_map, int64_t>(args, "set_weights", "tensor_map weights, int64 version");
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "set_weights");
+  auto version = args.get_as<int64_t>(1);
+  if (version < 0)
+    be::fail(error_code::invalid_argument,
+             "set_weights: version must be >= 0, got " + std::to_string(version));
+  if (st.asleep.count(tag_weights))
+    be::fail(error_code::invalid_argument,
+             "set_weights: engine is asleep (weights); call wake_up first");
+  auto tensors = from_blobs(args.get_as<tensor_map>(0));
+  if (!tensors)
+    be::fail(error_code::invalid_argument, "set_weights: " + error_message(tensors.error()));
+  auto params = model.named_parameters();
+  for (auto& [name, p] : params) {
+    auto i = tensors->find(name);
+    if (i == tensors->end())
+      be::fail(error_code::invalid_argument, "set_weights: missing parameter '" + name + "'");
+    const auto& t = i->second;
+    if (t.sizes() != p.sizes())
+      be::fail(error_code::invalid_argument, "set_weights: parameter '" + name + "' has shape " +
+                                                 c10::str(t.sizes()) + ", the model's is " +
+                                                 c10::str(p.sizes()));
+    if (t.scalar_type() != p.scalar_type())
+      be::fail(error_code::invalid_argument, "set_weights: parameter '" + name + "' has dtype " +
+                                                 std::string{c10::toString(t.scalar_type())} +
+                                                 ", the model's is " +
+                                                 std::string{c10::toString(p.scalar_type())});
+  }
+  if (tensors->size() != params.size()) {
+    for (auto& [name, t] : *tensors) {
+      bool known = std::any_of(params.begin(), params.end(),
+                               [&](const auto& kv) { return kv.first == name; });
+      if (!known)
+        be::fail(error_code::invalid_argument,
+                 "set_weights: the model has no parameter '" + name + "'");
+    }
+  }
+  before_new_weights(st);
+  c10::NoGradGuard no_grad;
+  for (auto& [name, p] : params)
+    p.copy_(tensors->at(name));
+  // Written in place: a Gloo channel's receiving buffer no longer holds what its sender sent.
+  st.channels.forget_bases();
+  after_new_weights(st, version);
+  return caf::message{};
+}
+
+caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::message& args) {
+  expect_args<weight_sync_spec>(args, "receive_weights", "weight_sync_spec");
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "receive_weights");
+  if (st.asleep.count(tag_weights))
+    be::fail(error_code::invalid_argument,
+             "receive_weights: engine is asleep (weights); call wake_up first");
+  bool torn = false;
+  before_new_weights(st);
+  try {
+    after_new_weights(st, receive_model_weights(model, st.weights.current(),
+                                                args.get_as<weight_sync_spec>(0), torn,
+                                                st.channels));
+  } catch (...) {
+    // A refused transfer changed nothing. One that broke after the copy began left a mix of
+    // two versions: no coherent version is held until the next complete transfer.
+    if (torn)
+      after_new_weights(st, 0);
+    throw;
+  }
+  return caf::make_message(st.weights.current());
+}
+
+caf::expected<caf::message> retain_weights(rank_context& ctx, const caf::message& args) {
+  expect_args<int64_t, int64_t>(args, "retain_weights", "int64 version, int64 max_retained");
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "retain_weights");
+  return caf::make_message(st.weights.retain(args.get_as<int64_t>(0), args.get_as<int64_t>(1)));
+}
+
+caf::expected<caf::message> get_weights(rank_context& ctx, const caf::message&) {
+  auto& st = ctx.as<engine_state>();
+  auto& model = model_of(st, "get_weights");
+  if (st.asleep.count(tag_weights))
+    be::fail(error_code::invalid_argument,
+             "get_weights: engine is asleep (weights); call wake_up first");
+  std::map<std::string, at::Tensor> tensors;
+  for (auto& [name, p] : model.named_parameters())
+    tensors.emplace(name, p.detach());
+  auto blobs = to_blobs(tensors);
+  if (!blobs)
+    return std::move(blobs.error());
+  return caf::make_message(std::move(*blobs));
+}
+
+caf::expected<caf::message> stats(rank_context& ctx, const caf::message&) {
+  auto& st = ctx.as<engine_state>();
+  model_of(st, "stats");
+  const auto s = st.engine->stats();
+  const auto& c = s.counters;
+  nlohmann::json j{
+      {"num_blocks", s.num_blocks},
+      {"free_blocks", s.free_blocks},
+      {"cached_blocks", s.cached_blocks},
+      {"block_size", s.block_size},
+      {"kv_cache_bytes", st.engine->cache_bytes()},
+      {"running", s.running},
+      {"waiting", s.waiting},
+      {"queued_calls", st.queue.size()},
+      {"paused", st.paused},
+      {"weight_version", st.weights.current()},
+      {"prompt_tokens", c.prompt_tokens},
+      {"recompute_tokens", c.recompute_tokens},
+      {"decode_tokens", c.decode_tokens},
+      {"generated_tokens", s.generated_tokens},
+      {"prefix_query_tokens", c.prefix_query_tokens},
+      {"prefix_hit_tokens", c.prefix_hit_tokens},
+      {"prefix_hit_rate", s.prefix_hit_rate()},
+      {"preemptions", c.preemptions},
+      {"copies", c.copies},
+      {"steps", c.steps},
+  };
+  return caf::make_message(j.dump());
+}
+
+} // namespace rlforge::actors::engine_detail
