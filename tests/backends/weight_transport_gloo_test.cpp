@@ -4,48 +4,20 @@
 #include "backends/weights/gloo_transport.hpp"
 #include "tests/backends/weight_transport_support.hpp"
 
-#include "backends/weights/weight_transport.hpp"
-
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
-
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cmath>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
-#include <tuple>
-#include <type_traits>
 #include <vector>
 
-#include "backends/collective_group.hpp"
-#include "backends/devices.hpp"
-#include "backends/error.hpp"
-#include "backends/weights/fake_transport.hpp"
-#include "backends/weights/gloo_transport.hpp"
-#include "backends/weights/in_process_transport.hpp"
-#include "backends/weights/shm_transport.hpp"
-#include "tests/backends/test_support.hpp"
-#ifdef RLFORGE_WITH_CUDA
-#include "backends/weights/nccl_transport.hpp"
-#endif
-
-using namespace rlforge::backends;
-using namespace std::chrono_literals;
-using rlforge::backends::testing::same_bits;
 using namespace rlforge::backends::weights_test;
 
 namespace {

@@ -41,9 +41,6 @@
 #include "backends/weights/nccl_transport.hpp"
 #endif
 
-using namespace rlforge::backends;
-using namespace std::chrono_literals;
-using rlforge::backends::testing::same_bits;
 using namespace rlforge::backends::weights_test;
 
 namespace {
