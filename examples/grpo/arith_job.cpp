@@ -1,0 +1,430 @@
+// The GRPO job's arithmetic task (arith_job.hpp).
+#include "examples/grpo/arith_job.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <caf/all.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "actors/actor_group.hpp"
+#include "actors/dispatcher.hpp"
+#include "actors/engine.hpp"
+#include "actors/node.hpp"
+#include "actors/placement_manager.hpp"
+#include "actors/trainer_client.hpp"
+#include "actors/worker.hpp"
+#include "backends/model/model_config.hpp"
+#include "backends/train/checkpoint.hpp"
+#include "backends/train/training_batch.hpp"
+#include "runtime/system_config.hpp"
+
+#include "../common/driver.hpp"
+#include "examples/grpo/arith_task.hpp"
+#include "examples/grpo/engine_recovery.hpp"
+#include "examples/grpo/env_job.hpp"
+#include "examples/grpo/mode_comparison.hpp"
+#include "examples/grpo/options.hpp"
+#include "examples/grpo/policy_update.hpp"
+#include "examples/grpo/report.hpp"
+#include "prompt/chat_prompt.hpp"
+#include "rl/rl_loop.hpp"
+
+namespace rlforge::examples::grpo {
+
+using namespace rlforge::actors;
+namespace be = rlforge::backends;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int validation_problems = 100; ///< training problems the warm start is checked on
+constexpr int sft_check_every = 10;      ///< warm-start steps between validation checks
+
+using clock_type = std::chrono::steady_clock;
+
+/// Greedy answers of the engines to `problems`, as the share answered exactly.
+double greedy_accuracy(const examples::fatal_errors& or_die, trainer_client& client,
+                       const std::vector<arith::problem>& problems, int64_t max_tokens) {
+  std::vector<sample_request> requests;
+  for (const auto& p : problems) {
+    sample_request r;
+    r.prompt = arith::prompt_tokens(p);
+    r.max_tokens = max_tokens;
+    r.temperature = 0;
+    r.stop_token_ids = {arith::tokenizer::eos_id};
+    requests.push_back(std::move(r));
+  }
+  auto out = or_die(client.generate(requests), "generate (greedy evaluation)");
+  std::vector<std::vector<int64_t>> responses;
+  for (auto& o : out)
+    responses.push_back(std::move(o.tokens));
+  return arith::accuracy(problems, responses);
+}
+
+/// How the warm start ended.
+struct warm_start_result {
+  int steps = 0;              ///< steps taken
+  double validation = -1;     ///< last validation accuracy (-1 when never measured)
+  bool reached = false;       ///< stopped because the validation target was reached
+};
+
+/// Supervised warm start.
+warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_client& client,
+               const examples::grpo::options& opt, const arith::task& task,
+               const std::vector<arith::problem>& validation, std::mt19937_64& rng) {
+  be::adam_params adam;
+  adam.learning_rate = opt.sft_lr;
+  adam.grad_clip_norm = 1.0;
+  warm_start_result res;
+  for (int s = 1; s <= opt.sft_steps; ++s) {
+    std::vector<std::vector<int64_t>> prompts, targets;
+    for (int i = 0; i < opt.sft_batch; ++i) {
+      auto p = task.sample_train(rng);
+      prompts.push_back(arith::prompt_tokens(p));
+      targets.push_back(arith::target_tokens(p));
+    }
+    auto batch = be::from_sequences(prompts, targets);
+    // Losses are masked sums: weighting each answer token by 1/tokens makes it a token mean.
+    auto& mask = batch.tensors["loss_mask"];
+    mask = mask / mask.sum();
+    auto out = or_die(client.forward_backward("policy", batch, "cross_entropy"),
+                      "warm start forward_backward");
+    or_die(client.optim_step("policy", adam), "warm start optim_step");
+    bool check = opt.sft_target > 0 && (s % sft_check_every == 0 || s == opt.sft_steps);
+    double val = -1;
+    if (check) {
+      or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
+      val = greedy_accuracy(or_die, client, validation, task.max_answer_tokens());
+    }
+    if (!opt.quiet && (check || s % 10 == 0 || s == opt.sft_steps)) {
+      std::printf("\rwarm start %4d/%d  loss %.4f", s, opt.sft_steps, out.metric("loss:sum"));
+      if (val >= 0)
+        std::printf("  validation accuracy %5.1f%%", 100 * val);
+      std::fflush(stdout);
+    }
+    res.steps = s;
+    if (check)
+      res.validation = val;
+    if (check && val >= opt.sft_target) {
+      res.reached = true;
+      break;
+    }
+  }
+  if (!opt.quiet)
+    std::printf("\n");
+  return res;
+}
+
+} // namespace
+
+/// The arithmetic task: warm start, held-out accuracy, GRPO steps, held-out accuracy again.
+/// Lost engines are replaced through `recovery` while it allows (--max-restarts).
+arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client& client,
+                            const examples::grpo::options& opt, const arith::task& task,
+                            examples::grpo::engine_recovery& recovery, std::ostream& metrics) {
+  std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
+  arith_result res;
+  const auto max_tokens = task.max_answer_tokens();
+  int64_t resumed_step = 0;
+  nlohmann::json resumed; // the checkpoint's trainer state (--resume)
+  if (opt.resume) {
+    // 1-2. From the latest checkpoint instead: the policy (with its optimizer) and the ref.
+    resumed_step =
+        or_die(client.load_checkpoint(opt.checkpoint_dir, -1, {"policy"}), "load_checkpoint");
+    model_spec ref_model; // frozen: kept once as a model directory next to the checkpoints
+    ref_model.hf_dir = (fs::path(opt.checkpoint_dir) / "ref_model").string();
+    or_die(client.init_model("ref", ref_model), "init_model ref (--resume)");
+    try {
+      resumed = be::read_trainer_state(opt.checkpoint_dir, resumed_step);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grpo: --resume: %s\n", e.what());
+      throw examples::fatal_exit{1};
+    }
+  } else {
+    // 1. Warm start.
+    std::vector<arith::problem> validation;
+    {
+      std::mt19937_64 vrng(opt.seed + 1000003);
+      for (int i = 0; i < validation_problems; ++i)
+        validation.push_back(task.sample_train(vrng));
+    }
+    auto t_sft = clock_type::now();
+    auto sft = warm_start(or_die, client, opt, task, validation, rng);
+    double sft_seconds = examples::seconds_since(t_sft);
+    if (opt.sft_target > 0 && !sft.reached)
+      std::printf("grpo: note: the warm start did not reach its validation target %.0f%% in %d "
+                  "steps (last %.0f%%); GRPO starts from a weaker model\n",
+                  100 * opt.sft_target, sft.steps, 100 * sft.validation);
+
+    // 2. Engines get the warm-started weights; the reference model is a copy of them.
+    res.first_version =
+        or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
+    res.acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+    std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
+                sft.steps, sft_seconds, 100 * res.acc_before);
+    auto export_dir =
+        fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
+    or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
+    model_spec ref_model;
+    ref_model.hf_dir = export_dir.string();
+    or_die(client.init_model("ref", ref_model), "init_model ref");
+    std::error_code ec;
+    fs::remove_all(export_dir, ec);
+    if (opt.checkpoint_every > 0)
+      or_die(client.save_hf_model("ref", (fs::path(opt.checkpoint_dir) / "ref_model").string()),
+             "save_hf_model ref (checkpoints)");
+  }
+  algorithm_config pcfg;
+  pcfg.use_kl_loss = opt.kl_coef > 0;
+  pcfg.kl_loss_coef = opt.kl_coef;
+  or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+
+  // 3. GRPO through the RL loop (rl/rl_loop.hpp): the engines generate each step's rollouts
+  //    (--mode: before the step, or batches ahead while the policy trains), the policy trains
+  //    on them and its weights go to the engines without draining them.
+  be::adam_params adam;
+  adam.learning_rate = opt.lr;
+  adam.grad_clip_norm = 1.0;
+  rl::loop_options lo;
+  rl::parse_rl_mode(opt.mode, lo.mode);
+  lo.batch_rollouts = opt.prompts;
+  lo.max_staleness = opt.max_staleness;
+  lo.pause_mode = opt.pause;
+  std::map<int64_t, arith::problem> problem_of; // the problem of each rollout id
+  auto source = [&](int64_t id) {
+    // Drawn in id order from the job's generator: sync mode asks for each step's requests just
+    // before the step, as the loop did before it had modes.
+    auto p = task.sample_train(rng);
+    problem_of[id] = p;
+    sample_request r;
+    r.prompt = arith::prompt_tokens(p);
+    r.max_tokens = max_tokens;
+    r.temperature = opt.temperature;
+    r.has_seed = true;
+    r.seed = rng();
+    r.stop_token_ids = {arith::tokenizer::eos_id};
+    r.num_samples = opt.group;
+    return r;
+  };
+  // A pointer: a recovery replaces the loop (its producer talked to the lost engines).
+  auto loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
+  loop->set_version(res.first_version);
+  int first_step = 1;
+  if (opt.resume) {
+    // The rollouts waiting and finished at the checkpoint, with their accounting; the waiting
+    // ones are generated again, the finished ones are trained on as if nothing happened.
+    auto restored = loop->restore(resumed.value("loop", nlohmann::json{}));
+    if (!restored) {
+      std::fprintf(stderr, "grpo: --resume: %s\n", or_die.sys.render(restored.error()).c_str());
+      throw examples::fatal_exit{1};
+    }
+    try {
+      std::istringstream(restored->at("rng").get<std::string>()) >> rng;
+      for (const auto& p : restored->at("problems"))
+        problem_of[p.at(0).get<int64_t>()] =
+            arith::problem{p.at(1).get<int64_t>(), p.at(2).get<int64_t>(),
+                           p.at(3).get<std::string>().at(0)};
+      res.acc_before = restored->at("acc_before").get<double>();
+      res.rewards = restored->at("rewards").get<std::vector<double>>();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grpo: --resume: the checkpoint's job state is malformed: %s\n",
+                   e.what());
+      throw examples::fatal_exit{1};
+    }
+    // The engines get the resumed policy under the version the checkpoint had.
+    res.first_version = or_die(loop->update_weights(), "weight update (--resume)");
+    first_step = static_cast<int>(resumed_step) + 1;
+    const auto& rs = resumed.at("loop").at("rollouts");
+    std::printf("grpo: resumed at step %lld from %s: %zu rollouts generated again, %zu finished "
+                "kept; %lld taken and %lld dropped before; weight version %lld\n",
+                static_cast<long long>(resumed_step), opt.checkpoint_dir.c_str(),
+                rs.at("waiting").size(), rs.at("done").size(),
+                static_cast<long long>(rs.at("taken").get<int64_t>()),
+                static_cast<long long>(rs.at("dropped").get<int64_t>()),
+                static_cast<long long>(res.first_version));
+  }
+  // A checkpoint: the policy's state (the frozen ref was written once, as ref_model/), then
+  // (committed last) the loop's rollouts and the job's own state: its generator, the problems of
+  // the rollouts held, the figures so far.
+  auto checkpoint = [&](int step) {
+    std::ostringstream rng_text;
+    rng_text << rng;
+    nlohmann::json problems = nlohmann::json::array();
+    for (const auto& [id, p] : problem_of)
+      problems.push_back({id, p.a, p.b, std::string(1, p.op)});
+    auto snap = or_die(loop->snapshot({{"rng", rng_text.str()},
+                                      {"problems", problems},
+                                      {"acc_before", res.acc_before},
+                                      {"rewards", res.rewards}}),
+                       "rollout snapshot");
+    or_die(client.save_checkpoint(opt.checkpoint_dir, step, {"policy"},
+                                  nlohmann::json{{"loop", snap}}),
+           "save_checkpoint");
+  };
+  // Lost engines (--max-restarts): new engines get the policy's weights, then the rollouts the
+  // lost ones held, waiting or finished (a fresh loop restored from the old one's snapshot);
+  // the trainer keeps its state. False when this was not an engines' loss or no restart is
+  // left: the caller fails with `err`.
+  nlohmann::json recoveries = nlohmann::json::array(); // this step's
+  auto t_grpo = clock_type::now();
+  auto recover = [&](const caf::error& err, int step) {
+    if (!recovery.can_restart() || !recovery.engines_lost())
+      return false;
+    const auto t0 = clock_type::now();
+    const auto lost = or_die.sys.render(err);
+    std::printf("\ngrpo: step %d: the engines are lost (%s); replacing them (restart %d of %d, "
+                "waiting up to %.0f s for room)\n",
+                step, lost.c_str(), recovery.restarts() + 1, opt.max_restarts,
+                opt.recovery_timeout);
+    auto snap = or_die(loop->snapshot(), "rollout snapshot (engine recovery)");
+    loop.reset();
+    // Every rollout held is generated again on the new engines, finished ones too: the sync
+    // below gives the weights a new version (the same weights when the loss came during
+    // generation), so rollouts of the old version would count as stale and be dropped.
+    auto& held = snap.at("rollouts");
+    const auto finished = held.at("done").size();
+    for (auto& r : held.at("done")) {
+      r["samples"] = nlohmann::json::array();
+      held.at("waiting").push_back(std::move(r));
+    }
+    held["done"] = nlohmann::json::array();
+    auto& waiting = held.at("waiting");
+    std::sort(waiting.begin(), waiting.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+      return a.at("id").get<int64_t>() < b.at("id").get<int64_t>();
+    });
+    auto node = or_die(recovery.replace(), "engine recovery");
+    auto version =
+        or_die(client.save_weights_for_sampler("policy"), "weight sync to the new engines");
+    loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
+    or_die(loop->restore(snap), "rollouts back to the new engines");
+    loop->set_version(version);
+    const double seconds = examples::seconds_since(t0);
+    std::printf("grpo: step %d: engines on node '%s' at weight version %lld after %.2f s; %zu "
+                "rollouts generated again (%zu of them had finished)\n",
+                step, node.c_str(), static_cast<long long>(version), seconds, waiting.size(),
+                finished);
+    recoveries.push_back({{"lost", lost},
+                          {"at_grpo_seconds", examples::seconds_since(t_grpo)},
+                          {"engines_node", node},
+                          {"weight_version", version},
+                          {"regenerated", waiting.size()},
+                          {"steps_replayed", 0},
+                          {"seconds", seconds}});
+    return true;
+  };
+  const bool correct_off_policy = opt.mode != "sync";
+  double eval_seconds = 0; // held-out evaluations, left out of the wall time
+  int64_t samples_trained = 0;
+  for (int step = first_step; step <= opt.steps; ++step) {
+    adam.learning_rate = examples::grpo::learning_rate(opt, step);
+    report::step_stats st;
+    st.step = step;
+    st.total_steps = opt.steps;
+    auto next = loop->next_batch();
+    while (!next && recover(next.error(), step))
+      next = loop->next_batch();
+    auto batch = or_die(std::move(next), "rollouts");
+    // Waiting for rollouts is this step's generation time (all of it in sync mode).
+    st.generate_seconds = batch.wait_seconds;
+
+    // Rewards sit on the last response token; one group per rollout.
+    examples::grpo::grpo_rows rows;
+    double correct = 0;
+    size_t n_rows = 0;
+    int64_t staleness_max = 0;
+    double staleness_sum = 0;
+    std::vector<int64_t> staleness_counts; // this batch's rollouts by staleness
+    for (auto& r : batch.rollouts)
+      n_rows += r.samples.size();
+    for (size_t g = 0; g < batch.rollouts.size(); ++g) {
+      auto& ro = batch.rollouts[g];
+      const auto& problem = problem_of.at(ro.id);
+      staleness_max = std::max(staleness_max, batch.staleness[g]);
+      staleness_sum += static_cast<double>(batch.staleness[g]);
+      const auto k = static_cast<size_t>(batch.staleness[g]);
+      if (staleness_counts.size() <= k)
+        staleness_counts.resize(k + 1, 0);
+      ++staleness_counts[k];
+      for (auto& sample : ro.samples) {
+        double r = arith::reward(problem, sample.tokens);
+        st.reward += r / static_cast<double>(n_rows);
+        correct += r == 1.0 ? 1.0 : 0.0;
+        st.tokens += static_cast<int64_t>(sample.tokens.size());
+        std::vector<float> rr(sample.tokens.size(), 0.0f);
+        rr.back() = static_cast<float>(r);
+        rows.per_token["rewards"].push_back(std::move(rr));
+        if (correct_off_policy)
+          rows.per_token["rollout_logprobs"].emplace_back(sample.logprobs.begin(),
+                                                          sample.logprobs.end());
+        rows.prompts.push_back(ro.request.prompt);
+        rows.responses.push_back(std::move(sample.tokens));
+        rows.group_ids.push_back(static_cast<int64_t>(g));
+      }
+      problem_of.erase(ro.id);
+    }
+    samples_trained += static_cast<int64_t>(n_rows);
+    st.accuracy = correct / static_cast<double>(n_rows);
+    res.rewards.push_back(st.reward);
+    auto gap =
+        examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
+    auto t_sync = clock_type::now();
+    auto updated = loop->update_weights();
+    if (!updated && recover(updated.error(), step))
+      updated = loop->version(); // the recovery synced the policy's new weights
+    st.weight_version = or_die(std::move(updated), "weight update");
+    st.sync_seconds = examples::seconds_since(t_sync);
+    nlohmann::json extra{{"mode", opt.mode},
+                         {"staleness_mean", staleness_sum / static_cast<double>(batch.rollouts.size())},
+                         {"staleness_max", staleness_max},
+                         {"staleness_counts", staleness_counts},
+                         {"dropped", batch.dropped},
+                         {"requeued", batch.requeued},
+                         {"samples", n_rows},
+                         {"logprob_gap", gap.raw},
+                         {"logprob_gap_corrected", gap.corrected},
+                         {"tis_clipped", gap.tis_clipped}};
+    if (!recoveries.empty()) {
+      extra["recoveries"] = recoveries;
+      recoveries = nlohmann::json::array();
+    }
+    if (opt.eval_every > 0 && (step % opt.eval_every == 0 || step == opt.steps)) {
+      auto t_eval = clock_type::now();
+      extra["held_out_accuracy"] = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+      eval_seconds += examples::seconds_since(t_eval);
+    }
+    extra["wall_seconds"] = examples::seconds_since(t_grpo) - eval_seconds;
+    examples::grpo::finish_step(or_die, client, opt, st, metrics, /*sync=*/false, extra);
+    if (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0)
+      checkpoint(step);
+  }
+  if (!opt.quiet)
+    std::printf("\n");
+  res.grpo_seconds = examples::seconds_since(t_grpo) - eval_seconds;
+  res.samples = samples_trained;
+  if (auto acc = loop->accounting()) {
+    res.staleness_counts = acc->staleness_counts;
+    res.dropped = acc->dropped;
+    res.requeued = acc->requeued;
+  }
+
+  // 4. Held-out accuracy after GRPO.
+  res.acc_after = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+  return res;
+}
+
+} // namespace rlforge::examples::grpo

@@ -1,0 +1,36 @@
+#pragma once
+// The GRPO job's arithmetic task (the main job): a supervised warm start, held-out greedy
+// accuracy, the GRPO steps through an `rl_loop` in the mode --mode names, held-out accuracy
+// again; engines lost on the way are replaced (engine_recovery.hpp).
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "../common/driver.hpp"
+#include "actors/trainer_client.hpp"
+#include "examples/grpo/arith_task.hpp"
+#include "examples/grpo/engine_recovery.hpp"
+#include "examples/grpo/options.hpp"
+
+namespace rlforge::examples::grpo {
+
+/// What the arithmetic task's GRPO steps measured.
+struct arith_result {
+  std::vector<double> rewards; ///< mean reward per step
+  double acc_before = 0;       ///< held-out greedy accuracy after the warm start
+  double acc_after = 0;        ///< ... and after GRPO
+  int64_t first_version = 0;   ///< the engines' weight version when GRPO starts
+  double grpo_seconds = 0;     ///< wall time of the GRPO steps (evaluations left out)
+  int64_t samples = 0;         ///< samples trained on
+  std::vector<int64_t> staleness_counts; ///< rollouts trained on, by staleness
+  int64_t dropped = 0;         ///< rollouts dropped as too stale
+  int64_t requeued = 0;        ///< rollout submissions repeated (abort, lost engine)
+};
+
+/// The arithmetic task: warm start, held-out accuracy, GRPO steps, held-out accuracy again.
+/// Lost engines are replaced through `recovery` while it allows (--max-restarts).
+arith_result run_arithmetic(const examples::fatal_errors& or_die, actors::trainer_client& client,
+                            const examples::grpo::options& opt, const arith::task& task,
+                            examples::grpo::engine_recovery& recovery, std::ostream& metrics);
+
+} // namespace rlforge::examples::grpo
