@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backends/error.hpp"
+#include "backends/weights/weight_delta_simd.hpp"
 
 namespace rlforge::backends {
 
@@ -67,6 +68,11 @@ template <class Word> std::uint64_t block_mask(const std::uint8_t* a, const std:
   return m;
 }
 
+// Whether the AVX-512 kernels take whole 64-element blocks of tensors of `Word`.
+template <class Word> bool simd_for() {
+  return (sizeof(Word) == 2 || sizeof(Word) == 4) && delta_simd::enabled();
+}
+
 template <class Word> void encode_changes(const delta_tensor& t, delta_encoding e,
                                           std::uint64_t changed, std::uint8_t* out) {
   const auto n = t.bytes / sizeof(Word);
@@ -74,8 +80,15 @@ template <class Word> void encode_changes(const delta_tensor& t, delta_encoding 
   auto* bits = out;                                    // bitmap: the bits
   auto* value = out + (e == delta_encoding::indices ? changed * sizeof(std::uint32_t)
                                                     : bitmap_bytes(n));
+  // The whole 64-element blocks by the AVX-512 kernels where they run; the rest here.
+  std::uint64_t first = 0;
+  if (simd_for<Word>()) {
+    first = n / 64 * 64;
+    delta_simd::encode(sizeof(Word), t.before, t.after, first, e == delta_encoding::bitmap, bits,
+                       index, value);
+  }
   // 64 elements at a time: their mask of changes, then the changed ones in order.
-  for (std::uint64_t block = 0; block < n; block += 64) {
+  for (std::uint64_t block = first; block < n; block += 64) {
     const auto count = std::min<std::uint64_t>(64, n - block);
     auto m = block_mask<Word>(t.before + block * sizeof(Word), t.after + block * sizeof(Word),
                               count);
@@ -123,6 +136,8 @@ template <class Word> void apply_changes(const delta_target& t, delta_encoding e
                                          std::size_t position) {
   const auto n = t.bytes / sizeof(Word);
   if (e == delta_encoding::indices) {
+    if (t.out != t.base)
+      std::memcpy(t.out, t.base, t.bytes);
     const auto* value = in + changed * sizeof(std::uint32_t);
     std::int64_t last = -1;
     for (std::uint64_t k = 0; k < changed; ++k) {
@@ -139,7 +154,18 @@ template <class Word> void apply_changes(const delta_target& t, delta_encoding e
   const auto* bits = in;
   const auto* value = in + bitmap_bytes(n);
   const auto* end = value + changed * sizeof(Word);
-  for (std::uint64_t block = 0; block < n; block += 64) {
+  // The whole 64-element blocks by the AVX-512 kernels where they run (they write every element
+  // of a block, changed or not); the rest over a copy of the base.
+  std::uint64_t first = 0;
+  if (simd_for<Word>()) {
+    first = n / 64 * 64;
+    if (!delta_simd::decode_bitmap(sizeof(Word), t.base, t.out, first, bits, value, end))
+      bad(position, "the bitmap marks more elements than its count, " + std::to_string(changed));
+  }
+  if (t.out != t.base)
+    std::memcpy(t.out + first * sizeof(Word), t.base + first * sizeof(Word),
+                (n - first) * sizeof(Word));
+  for (std::uint64_t block = first; block < n; block += 64) {
     const auto count = std::min<std::uint64_t>(64, n - block);
     std::uint64_t m = 0;
     for (std::uint64_t k = 0; k < (count + 7) / 8; ++k)
@@ -281,9 +307,7 @@ void decode_delta_bucket(const std::uint8_t* encoded, std::uint64_t encoded_byte
       continue; // no section, nothing to write
     if (e.encoding == delta_encoding::full) {
       std::memcpy(t.out, section, t.bytes);
-    } else {
-      if (t.out != t.base)
-        std::memcpy(t.out, t.base, t.bytes);
+    } else { // each encoding copies the base where it needs to
       by_word(t.element_size, [&](auto word) {
         apply_changes<decltype(word)>(t, e.encoding, e.changed, section, k);
         return 0;

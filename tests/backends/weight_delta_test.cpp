@@ -1,4 +1,5 @@
 #include "backends/weights/weight_delta.hpp"
+#include "backends/weights/weight_delta_simd.hpp"
 
 #include <gtest/gtest.h>
 
@@ -186,4 +187,41 @@ TEST(WeightDelta, MalformedBucketsAreRefusedNamingWhatIsWrong) {
                error_code::invalid_argument, {"element size 3 is not 1, 2, 4 or 8"});
   expect_error([&] { encode_delta_bucket({t, t}, cs, wire.data()); },
                error_code::invalid_argument, {"2 tensors but 1 choices"});
+}
+
+TEST(WeightDelta, TheAvx512KernelsWriteAndReadTheSameBytesAsThePortableLoops) {
+  // Where the CPU lacks AVX-512 both runs take the portable loops; the round trips still count.
+  for (std::size_t es : {2u, 4u}) {
+    for (std::size_t elements : {64u, 1000u, 4096u + 13u}) {
+      const auto before = random_bytes(es * elements, 11 + static_cast<std::uint32_t>(elements));
+      for (std::size_t changed : {std::size_t{0}, std::size_t{3}, elements / 5, elements / 2, elements}) {
+        const auto after = with_changes(before, es, changed);
+        delta_tensor t{before.data(), after.data(), before.size(), es};
+        // Force each encoding in turn, whether or not it is the smallest.
+        for (auto e : {delta_encoding::indices, delta_encoding::bitmap}) {
+          std::vector<delta_choice> cs{choose_delta(t)};
+          cs[0].encoding = e;
+          cs[0].bytes = e == delta_encoding::indices
+                            ? cs[0].changed * (4 + es)
+                            : (elements + 7) / 8 + cs[0].changed * es;
+          bytes wire[2], out[2];
+          for (int simd = 0; simd < 2; ++simd) {
+            delta_simd::set_enabled(simd == 1);
+            wire[simd].assign(delta_bucket_bytes(cs), 0);
+            encode_delta_bucket({t}, cs, wire[simd].data());
+            out[simd].assign(before.size(), 0xee);
+            decode_delta_bucket(wire[simd].data(), wire[simd].size(),
+                                {{before.data(), out[simd].data(), out[simd].size(), es}});
+          }
+          delta_simd::set_enabled(true);
+          const auto what = std::to_string(es) + "-byte elements: " + std::to_string(changed) +
+                            " of " + std::to_string(elements) + " changed, " +
+                            delta_encoding_name(e);
+          EXPECT_EQ(wire[0], wire[1]) << what;
+          EXPECT_EQ(out[0], after) << what;
+          EXPECT_EQ(out[1], after) << what;
+        }
+      }
+    }
+  }
 }
