@@ -1,5 +1,6 @@
 // Failures of a cluster's processes (each test starts its own head and nodes on 127.0.0.1):
-// a node SIGKILLed during a forward_backward, a node hung by SIGSTOP, a killed node that comes
+// a node SIGKILLed during a forward_backward, an engine's node SIGKILLed during Gloo weight
+// syncs, a node hung by SIGSTOP, a killed node that comes
 // back, a killed driver, a killed head. Every call fails within its deadline with an error
 // naming what died; nothing hangs; reservations and ranks are freed.
 #include <gtest/gtest.h>
@@ -142,6 +143,69 @@ TEST(ClusterFailures, ANodeKilledDuringForwardBackwardFailsTheCallNamingTheNode)
   auto on_n1 = driver.pgs().create({"after", {{{"GPU", 1}}}, "pack", 10});
   ASSERT_TRUE(on_n1) << driver.sys().render(on_n1.error());
   EXPECT_EQ(on_n1->bundles[0].node_id, "n1");
+}
+
+TEST(ClusterFailures, AnEnginesNodeKilledDuringGlooSyncsFailsTheSyncNamingTheRank) {
+  test_cluster cluster{"kill_sync"};
+  cluster.add_node("n1", 1, 2);
+  cluster.add_node("n2", 1, 2);
+  test_driver driver{cluster.endpoint()};
+  ASSERT_TRUE(driver.error().empty()) << driver.error() << cluster.logs();
+  auto pg = driver.pgs().create(
+    {"sync", {{{"GPU", 1}, {"CPU", 1}}, {{"GPU", 1}, {"CPU", 1}}}, "strict_spread", 10});
+  ASSERT_TRUE(pg) << driver.sys().render(pg.error());
+  auto bundle = [&](size_t i) {
+    auto one = *pg;
+    one.bundles = {pg->bundles.at(i)};
+    return one;
+  };
+  ASSERT_EQ(pg->bundles.at(1).node_id, "n2");
+  auto policy = driver.spawn_group("policy", "policy", bundle(0), /*reserve=*/true);
+  ASSERT_TRUE(policy) << driver.sys().render(policy.error()) << cluster.logs();
+  auto engines = driver.spawn_group("engines", "engine", bundle(1), /*reserve=*/true);
+  ASSERT_TRUE(engines) << driver.sys().render(engines.error()) << cluster.logs();
+  auto dispatcher = actors::spawn_dispatcher(driver.sys());
+  const auto deadline = 60s;
+  actors::trainer_client client{driver.sys(), dispatcher, deadline};
+  ASSERT_TRUE(client.register_group("policy", *policy));
+  ASSERT_TRUE(client.register_engines(*engines));
+  model_spec m;
+  m.compute_dtype = "fp32";
+  m.config_json = config_json(256); // a sync of a few MB: tens of them while the kill lands
+  ASSERT_TRUE(client.init_model("policy", m));
+  ASSERT_TRUE(client.init_model("engines", m));
+  ASSERT_TRUE(client.set_weight_transport("gloo"));
+  ASSERT_TRUE(client.save_weights_for_sampler("policy")); // opens the channel
+  // Syncs back to back until one fails; n2 (the engine's node) is killed while they run.
+  auto syncs = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 2000; ++i) {
+      auto v = client.save_weights_for_sampler("policy");
+      if (!v)
+        return v.error();
+    }
+    return caf::error{};
+  });
+  std::this_thread::sleep_for(300ms);
+  cluster.node("n2").kill();
+  ASSERT_EQ(syncs.wait_for(deadline + 10s), std::future_status::ready) << "the sync hung";
+  auto err = syncs.get();
+  ASSERT_TRUE(err) << "no sync failed after the engine's node was killed";
+  auto msg = error_message(err);
+  std::printf("[ figure   ] the sync failed: %s\n", msg.c_str());
+  EXPECT_TRUE(is(err, errc::rank_failed)) << msg;
+  EXPECT_NE(msg.find("op 'save_weights_for_sampler'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
+  // The trainer goes on: its ranks train, and the next sync says no engine is left, naming it.
+  ASSERT_TRUE(client.forward_backward("policy", big_batch(), "cross_entropy"));
+  auto next = client.save_weights_for_sampler("policy");
+  ASSERT_FALSE(next);
+  EXPECT_NE(error_message(next.error()).find("no engine rank is left alive"), std::string::npos)
+      << error_message(next.error());
+  EXPECT_NE(error_message(next.error()).find("rank 0"), std::string::npos)
+      << error_message(next.error());
+  policy->stop();
+  engines->stop();
+  caf::anon_send_exit(dispatcher, caf::exit_reason::user_shutdown);
 }
 
 TEST(ClusterFailures, AHungNodeIsDeclaredDeadAndRejoinsWhenItWakes) {
