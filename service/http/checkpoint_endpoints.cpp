@@ -115,12 +115,12 @@ void load_weights(server_state& s, const httplib::Request& req, httplib::Respons
   seq_guard g(s, req);
   auto r = decode_load_weights(req.body);
   if (r.create_via_load)
-    throw http_error(400, "load_weights with session_id/model_seq_id (create_model_via_load_"
+    throw http_error(http_status::bad_request, "load_weights with session_id/model_seq_id (create_model_via_load_"
                           "weights) is not enabled on this server; call create_model first");
   s.require_model(r.model_id);
   auto c = s.require_checkpoint(r.path);
   if (c.kind != checkpoint_kind::weights)
-    throw http_error(400, "checkpoint " + r.path +
+    throw http_error(http_status::bad_request, "checkpoint " + r.path +
                               " holds sampler weights; load_weights needs "
                               "a tinker://.../weights/... checkpoint");
   std::lock_guard<std::mutex> guard(s.submit_mutex);
@@ -146,7 +146,7 @@ void weights_info(server_state& s, const httplib::Request& req, httplib::Respons
   auto c = s.require_checkpoint(r.tinker_path);
   auto m = s.store.get_model(c.model_id);
   if (!m)
-    throw http_error(404, "checkpoint " + r.tinker_path + " belongs to unknown model '" +
+    throw http_error(http_status::not_found, "checkpoint " + r.tinker_path + " belongs to unknown model '" +
                               c.model_id + "'");
   auto lora = json::parse(m->lora_config_json);
   int64_t rank = lora.value("rank", int64_t{0});
@@ -189,7 +189,7 @@ json training_run_json(server_state& s, const model_record& m) {
 model_record require_run(server_state& s, const std::string& id) {
   auto m = s.store.get_model(id);
   if (!m || m->deleted)
-    throw http_error(404, "unknown training run '" + id + "'");
+    throw http_error(http_status::not_found, "unknown training run '" + id + "'");
   return *m;
 }
 
@@ -197,7 +197,7 @@ void list_training_runs(server_state& s, const httplib::Request& req, httplib::R
   // One API key owns everything here: access scopes "owned" and "accessible" list the same
   // runs. There are no projects, so a project filter cannot be honoured: it is refused.
   if (req.has_param("project_id"))
-    throw http_error(400, "project_id: rlforge serve has no projects; list without it");
+    throw http_error(http_status::bad_request, "project_id: rlforge serve has no projects; list without it");
   auto limit = query_int(req, "limit", 20, 10000);
   auto offset = query_int(req, "offset", 0, std::numeric_limits<int32_t>::max());
   auto models = s.store.list_models();
@@ -247,7 +247,7 @@ void delete_checkpoint(server_state& s, const std::string& model_id,
   if (ec) {
     s.log->error("event=delete_failed path={} dir={} error=\"{}\"", c.tinker_path, c.dir,
                  ec.message());
-    throw http_error(500, "cannot remove checkpoint " + c.tinker_path + ": " + ec.message());
+    throw http_error(http_status::internal_error, "cannot remove checkpoint " + c.tinker_path + ": " + ec.message());
   }
   s.store.delete_checkpoint(c.tinker_path);
   s.log->info("event=delete_checkpoint path={}", c.tinker_path);
@@ -260,12 +260,12 @@ void set_checkpoint_ttl(server_state& s, const httplib::Request& req, const std:
                         const std::string& checkpoint_id, httplib::Response& res) {
   auto body = json::parse(req.body, nullptr, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("ttl_seconds"))
-    throw http_error(400, "set checkpoint ttl: the body must be a JSON object with "
+    throw http_error(http_status::bad_request, "set checkpoint ttl: the body must be a JSON object with "
                           "'ttl_seconds' (an integer >= 1, or null to never expire)");
   const auto& ttl = body.at("ttl_seconds");
   if (!ttl.is_null() &&
       (!ttl.is_number_integer() || ttl.get<int64_t>() < 1 || ttl.get<int64_t>() > int64_t{1} << 40))
-    throw http_error(400, "set checkpoint ttl: 'ttl_seconds' is " + ttl.dump() +
+    throw http_error(http_status::bad_request, "set checkpoint ttl: 'ttl_seconds' is " + ttl.dump() +
                               ", expected an integer >= 1 (seconds) or null");
   auto c = require_run_checkpoint(s, model_id, checkpoint_id);
   c.expires_ms = s.expiry(!ttl.is_null(), ttl.is_null() ? 0 : ttl.get<int64_t>());
@@ -309,7 +309,7 @@ void download_archive(server_state& s, const std::string& token, httplib::Respon
     std::lock_guard<std::mutex> guard(s.archive_mutex);
     auto i = s.archives.find(token);
     if (i == s.archives.end() || i->second.second < std::chrono::steady_clock::now())
-      throw http_error(404, "unknown or expired archive link");
+      throw http_error(http_status::not_found, "unknown or expired archive link");
     tinker_path = i->second.first;
   }
   auto c = s.require_checkpoint(tinker_path);

@@ -19,7 +19,7 @@ void retrieve_future(server_state& s, const httplib::Request& req, httplib::Resp
     }
     auto f = s.store.get(r.request_id);
     if (!f)
-      throw http_error(404, "unknown request_id '" + r.request_id + "'");
+      throw http_error(http_status::not_found, "unknown request_id '" + r.request_id + "'");
     if (f->state == future_state::failed) {
       reply_json(res, json{{"error", f->error}, {"category", f->category}});
       return;

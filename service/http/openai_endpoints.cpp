@@ -51,14 +51,14 @@ std::shared_ptr<const prompt::chat_prompt> require_chat(server_state& s) {
     return s.chat;
   auto dir = s.backend.tokenizer_id();
   if (!dir)
-    throw http_error(400, "the base model '" + s.backend.base_model_name() +
+    throw http_error(http_status::bad_request, "the base model '" + s.backend.base_model_name() +
                               "' has no tokenizer (tokenizer.json or tokenizer.model in its "
                               "directory); the OpenAI endpoints need one. Use the Tinker API with "
                               "token ids instead");
   try {
     s.chat = std::make_shared<const prompt::chat_prompt>(prompt::chat_prompt::load(*dir));
   } catch (const std::exception& e) {
-    throw http_error(500, "the base model's tokenizer did not load: " + std::string(e.what()));
+    throw http_error(http_status::internal_error, "the base model's tokenizer did not load: " + std::string(e.what()));
   }
   return s.chat;
 }
@@ -176,11 +176,11 @@ tinker::sample_response sample_whole(server_state& s, tinker::sample_request t) 
   {
     std::lock_guard<std::mutex> guard(s.submit_mutex);
     if (!s.sched->try_submit_sample(std::move(t), std::move(c)))
-      throw http_error(429, "sampling queue full; retry later");
+      throw http_error(http_status::too_many_requests, "sampling queue full; retry later");
   }
   while (answer.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready)
     if (stopping(s))
-      throw http_error(503, "server shutting down");
+      throw http_error(http_status::unavailable, "server shutting down");
   return answer.get();
 }
 
@@ -381,7 +381,7 @@ void answer_stream(server_state& s, const oa::generation_request& r, tinker::sam
   {
     std::lock_guard<std::mutex> guard(s.submit_mutex);
     if (!s.sched->try_submit_stream(std::move(t), s.opts.stream_chunk_tokens, std::move(sink)))
-      throw http_error(429, "sampling queue full; retry later");
+      throw http_error(http_status::too_many_requests, "sampling queue full; retry later");
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(

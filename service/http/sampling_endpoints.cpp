@@ -16,7 +16,7 @@ checkpoint_record require_sampler_checkpoint(server_state& s, const std::string&
 void create_sampling_session(server_state& s, const httplib::Request& req, httplib::Response& res) {
   auto r = decode_create_sampling_session(req.body);
   if (!r.session_id.empty() && !s.store.get_session(r.session_id))
-    throw http_error(404, "unknown session '" + r.session_id + "'");
+    throw http_error(http_status::not_found, "unknown session '" + r.session_id + "'");
   sampling_session_record x;
   x.session_id = r.session_id;
   x.sampling_session_seq_id = r.sampling_session_seq_id;
@@ -29,7 +29,7 @@ void create_sampling_session(server_state& s, const httplib::Request& req, httpl
     x.weights_dir = c.dir;
   } else {
     if (r.base_model != s.backend.base_model_name())
-      throw http_error(400, "base_model '" + r.base_model +
+      throw http_error(http_status::bad_request, "base_model '" + r.base_model +
                                 "' is not served here; this server "
                                 "serves '" +
                                 s.backend.base_model_name() + "'");
@@ -42,7 +42,7 @@ void create_sampling_session(server_state& s, const httplib::Request& req, httpl
 void get_sampler(server_state& s, const std::string& id, httplib::Response& res) {
   auto x = s.store.get_sampling_session(id);
   if (!x)
-    throw http_error(404, "unknown sampling session '" + id + "'");
+    throw http_error(http_status::not_found, "unknown sampling session '" + id + "'");
   json j{{"sampler_id", x->id}, {"base_model", x->base_model}};
   if (!x->model_path.empty())
     j["model_path"] = x->model_path;
@@ -57,7 +57,7 @@ tinker::sampler_ref sampler_of(server_state& s, const sample_body& body) {
   if (!key.empty()) {
     auto x = s.store.get_sampling_session(key);
     if (!x)
-      throw http_error(404, "unknown sampling session '" + key + "'");
+      throw http_error(http_status::not_found, "unknown sampling session '" + key + "'");
     if (!x->model_path.empty()) {
       ref.type = tinker::sampler_ref::kind::checkpoint;
       ref.dir = x->weights_dir;
@@ -80,7 +80,7 @@ tinker::sampler_ref sampler_of(server_state& s, const sample_body& body) {
     return ref;
   }
   if (body.base_model != s.backend.base_model_name())
-    throw http_error(400, "base_model '" + body.base_model +
+    throw http_error(http_status::bad_request, "base_model '" + body.base_model +
                               "' is not served here; this server "
                               "serves '" +
                               s.backend.base_model_name() + "'");
@@ -92,7 +92,7 @@ void asample(server_state& s, const httplib::Request& req, httplib::Response& re
   auto body = decode_sample(req.body, s.limits);
   auto& r = body.request;
   if (r.num_samples > s.opts.max_num_samples)
-    throw http_error(400, "num_samples " + std::to_string(r.num_samples) +
+    throw http_error(http_status::bad_request, "num_samples " + std::to_string(r.num_samples) +
                               " exceeds this "
                               "server's limit of " +
                               std::to_string(s.opts.max_num_samples) +
@@ -103,7 +103,7 @@ void asample(server_state& s, const httplib::Request& req, httplib::Response& re
   std::lock_guard<std::mutex> guard(s.submit_mutex);
   if (s.sched->pending_samples() >= s.opts.scheduler.max_pending_samples) {
     res.set_header("Retry-After", "1");
-    throw http_error(429, "sampling queue full (" + std::to_string(s.sched->pending_samples()) +
+    throw http_error(http_status::too_many_requests, "sampling queue full (" + std::to_string(s.sched->pending_samples()) +
                               " requests waiting); retry later");
   }
   // Only addressed sessions have a (session, seq_id) identity; other samples dedupe by key.
@@ -115,7 +115,7 @@ void asample(server_state& s, const httplib::Request& req, httplib::Response& re
     if (!queued) {
       s.fail(id, failure{tinker::error_category::server, "sampling queue full"});
       res.set_header("Retry-After", "1");
-      throw http_error(429, "sampling queue full; retry later");
+      throw http_error(http_status::too_many_requests, "sampling queue full; retry later");
     }
   }
   reply_json(res, s.submitted(id));

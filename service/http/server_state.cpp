@@ -90,7 +90,7 @@ int64_t query_int(const httplib::Request& req, const std::string& name, int64_t 
       return v;
   } catch (const std::exception&) {
   }
-  throw http_error(400, "query parameter " + name + " must be an integer in 0.." +
+  throw http_error(http_status::bad_request, "query parameter " + name + " must be an integer in 0.." +
                             std::to_string(max) + ", got '" + text + "'");
 }
 
@@ -114,24 +114,24 @@ json metadata_json(const std::map<std::string, std::string>& m) {
 tinker_path_parts parse_tinker_path(const std::string& path) {
   const std::string prefix = "tinker://";
   if (path.rfind(prefix, 0) != 0)
-    throw http_error(400, "checkpoint path '" + path + "' does not start with tinker://");
+    throw http_error(http_status::bad_request, "checkpoint path '" + path + "' does not start with tinker://");
   auto rest = path.substr(prefix.size());
   auto a = rest.find('/');
   auto b = a == std::string::npos ? a : rest.find('/', a + 1);
   if (a == std::string::npos || b == std::string::npos || a == 0 || b + 1 >= rest.size() ||
       rest.find('/', b + 1) != std::string::npos)
-    throw http_error(400, "checkpoint path '" + path +
+    throw http_error(http_status::bad_request, "checkpoint path '" + path +
                               "' is not tinker://<model_id>/{weights|sampler_weights}/<name>");
   tinker_path_parts p{rest.substr(0, a), rest.substr(a + 1, b - a - 1), rest.substr(b + 1)};
   if (p.kind != "weights" && p.kind != "sampler_weights")
-    throw http_error(400, "checkpoint path '" + path + "' has kind '" + p.kind +
+    throw http_error(http_status::bad_request, "checkpoint path '" + path + "' has kind '" + p.kind +
                               "'; expected weights or sampler_weights");
   return p;
 }
 
 void require_sampler_kind(const checkpoint_record& c) {
   if (c.kind != checkpoint_kind::sampler_weights)
-    throw http_error(400, "checkpoint " + c.tinker_path +
+    throw http_error(http_status::bad_request, "checkpoint " + c.tinker_path +
                               " is training state; sampling needs a "
                               "tinker://.../sampler_weights/... checkpoint");
 }
@@ -222,7 +222,7 @@ std::pair<std::string, bool> server_state::record(const std::string& type,
   auto r = store.submit(type, model_id, seq_id, req.get_header_value("X-Idempotency-Key"),
                         payload_hash(endpoint, req));
   if (r.conflict)
-    throw http_error(409, r.message);
+    throw http_error(http_status::conflict, r.message);
   if (r.created) {
     std::lock_guard<std::mutex> guard(in_flight_mutex);
     in_flight[r.request_id] = {type, std::chrono::steady_clock::now()};
@@ -241,7 +241,7 @@ void server_state::schedule_or_fail(const std::string& id, const std::function<v
 
 void server_state::require_model(const std::string& model_id) {
   if (model_id.empty())
-    throw http_error(400, "model_id is empty");
+    throw http_error(http_status::bad_request, "model_id is empty");
   if (sched->next_seq_id(model_id) >= 0)
     return;
   auto rec = store.get_model(model_id);
@@ -250,10 +250,10 @@ void server_state::require_model(const std::string& model_id) {
     return;
   }
   if (rec && !rec->deleted)
-    throw http_error(404, "model '" + model_id +
+    throw http_error(http_status::not_found, "model '" + model_id +
                               "' is not loaded in this server process (it was created before "
                               "a restart); create it again or load a checkpoint");
-  throw http_error(404, "unknown model '" + model_id + "'");
+  throw http_error(http_status::not_found, "unknown model '" + model_id + "'");
 }
 
 checkpoint_record server_state::require_checkpoint(const std::string& tinker_path) {
@@ -261,7 +261,7 @@ checkpoint_record server_state::require_checkpoint(const std::string& tinker_pat
   parse_tinker_path(tinker_path);
   auto c = store.get_checkpoint(tinker_path);
   if (!c)
-    throw http_error(404, "unknown checkpoint " + tinker_path);
+    throw http_error(http_status::not_found, "unknown checkpoint " + tinker_path);
   return *c;
 }
 

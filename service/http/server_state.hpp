@@ -41,10 +41,21 @@ inline constexpr const char* proto_type = "application/x-protobuf";
 inline constexpr const char* json_type = "application/json";
 inline constexpr const char* api = "/api/v1/";
 
+/// The statuses an endpoint fails with by itself (Tinker's categories and the store's errors
+/// map to theirs in `current_http_failure`).
+enum class http_status : int {
+  bad_request = 400,
+  not_found = 404,
+  conflict = 409,
+  too_many_requests = 429,
+  internal_error = 500,
+  unavailable = 503,
+};
+
 /// An HTTP error with its status, thrown by endpoints; the router answers `{"error": message}`.
 struct http_error : std::runtime_error {
-  http_error(int status, const std::string& message)
-      : std::runtime_error(message), status(status) {}
+  http_error(http_status s, const std::string& message)
+      : std::runtime_error(message), status(static_cast<int>(s)) {}
   int status;
 };
 

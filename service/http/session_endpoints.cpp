@@ -66,10 +66,10 @@ void get_session(server_state& s, const httplib::Request& req, const std::string
   if (req.has_param("access_scope")) {
     auto scope = req.get_param_value("access_scope");
     if (scope != "owned" && scope != "accessible")
-      throw http_error(400, "access_scope is '" + scope + "', expected owned or accessible");
+      throw http_error(http_status::bad_request, "access_scope is '" + scope + "', expected owned or accessible");
   }
   if (!s.store.get_session(id))
-    throw http_error(404, "unknown session '" + id + "'");
+    throw http_error(http_status::not_found, "unknown session '" + id + "'");
   json runs = json::array();
   for (auto& m : s.store.list_models(id))
     runs.push_back(m.model_id);

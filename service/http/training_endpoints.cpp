@@ -11,9 +11,9 @@ namespace {
 void create_model(server_state& s, const httplib::Request& req, httplib::Response& res) {
   auto r = decode_create_model(req.body);
   if (!s.store.get_session(r.session_id))
-    throw http_error(404, "unknown session '" + r.session_id + "'");
+    throw http_error(http_status::not_found, "unknown session '" + r.session_id + "'");
   if (r.base_model != s.backend.base_model_name())
-    throw http_error(400, "base_model '" + r.base_model +
+    throw http_error(http_status::bad_request, "base_model '" + r.base_model +
                               "' is not served here; this server "
                               "serves '" +
                               s.backend.base_model_name() + "'");
@@ -55,7 +55,7 @@ void get_info(server_state& s, const httplib::Request& req, httplib::Response& r
   auto r = decode_get_info(req.body);
   auto m = s.store.get_model(r.model_id);
   if (!m || m->deleted)
-    throw http_error(404, "unknown model '" + r.model_id + "'");
+    throw http_error(http_status::not_found, "unknown model '" + r.model_id + "'");
   auto lora = json::parse(m->lora_config_json);
   int64_t rank = lora.value("rank", int64_t{0});
   // The SDK's get_tokenizer() hands tokenizer_id to AutoTokenizer.from_pretrained; without a
