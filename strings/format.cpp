@@ -2,9 +2,22 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <system_error>
 
 namespace rlforge::strings {
+
+std::string iso_time(int64_t unix_ms) {
+  const auto seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char date[40];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &utc);
+  char out[64];
+  std::snprintf(out, sizeof(out), "%s.%03dZ", date, static_cast<int>(unix_ms % 1000));
+  return out;
+}
 
 std::string in_quotes(const std::string& s) {
   return "'" + s + "'";

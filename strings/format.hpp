@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,10 @@ std::string number_text(double x);
 
 /// `items` separated by ", "; `if_empty` when there are none.
 std::string join(const std::vector<std::string>& items, const std::string& if_empty = "");
+
+/// `unix_ms` (milliseconds since the epoch) as UTC in ISO 8601 with milliseconds:
+/// "2026-01-02T03:04:05.678Z".
+std::string iso_time(int64_t unix_ms);
 
 /// A shape as "[d0, d1, ...]"; `Sizes` is any indexable sequence of integers with size()
 /// (std::vector<int64_t>, at::IntArrayRef, ...).

@@ -55,17 +55,6 @@ void reply_error(httplib::Response& res, int status, const std::string& message)
   reply_json(res, json{{"error", message}}, status);
 }
 
-std::string iso_time(int64_t ms) {
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[48];
-  std::snprintf(out, sizeof(out), "%s.%03dZ", buf, static_cast<int>(ms % 1000));
-  return out;
-}
-
 std::string random_token() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[33];

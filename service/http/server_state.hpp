@@ -24,6 +24,7 @@
 #include "service/http_server.hpp"
 #include "service/request_scheduler.hpp"
 #include "service/wire/limits.hpp"
+#include "strings/format.hpp"
 
 namespace rlforge::prompt {
 class chat_prompt;
@@ -62,8 +63,8 @@ struct http_error : std::runtime_error {
 void reply_json(httplib::Response& res, const json& body, int status = 200);
 void reply_error(httplib::Response& res, int status, const std::string& message);
 
-/// "2026-01-02T03:04:05.678Z".
-std::string iso_time(int64_t ms);
+/// "2026-01-02T03:04:05.678Z" (strings/format.hpp).
+using strings::iso_time;
 
 /// 32 random hex characters.
 std::string random_token();
