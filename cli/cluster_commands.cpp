@@ -390,8 +390,8 @@ const command_registrar head_reg{
       optional_flag("--metrics-port", "serve Prometheus metrics on this port (0 = ephemeral)"),
       optional_flag("--metrics-bind", "address of the metrics endpoint", "127.0.0.1")},
      "rlforge head --port 6380 --tls ~/rlforge-tls --metrics-port 9090",
-     {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--pg-timeout", "--log-level", "--tls",
-       "--heartbeat-ms", "--dead-after-ms"},
+     {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--pg-timeout", "--log-level",
+       "--log-format", "--tls", "--heartbeat-ms", "--dead-after-ms"},
       true},
      run_head}};
 
@@ -405,8 +405,8 @@ const command_registrar node_reg{
       optional_flag("--connect-timeout", "seconds to wait for the head at start (0..86400]",
                     "15")},
      "rlforge node --head 10.0.0.1:6380 --node-ip 10.0.0.2 --gpus 8 --tls ~/rlforge-tls",
-     {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--log-level", "--tls", "--heartbeat-ms",
-       "--dead-after-ms"},
+     {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--log-level", "--log-format", "--tls",
+       "--heartbeat-ms", "--dead-after-ms"},
       true},
      run_node}};
 
@@ -415,7 +415,7 @@ const command_registrar status_reg{
     {"show a cluster's nodes, placement groups and actor groups",
      {switch_flag("--json", "print the head's status document as JSON")},
      "rlforge status --cluster 10.0.0.1:6380 --tls ~/rlforge-tls",
-     {{"--cluster", "--tls", "--log-level"}, true},
+     {{"--cluster", "--tls", "--log-level", "--log-format"}, true},
      run_status}};
 
 } // namespace

@@ -40,7 +40,8 @@ inline flag switch_flag(std::string name, std::string help) {
 /// The rlforge node and cluster options a command accepts beyond its own flags, handed to
 /// `runtime::system_config` (same validation, environment variables and INI file as every
 /// rlforge process): any of "--gpus", "--cpus", "--memory-gb", "--node-id", "--pg-timeout",
-/// "--call-timeout", "--log-level", "--cluster", "--tls", "--heartbeat-ms", "--dead-after-ms".
+/// "--call-timeout", "--log-level", "--log-format", "--cluster", "--tls", "--heartbeat-ms",
+/// "--dead-after-ms".
 /// With `caf_options`, CAF's own options (`--scheduler.max-threads=2`, ...) pass through too.
 struct node_options {
   std::vector<std::string> names;

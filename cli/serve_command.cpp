@@ -13,6 +13,7 @@
 #include <memory>
 #include <pthread.h>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -52,6 +53,7 @@ struct serve_config {
   bool batch_invariant = false;     ///< batch-invariant numerics
   int64_t max_tokens_per_micro_batch = 16384; ///< padding-free micro-batch budget
   size_t max_sampler_snapshots = 8; ///< sampler snapshots each model keeps
+  std::vector<std::string> node_args; ///< --log-level, --log-format: the actor system's
   service::server_options server;
 };
 
@@ -71,7 +73,7 @@ serve_backend make_backend(const serve_config& c) {
   actors::register_engine_kind();
   serve_backend b;
   b.cfg = std::make_unique<runtime::system_config>();
-  if (auto err = b.cfg->parse_args({}))
+  if (auto err = b.cfg->parse_args(c.node_args))
     tinker::fail_server("actor system configuration: " + caf::to_string(err));
   b.sys = std::make_unique<caf::actor_system>(*b.cfg);
   actors::dispatcher_backend_options o;
@@ -92,6 +94,7 @@ int run_serve(const parsed_flags& flags) {
     return 2;
   }
   serve_config c;
+  c.node_args = flags.node_args();
   try {
     c.base_model_dir = *flags.get("--base-model");
     if (!std::filesystem::is_directory(c.base_model_dir))
@@ -199,7 +202,7 @@ const command_registrar reg{
       switch_flag("--insecure-no-auth", "serve without an API key (development only)"),
       optional_flag("--api-key", "refused: the key comes from RLFORGE_API_KEY, never argv")},
      "RLFORGE_API_KEY=tml-key rlforge serve --base-model /tmp/base --port 8000",
-     {},
+     {{"--log-level", "--log-format"}, false},
      run_serve}};
 
 } // namespace

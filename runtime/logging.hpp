@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -9,13 +10,28 @@
 namespace rlforge::runtime {
 
 /// Returns the named logger ("runtime", "placement", "actors.group", ...), creating it on first
-/// use. All loggers write to stderr with one format; levels come from `SPDLOG_LEVEL` (e.g.
-/// `SPDLOG_LEVEL=info,actors.group=debug`), read once by `init_logging`. Thread-safe.
+/// use. All loggers write to stderr in one format (`init_logging`); levels come from
+/// `SPDLOG_LEVEL` (e.g. `SPDLOG_LEVEL=info,actors.group=debug`), read once by `init_logging`.
+/// Thread-safe.
 std::shared_ptr<spdlog::logger> logger(const std::string& name);
 
-/// Applies `SPDLOG_LEVEL` from the environment and an optional default level ("info", "warn",
-/// ...). Idempotent; called by the actor-system bootstrap.
-void init_logging(const std::string& default_level = "warn");
+/// Applies `SPDLOG_LEVEL` from the environment, an optional default level ("info", "warn", ...)
+/// and the line format of every logger, existing or later (`log_format_names`). Idempotent;
+/// called by the actor-system bootstrap (`system_config`'s `--log-level` and `--log-format`).
+void init_logging(const std::string& default_level = "warn", const std::string& format = "text");
+
+/// The line formats `--log-format` accepts: "text" (`[12:34:56.789] [logger] [level] message`)
+/// and "json" (one object per line: `time` in UTC, ISO 8601 with milliseconds, `level`,
+/// `logger`, `thread` and `message`, escaped as JSON strings are).
+const std::vector<std::string>& log_format_names();
+
+/// Empty when `format` is one of `log_format_names()`; else why not, naming the valid ones.
+std::string check_log_format(const std::string& format);
+
+/// One log line in the "json" format, for `logger` at `level` ("info", ...) from `thread` at
+/// `unix_ms`: exposed for tests.
+std::string json_log_line(const std::string& logger, const std::string& level, uint64_t thread,
+                          int64_t unix_ms, const std::string& message);
 
 /// The log levels `--log-level` accepts, most verbose first: trace, debug, info, warn, error,
 /// critical, off.

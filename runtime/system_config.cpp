@@ -57,6 +57,7 @@ system_config::system_config() {
     .add(pg_timeout_s, "pg-timeout", "seconds a placement group may stay pending")
     .add(call_timeout_s, "call-timeout", "default deadline of a group call in seconds")
     .add(log_level, "log-level", "default log level (trace, debug, info, warn, error)")
+    .add(log_format, "log-format", "log lines: text or json (one object per line)")
     .add(cluster, "cluster", "HOST:PORT of a cluster head to attach to (empty: embedded)")
     .add(tls_dir, "tls", "directory with the cluster's ca.pem, cert.pem and key.pem")
     .add(heartbeat_ms, "heartbeat-ms", "heartbeat interval of cluster connections in ms")
@@ -104,6 +105,8 @@ caf::error system_config::apply_environment() {
     return err;
   if (auto err = read_env("RLFORGE_DEAD_AFTER_MS", dead_after_ms))
     return err;
+  if (auto err = read_env("RLFORGE_LOG_FORMAT", log_format))
+    return err;
   return caf::none;
 }
 
@@ -112,8 +115,8 @@ caf::error system_config::parse_args(std::vector<std::string> args) {
     return err;
   // Short forms of rlforge's options: `--gpus=4` / `--gpus 4` mean `--rlforge.gpus=4`.
   static const char* short_names[] = {"gpus",         "cpus",      "memory-gb", "node-id",
-                                      "pg-timeout",   "call-timeout", "log-level", "cluster",
-                                      "tls",          "heartbeat-ms", "dead-after-ms"};
+                                      "pg-timeout",   "call-timeout", "log-level", "log-format",
+                                      "cluster", "tls", "heartbeat-ms", "dead-after-ms"};
   std::vector<std::string> rewritten;
   for (size_t i = 0; i < args.size(); ++i) {
     auto arg = args[i];
@@ -143,7 +146,7 @@ caf::error system_config::parse_args(std::vector<std::string> args) {
     return err;
   if (!cluster.empty())
     enable_cluster_transport();
-  init_logging(log_level);
+  init_logging(log_level, log_format);
   return caf::none;
 }
 
@@ -179,6 +182,8 @@ caf::error system_config::validate() const {
     return bad("dead-after-ms must be at least twice heartbeat-ms (" + std::to_string(heartbeat_ms)
                + ") and at most 600000, got " + std::to_string(dead_after_ms));
   if (auto why = check_log_level(log_level); !why.empty())
+    return bad(why);
+  if (auto why = check_log_format(log_format); !why.empty())
     return bad(why);
   return caf::none;
 }

@@ -62,6 +62,8 @@ public:
   double call_timeout_s = 600;
   /// Default log level for loggers not named in SPDLOG_LEVEL.
   std::string log_level = "warn";
+  /// How log lines are written: "text" or "json" (runtime/logging.hpp; RLFORGE_LOG_FORMAT).
+  std::string log_format = "text";
   /// HOST:PORT of the head to attach to; empty = the embedded one-process default.
   std::string cluster;
   /// Directory of the cluster's TLS files (ca.pem, cert.pem, key.pem); empty = plain TCP.

@@ -53,6 +53,7 @@ struct driver_options {
   std::string cluster; ///< HOST:PORT of a cluster head (--cluster); empty = embedded
   std::string tls;     ///< the cluster's TLS directory (--tls)
   std::string log_level; ///< --log-level (empty: the default, or SPDLOG_LEVEL)
+  std::string log_format; ///< --log-format (empty: text)
 };
 
 namespace detail {
@@ -77,6 +78,10 @@ inline std::string store_flag(const std::string& name, const std::string& count_
     if (auto why = runtime::check_log_level(v); !why.empty())
       return "--" + why;
     o.log_level = v;
+  } else if (name == "--log-format") {
+    if (auto why = runtime::check_log_format(v); !why.empty())
+      return "--" + why;
+    o.log_format = v;
   } else {
     if (v.empty())
       return name + " needs a non-empty value";
@@ -127,6 +132,7 @@ inline bool parse_options(int argc, char** argv, const char* prog, const std::st
          "");
   valued("--tls", "DIR", "the cluster's TLS directory", "");
   valued("--log-level", "L", "trace, debug, info, warn, error, critical or off", "");
+  valued("--log-format", "F", "log lines: text, or json (one object per line)", "");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -156,14 +162,15 @@ inline bool open_metrics(std::ofstream& out, const std::string& path, const char
 
 /// Sets `gpus` virtual GPUs on `cfg` and applies the defaults (and the environment); with
 /// `cluster` (or RLFORGE_CLUSTER) the driver attaches to that cluster instead of running the
-/// embedded default, over TLS with `tls`; `log_level` (when not empty) is rlforge's
-/// `--log-level` (checked there: a bad level is refused naming the valid ones). Prints the error
+/// embedded default, over TLS with `tls`; `log_level` and `log_format` (when not empty) are
+/// rlforge's `--log-level` and `--log-format` (checked there: a bad value is refused naming the
+/// valid ones). Prints the error
 /// on failure. Also blocks SIGINT and
 /// SIGTERM in this thread and the threads it starts (the actor system's), so `run_driver` takes
 /// them as requests to stop the job: call it before creating the actor system.
 inline bool configure(runtime::system_config& cfg, int gpus, const char* prog,
                       const std::string& cluster = {}, const std::string& tls = {},
-                      const std::string& log_level = {}) {
+                      const std::string& log_level = {}, const std::string& log_format = {}) {
   runtime::block_stop_signals();
   cfg.gpus = gpus;
   std::vector<std::string> args;
@@ -176,6 +183,10 @@ inline bool configure(runtime::system_config& cfg, int gpus, const char* prog,
   if (!log_level.empty()) {
     args.push_back("--log-level");
     args.push_back(log_level);
+  }
+  if (!log_format.empty()) {
+    args.push_back("--log-format");
+    args.push_back(log_format);
   }
   if (auto err = cfg.parse_args(args)) {
     std::fprintf(stderr, "%s: %s\n", prog, caf::to_string(err).c_str());

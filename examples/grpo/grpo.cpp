@@ -293,7 +293,8 @@ int run(int argc, char** argv) {
   const auto job_start = clock_type::now();
 
   runtime::system_config cfg;
-  if (!examples::configure(cfg, 2, prog, opt.cluster, opt.tls, opt.log_level)) // 2 virtual GPUs
+  if (!examples::configure(cfg, 2, prog, opt.cluster, opt.tls, opt.log_level,
+                           opt.log_format)) // 2 virtual GPUs
     return 2;
   register_worker_kinds();
   register_engine_kind();

@@ -155,6 +155,7 @@ const std::vector<flag_doc>& flag_docs() {
       {"--cluster", "HOST:PORT", "run the ranks on a cluster's nodes (rlforge head / node)"},
       {"--tls", "DIR", "the cluster's TLS directory"},
       {"--log-level", "L", "trace, debug, info, warn, error, critical or off"},
+      {"--log-format", "F", "log lines: text, or json (one object per line)"},
       {"--env", "CMD", "GRPO on an environment program's episodes (docs/ENVIRONMENTS.md)"},
       {"--model", "DIR", "model directory with a tokenizer and a chat template (--env)"},
       {"--task", "JSON", "JSON object sent with every reset (--env)"},
@@ -226,7 +227,8 @@ struct flag_targets {
              {"--pause", &o.pause},       {"--tis", &o.tis},
              {"--env", &o.env_command},   {"--checkpoint-dir", &o.checkpoint_dir},
              {"--model", &o.model},       {"--task", &o.task},
-             {"--log-level", &o.log_level}, {"--weight-transport", &o.weight_transport}};
+             {"--log-level", &o.log_level}, {"--log-format", &o.log_format},
+             {"--weight-transport", &o.weight_transport}};
   }
 
   /// The value `name` holds now, as --help shows it ("" for none).
@@ -301,7 +303,8 @@ parse_result parse_options(const std::vector<std::string>& args) {
       {"--mode", {"sync", "one_step_off", "fully_async"}},
       {"--pause", {"keep", "abort"}},
       {"--tis", {"none", "token", "sequence"}},
-      {"--weight-transport", {"auto", "in_process", "shm", "gloo"}}};
+      {"--weight-transport", {"auto", "in_process", "shm", "gloo"}},
+      {"--log-format", {"text", "json"}}};
   flag_parser parser(o, "grpo_example");
   try {
     parser.app.parse(std::vector<std::string>(args.rbegin(), args.rend()));

@@ -52,6 +52,7 @@ struct options {
   // The RL loop (rl/rl_loop.hpp).
   std::string mode = "sync";      ///< sync | one_step_off | fully_async (--mode; async: split)
   int max_staleness = 1;          ///< versions a trained rollout may lag (--max-staleness, >= 0)
+  std::string log_format;                ///< --log-format (empty: text)
   std::string weight_transport = "auto"; ///< (--weight-transport)
   bool delta_sync = false;                ///< (--delta-sync)
   std::string pause = "keep";     ///< what weight updates do to partial rollouts (--pause)

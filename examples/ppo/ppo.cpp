@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
     return 2;
   runtime::system_config cfg;
   // virtual GPUs; policy, critic and ref share them at 0.3 each
-  if (!examples::configure(cfg, opt.ranks, "ppo_example", opt.cluster, opt.tls, opt.log_level))
+  if (!examples::configure(cfg, opt.ranks, "ppo_example", opt.cluster, opt.tls, opt.log_level,
+                           opt.log_format))
     return 2;
   register_worker_kinds();
   caf::actor_system sys{cfg};

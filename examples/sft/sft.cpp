@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
     return 2;
   runtime::system_config cfg;
   // Virtual GPUs: one per rank.
-  if (!examples::configure(cfg, opt.ranks, "sft_example", opt.cluster, opt.tls, opt.log_level))
+  if (!examples::configure(cfg, opt.ranks, "sft_example", opt.cluster, opt.tls, opt.log_level,
+                           opt.log_format))
     return 2;
   register_worker_kinds();
   caf::actor_system sys{cfg};

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "runtime/errc.hpp"
+#include "runtime/logging.hpp"
 #include "runtime/system_config.hpp"
 
 using namespace rlforge;
@@ -74,6 +75,7 @@ TEST(SystemConfig, RejectsOutOfDomainValuesNamingThem) {
     {{"--pg-timeout=0"}, "pg-timeout must be a finite number of seconds > 0"},
     {{"--call-timeout=-3"}, "call-timeout must be a finite number of seconds > 0"},
     {{"--log-level=loud"}, "got 'loud'"},
+    {{"--log-format=yaml"}, "log-format must be text or json; got 'yaml'"},
     {{"--node-id="}, "node-id"},
   };
   for (auto& c : cases) {
@@ -105,4 +107,22 @@ TEST(Errc, EmptyAndForeignErrorsHaveNoRlforgeMessage) {
   EXPECT_EQ(error_message(caf::error{}), "");
   EXPECT_FALSE(is(caf::error{}, errc::none));
   EXPECT_EQ(error_message(caf::make_error(caf::sec::request_timeout)), "");
+}
+
+TEST(Logging, JsonLinesAreOneEscapedObjectEach) {
+  using rlforge::runtime::json_log_line;
+  EXPECT_EQ(json_log_line("actors.dispatch", "info", 42, 1764277200123,
+                          "event=weight_sync bytes=153088"),
+            R"({"time":"2025-11-27T21:00:00.123Z","level":"info","logger":"actors.dispatch",)"
+            R"("thread":42,"message":"event=weight_sync bytes=153088"})");
+  // Quotes, backslashes, line breaks and other control bytes are escaped; UTF-8 passes through.
+  auto line = json_log_line("l", "warn", 1, 0, "a \"b\" \\ c\nd\te\x01 \xc3\xa9");
+  EXPECT_NE(line.find(R"("message":"a \"b\" \\ c\nd\te\u0001 )" "\xc3\xa9\"}"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_NE(line.find(R"("time":"1970-01-01T00:00:00.000Z")"), std::string::npos) << line;
+  EXPECT_EQ(rlforge::runtime::check_log_format("json"), "");
+  EXPECT_EQ(rlforge::runtime::check_log_format("text"), "");
+  EXPECT_NE(rlforge::runtime::check_log_format("xml"), "");
 }
