@@ -33,10 +33,18 @@ std::atomic<bool>& switched_on() {
   return on;
 }
 
-void append_index(std::uint8_t*& index, std::uint64_t i) {
-  const auto i32 = static_cast<std::uint32_t>(i);
-  std::memcpy(index, &i32, sizeof(i32));
-  index += sizeof(i32);
+/// The index encoding of one block: for each set bit j of `changed`, element `first + j`'s
+/// uint32 index at `index` and its `size` bytes of `after` at `value`.
+void append_indexed(std::uint32_t changed, std::uint64_t first, const std::uint8_t* after,
+                    std::size_t size, std::uint8_t*& index, std::uint8_t*& value) {
+  for (; changed != 0; changed &= changed - 1) {
+    const auto i = first + static_cast<std::uint64_t>(__builtin_ctz(changed));
+    const auto i32 = static_cast<std::uint32_t>(i);
+    std::memcpy(index, &i32, sizeof(i32));
+    index += sizeof(i32);
+    std::memcpy(value, after + size * i, size);
+    value += size;
+  }
 }
 
 #ifdef RLFORGE_DELTA_AVX512
@@ -62,12 +70,7 @@ RLFORGE_AVX512 void encode16(const std::uint8_t* before, const std::uint8_t* aft
     if (m == 0)
       continue;
     if (!bitmap) {
-      for (auto left = static_cast<std::uint32_t>(m); left != 0; left &= left - 1) {
-        const auto j = static_cast<std::uint64_t>(__builtin_ctz(left));
-        append_index(index, i + j);
-        std::memcpy(value, after + 2 * (i + j), 2);
-        value += 2;
-      }
+      append_indexed(static_cast<std::uint32_t>(m), i, after, 2, index, value);
       continue;
     }
     // The changed halves of each 16-lane half, widened to 32 bits, compressed, narrowed back.
@@ -76,9 +79,11 @@ RLFORGE_AVX512 void encode16(const std::uint8_t* before, const std::uint8_t* aft
     const __m512i wide_hi = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(a, 1));
     const auto n_lo = static_cast<unsigned>(__builtin_popcount(lo));
     const auto n_hi = static_cast<unsigned>(__builtin_popcount(hi));
-    _mm512_mask_cvtepi32_storeu_epi16(value, low_lanes(n_lo), _mm512_maskz_compress_epi32(lo, wide_lo));
+    _mm512_mask_cvtepi32_storeu_epi16(value, low_lanes(n_lo),
+                                      _mm512_maskz_compress_epi32(lo, wide_lo));
     value += 2 * n_lo;
-    _mm512_mask_cvtepi32_storeu_epi16(value, low_lanes(n_hi), _mm512_maskz_compress_epi32(hi, wide_hi));
+    _mm512_mask_cvtepi32_storeu_epi16(value, low_lanes(n_hi),
+                                      _mm512_maskz_compress_epi32(hi, wide_hi));
     value += 2 * n_hi;
   }
 }
@@ -97,12 +102,7 @@ RLFORGE_AVX512 void encode32(const std::uint8_t* before, const std::uint8_t* aft
     if (m == 0)
       continue;
     if (!bitmap) {
-      for (auto left = static_cast<std::uint32_t>(m); left != 0; left &= left - 1) {
-        const auto j = static_cast<std::uint64_t>(__builtin_ctz(left));
-        append_index(index, i + j);
-        std::memcpy(value, after + 4 * (i + j), 4);
-        value += 4;
-      }
+      append_indexed(static_cast<std::uint32_t>(m), i, after, 4, index, value);
       continue;
     }
     const auto count = static_cast<unsigned>(__builtin_popcount(m));
@@ -129,7 +129,8 @@ RLFORGE_AVX512 bool decode16(const std::uint8_t* base, std::uint8_t* out, std::u
       return false;
     // Each half: the old elements widened to 32 bits, the next values expanded into the marked
     // lanes, narrowed back.
-    const __m512i vals_lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(low_lanes(n_lo), value));
+    const __m512i vals_lo =
+        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(low_lanes(n_lo), value));
     const __m512i vals_hi =
         _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(low_lanes(n_hi), value + 2 * n_lo));
     const __m512i old_lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(old));
