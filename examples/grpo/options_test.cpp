@@ -219,3 +219,19 @@ TEST(GrpoOptions, SplitsCommandsLikeASimpleShell) {
   EXPECT_FALSE(split_command("\"a", words, error));
   EXPECT_THAT(error, HasSubstr("unterminated \" quote"));
 }
+
+TEST(GrpoOptions, WeightSyncAndLogFlags) {
+  auto o = parse_options({"--weight-transport", "gloo", "--delta-sync", "--log-format", "json"});
+  ASSERT_TRUE(o.error.empty()) << o.error;
+  EXPECT_EQ(o.opts.weight_transport, "gloo");
+  EXPECT_TRUE(o.opts.delta_sync);
+  EXPECT_EQ(o.opts.log_format, "json");
+  EXPECT_EQ(parse_options({}).opts.weight_transport, "auto");
+  EXPECT_FALSE(parse_options({}).opts.delta_sync);
+  EXPECT_THAT(parse_options({"--weight-transport", "pigeon"}).error,
+              HasSubstr("--weight-transport must be one of auto, in_process, shm, gloo"));
+  EXPECT_THAT(parse_options({"--delta-sync", "--weight-transport", "shm"}).error,
+              HasSubstr("--delta-sync goes through Gloo; --weight-transport shm moves whole"));
+  EXPECT_THAT(parse_options({"--log-format", "yaml"}).error,
+              HasSubstr("--log-format must be one of text, json; got 'yaml'"));
+}
