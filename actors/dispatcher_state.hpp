@@ -68,7 +68,7 @@ struct stream_entry {
 
 /// A Gloo weight channel the dispatcher keeps open from one sync source to its engines.
 struct gloo_channel_record {
-  std::string members; ///< the sender role and the receivers' addresses, in rank order
+  std::string members; ///< the sender role, its ranks' and the receivers' addresses, in rank order
   std::string name;    ///< the channel name both ends key it by
   int64_t syncs = 0;   ///< syncs completed on it
 };

@@ -176,8 +176,10 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
     // Gloo: one persistent channel from the sender to these receivers, reused while they stay
     // the same and every sync on it succeeds. Its first sync rendezvous through the
     // dispatcher's store actor (over the cluster's connections; no port opens); the receivers
-    // are its ranks 1..n.
+    // are its ranks 1..n. A sender or receiver replaced (a recovery) makes it another channel.
     std::string members = source;
+    for (auto& h : src->ranks)
+      members += "<" + caf::to_string(h.address());
     for (auto i : gloo)
       members += "|" + caf::to_string(receivers[i].rank.address());
     auto& channel = st.gloo_channels[source];

@@ -21,9 +21,15 @@
 //     ratio. Skipped with --quick.
 //  6. scale: for 1, 2, 4 and 8 node processes, the head's CPU per node per second while idle
 //     (heartbeats every 200 ms) and the remote spawn rate over every node.
+//  7. time to recover on the GRPO job (head + 3 nodes, placement split, sync mode,
+//     --max-restarts 1, a checkpoint every 2 steps): the node holding the engines, or the one
+//     holding the policy and ref, SIGKILLed or SIGSTOPped after step 3; from the signal to
+//     training again (new ranks placed, restored, the engines synced), split into detection
+//     (signal -> the job sees the loss) and replacement, with the steps replayed; goal <= 5 s
+//     plus the replayed steps.
 // Medians of repeated runs.
 //
-// Usage: cluster_bench [--quick] [--scale]   (--scale: only section 6)
+// Usage: cluster_bench [--quick] [--scale | --recovery]   (only section 6, or 7)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -555,6 +561,72 @@ double grpo_step_time(const std::vector<std::string>& extra, const std::string& 
   return std::atof(s.c_str());
 }
 
+/// One GRPO run losing the node of `role` ("engines" or "trainer") to `sig` after step 3: the
+/// seconds from the signal to the job seeing the loss and to training again, and the finished
+/// steps replayed.
+struct recovery_run {
+  double detect = 0, total = 0;
+  int replayed = 0;
+};
+
+recovery_run recover_once(const std::string& role, int sig, int rep) {
+  const std::string tag =
+      "bench_heal_" + role + "_" + std::to_string(sig) + "_" + std::to_string(rep);
+  test_cluster cluster{tag, {"--heartbeat-ms", "200", "--dead-after-ms", "1000"}};
+  for (auto id : {"n1", "n2", "n3"})
+    cluster.add_node(id, 1, 2, {"--heartbeat-ms", "200", "--dead-after-ms", "1000"});
+  auto args = grpo_split_job(cluster, "job",
+                             {"--steps", "8", "--prompts", "16", "--group", "4", "--sft-steps",
+                              "40", "--held-out", "20", "--max-restarts", "1",
+                              "--checkpoint-every", "2", "--checkpoint-dir",
+                              cluster.dir() + "/ckpt"});
+  child_process job(args, cluster.dir() + "/job.log", {{"OMP_WAIT_POLICY", "PASSIVE"}});
+  const std::string where = role == "engines" ? "engines (1) on node '"
+                                              : "policy (1 rank) and ref (1) on node '";
+  if (!job.wait_for_log(where, 120s))
+    die("grpo did not start:\n" + job.log() + cluster.logs());
+  const auto node = quoted_after(job.log(), where);
+  while (read_jsonl(cluster.dir() + "/job.jsonl").size() < 3 && job.running())
+    std::this_thread::sleep_for(5ms);
+  const double signalled =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  cluster.node(node).signal(sig);
+  auto rc = job.wait_exit(180s);
+  if (sig == SIGSTOP)
+    cluster.node(node).signal(SIGCONT);
+  if (rc.value_or(-1) != 0)
+    die("grpo (" + tag + ") did not heal:\n" + job.log() + cluster.logs());
+  for (auto& r : read_jsonl(cluster.dir() + "/job.jsonl"))
+    for (auto& rec : r.value("recoveries", nlohmann::json::array())) {
+      const double seen = rec.at("seen_at_unix").get<double>();
+      return {seen - signalled, seen + rec.at("seconds").get<double>() - signalled,
+              rec.at("steps_replayed").get<int>()};
+    }
+  die("grpo (" + tag + ") recorded no recovery:\n" + job.log());
+}
+
+/// Section 7: medians of `reps` runs for each lost role and signal.
+void recovery(int reps) {
+  for (const std::string role : {"engines", "trainer"})
+    for (int sig : {SIGKILL, SIGSTOP}) {
+      std::vector<double> detect, total;
+      int replayed = 0;
+      for (int rep = 0; rep < reps; ++rep) {
+        auto r = recover_once(role, sig, rep);
+        detect.push_back(r.detect);
+        total.push_back(r.total);
+        replayed = std::max(replayed, r.replayed);
+      }
+      const double m = median(total);
+      std::printf("cluster.recovery %s node %s: %.2f s from the signal to training again "
+                  "(median of %d; max %.2f), detection %.2f s, replacement %.2f s; %d finished "
+                  "steps replayed | Ray 15-30 s to notice | goal <= 5 s + replayed steps: %s\n",
+                  role.c_str(), sig == SIGKILL ? "SIGKILL" : "SIGSTOP", m, reps,
+                  *std::max_element(total.begin(), total.end()), median(detect),
+                  m - median(detect), replayed, verdict(m <= 5.0));
+    }
+}
+
 } // namespace
 
 /// The fp32 weight sync with the engine's node in a network namespace of its own (a veth pair
@@ -589,18 +661,24 @@ void weight_sync_across_namespaces() {
 }
 
 int main(int argc, char** argv) {
-  bool quick = false, scale_only = false;
+  bool quick = false, scale_only = false, recovery_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string{argv[i]} == "--quick")
       quick = true;
     else if (std::string{argv[i]} == "--scale")
       scale_only = true;
+    else if (std::string{argv[i]} == "--recovery")
+      recovery_only = true;
     else
       return rlforge::bench::usage_error(prog, std::string{"unknown argument '"} + argv[i] + "'",
-                                         "[--quick] [--scale]");
+                                         "[--quick] [--scale | --recovery]");
   }
   if (scale_only) {
     scale(quick);
+    return 0;
+  }
+  if (recovery_only) {
+    recovery(quick ? 1 : 3);
     return 0;
   }
   test_cluster cluster{"bench", {"--heartbeat-ms", "200", "--dead-after-ms", "1000"}};
@@ -626,5 +704,6 @@ int main(int argc, char** argv) {
                 two, one, two / one);
   }
   scale(quick);
+  recovery(quick ? 1 : 3);
   return 0;
 }

@@ -259,8 +259,16 @@ inline std::string lost_head(caf::actor_system& sys, std::chrono::milliseconds g
   }
 }
 
+/// A failed call thrown by `fatal_errors` instead of `fatal_exit` while a `deferred_failures`
+/// scope is open: the job may recover from it (a lost rank) or report it with `fail`.
+struct deferred_failure {
+  caf::error error;
+  std::string what;
+};
+
 /// Unwraps results, or prints "<prog>: <what> failed: <error>" (and the lost cluster head when
-/// that is the cause) and ends the run with status 1 (`fatal_exit`).
+/// that is the cause) and ends the run with status 1 (`fatal_exit`). While a `deferred_failures`
+/// scope is open on it, a failed call throws `deferred_failure` instead, printing nothing.
 ///
 /// It also keeps what stops the job's actors (`job_stops`; `run_driver` runs them on a failure
 /// path or a stop signal): the placement manager, the dispatcher and the groups spawned through
@@ -286,13 +294,23 @@ struct fatal_errors {
 
   template <class T> T operator()(caf::expected<T> x, const char* what) const {
     if (!x)
-      fail(x.error(), what);
+      failed(x.error(), what);
     return std::move(*x);
   }
 
   void operator()(caf::expected<void> x, const char* what) const {
     if (!x)
-      fail(x.error(), what);
+      failed(x.error(), what);
+  }
+
+  /// Open `deferred_failures` scopes (the driver's main thread only).
+  mutable int deferring = 0;
+
+  /// `fail`, or `deferred_failure` while a scope defers.
+  [[noreturn]] void failed(const caf::error& err, const char* what) const {
+    if (deferring > 0)
+      throw deferred_failure{err, what};
+    fail(err, what);
   }
 
   [[noreturn]] void fail(const caf::error& err, const char* what) const {
@@ -301,6 +319,25 @@ struct fatal_errors {
       std::fprintf(stderr, "%s: cause: %s\n", prog, head.c_str());
     throw fatal_exit{1};
   }
+};
+
+/// While alive, the failed calls of `or_die` throw `deferred_failure` (when `on`).
+class deferred_failures {
+public:
+  deferred_failures(const fatal_errors& or_die, bool on) : or_die_(or_die), on_(on) {
+    if (on_)
+      ++or_die_.deferring;
+  }
+  ~deferred_failures() {
+    if (on_)
+      --or_die_.deferring;
+  }
+  deferred_failures(const deferred_failures&) = delete;
+  deferred_failures& operator=(const deferred_failures&) = delete;
+
+private:
+  const fatal_errors& or_die_;
+  bool on_;
 };
 
 /// Waits up to `limit` for every actor of `sys` to end; how many still run.

@@ -57,6 +57,13 @@ constexpr int sft_check_every = 10;      ///< warm-start steps between validatio
 
 using clock_type = std::chrono::steady_clock;
 
+/// Seconds since the Unix epoch (a recovery record's "seen_at_unix": other processes on the
+/// machine, a benchmark that caused the loss, compare it with their own clock).
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 /// Greedy answers of the engines to `problems`, as the share answered exactly.
 double greedy_accuracy(const examples::fatal_errors& or_die, trainer_client& client,
                        const std::vector<arith::problem>& problems, int64_t max_tokens) {
@@ -132,11 +139,10 @@ warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_clien
 
 } // namespace
 
-/// The arithmetic task: warm start, held-out accuracy, GRPO steps, held-out accuracy again.
-/// Lost engines are replaced through `recovery` while it allows (--max-restarts).
 arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client& client,
                             const examples::grpo::options& opt, const arith::task& task,
-                            examples::grpo::engine_recovery& recovery, std::ostream& metrics) {
+                            const model_spec& model, examples::grpo::engine_recovery& engines,
+                            examples::grpo::trainer_recovery& trainer, std::ostream& metrics) {
   std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
   arith_result res;
   const auto max_tokens = task.max_answer_tokens();
@@ -146,9 +152,9 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     // 1-2. From the latest checkpoint instead: the policy (with its optimizer) and the ref.
     resumed_step =
         or_die(client.load_checkpoint(opt.checkpoint_dir, -1, {"policy"}), "load_checkpoint");
-    model_spec ref_model; // frozen: kept once as a model directory next to the checkpoints
-    ref_model.hf_dir = (fs::path(opt.checkpoint_dir) / "ref_model").string();
-    or_die(client.init_model("ref", ref_model), "init_model ref (--resume)");
+    // The frozen reference is kept once, as a model directory next to the checkpoints.
+    or_die(client.init_model("ref", from_directory(model, ref_model_dir(opt))),
+           "init_model ref (--resume)");
     try {
       resumed = be::read_trainer_state(opt.checkpoint_dir, resumed_step);
     } catch (const std::exception& e) {
@@ -180,14 +186,12 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     auto export_dir =
         fs::temp_directory_path() / ("rlforge_grpo_" + std::to_string(::getpid()));
     or_die(client.save_hf_model("policy", export_dir.string()), "save_hf_model");
-    model_spec ref_model;
-    ref_model.hf_dir = export_dir.string();
-    or_die(client.init_model("ref", ref_model), "init_model ref");
+    or_die(client.init_model("ref", from_directory(model, export_dir.string())),
+           "init_model ref");
     std::error_code ec;
     fs::remove_all(export_dir, ec);
     if (opt.checkpoint_every > 0)
-      or_die(client.save_hf_model("ref", (fs::path(opt.checkpoint_dir) / "ref_model").string()),
-             "save_hf_model ref (checkpoints)");
+      or_die(client.save_hf_model("ref", ref_model_dir(opt)), "save_hf_model ref (checkpoints)");
   }
   algorithm_config pcfg;
   pcfg.use_kl_loss = opt.kl_coef > 0;
@@ -221,33 +225,45 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     r.num_samples = opt.group;
     return r;
   };
-  // A pointer: a recovery replaces the loop (its producer talked to the lost engines).
+  // A pointer: a recovery replaces the loop (its producer talked to the lost ranks).
   auto loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
   loop->set_version(res.first_version);
-  int first_step = 1;
-  if (opt.resume) {
-    // The rollouts waiting and finished at the checkpoint, with their accounting; the waiting
-    // ones are generated again, the finished ones are trained on as if nothing happened.
-    auto restored = loop->restore(resumed.value("loop", nlohmann::json{}));
+  int64_t samples_trained = 0;
+  // The job's state back from a checkpoint's trainer state (--resume, a trainer recovery): a
+  // fresh loop holding the rollouts waiting and finished at the checkpoint, with their
+  // accounting (the waiting ones are generated again, the finished ones are trained on as if
+  // nothing happened), the generator, the problems of those rollouts and the figures so far;
+  // then the engines get the policy's weights. The new weight version.
+  auto restore_job = [&](const nlohmann::json& state, const char* what) {
+    loop.reset();
+    loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
+    auto restored = loop->restore(state.value("loop", nlohmann::json{}));
     if (!restored) {
-      std::fprintf(stderr, "grpo: --resume: %s\n", or_die.sys.render(restored.error()).c_str());
+      std::fprintf(stderr, "grpo: %s: %s\n", what, or_die.sys.render(restored.error()).c_str());
       throw examples::fatal_exit{1};
     }
     try {
       std::istringstream(restored->at("rng").get<std::string>()) >> rng;
+      problem_of.clear();
       for (const auto& p : restored->at("problems"))
         problem_of[p.at(0).get<int64_t>()] =
             arith::problem{p.at(1).get<int64_t>(), p.at(2).get<int64_t>(),
                            p.at(3).get<std::string>().at(0)};
       res.acc_before = restored->at("acc_before").get<double>();
       res.rewards = restored->at("rewards").get<std::vector<double>>();
+      samples_trained = restored->value("samples", int64_t{0});
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "grpo: --resume: the checkpoint's job state is malformed: %s\n",
+      std::fprintf(stderr, "grpo: %s: the checkpoint's job state is malformed: %s\n", what,
                    e.what());
       throw examples::fatal_exit{1};
     }
-    // The engines get the resumed policy under the version the checkpoint had.
-    res.first_version = or_die(loop->update_weights(), "weight update (--resume)");
+    return or_die(loop->update_weights(), what);
+  };
+  int first_step = 1;
+  if (opt.resume) {
+    // The engines get the resumed policy; this process counts the samples it trains on.
+    res.first_version = restore_job(resumed, "--resume");
+    samples_trained = 0;
     first_step = static_cast<int>(resumed_step) + 1;
     const auto& rs = resumed.at("loop").at("rollouts");
     std::printf("grpo: resumed at step %lld from %s: %zu rollouts generated again, %zu finished "
@@ -270,12 +286,17 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     auto snap = or_die(loop->snapshot({{"rng", rng_text.str()},
                                       {"problems", problems},
                                       {"acc_before", res.acc_before},
-                                      {"rewards", res.rewards}}),
+                                      {"rewards", res.rewards},
+                                      {"samples", samples_trained}}),
                        "rollout snapshot");
     or_die(client.save_checkpoint(opt.checkpoint_dir, step, {"policy"},
                                   nlohmann::json{{"loop", snap}}),
            "save_checkpoint");
   };
+  // The first checkpoint is the GRPO start's (step 0): a trainer lost before step N is rolled
+  // back to it.
+  if (opt.checkpoint_every > 0 && !opt.resume)
+    checkpoint(0);
   // Lost engines (--max-restarts): new engines get the policy's weights, then the rollouts the
   // lost ones held, waiting or finished (a fresh loop restored from the old one's snapshot);
   // the trainer keeps its state. False when this was not an engines' loss or no restart is
@@ -283,13 +304,14 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   nlohmann::json recoveries = nlohmann::json::array(); // this step's
   auto t_grpo = clock_type::now();
   auto recover = [&](const caf::error& err, int step) {
-    if (!recovery.can_restart() || !recovery.engines_lost())
+    if (!engines.budget().can_restart() || !engines.engines_lost())
       return false;
     const auto t0 = clock_type::now();
+    const double seen_at = unix_seconds();
     const auto lost = or_die.sys.render(err);
     std::printf("\ngrpo: step %d: the engines are lost (%s); replacing them (restart %d of %d, "
                 "waiting up to %.0f s for room)\n",
-                step, lost.c_str(), recovery.restarts() + 1, opt.max_restarts,
+                step, lost.c_str(), engines.budget().used + 1, opt.max_restarts,
                 opt.recovery_timeout);
     auto snap = or_die(loop->snapshot(), "rollout snapshot (engine recovery)");
     loop.reset();
@@ -307,7 +329,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     std::sort(waiting.begin(), waiting.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
       return a.at("id").get<int64_t>() < b.at("id").get<int64_t>();
     });
-    auto node = or_die(recovery.replace(), "engine recovery");
+    auto node = or_die(engines.replace(), "engine recovery");
     auto version =
         or_die(client.save_weights_for_sampler("policy"), "weight sync to the new engines");
     loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);
@@ -319,6 +341,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
                 step, node.c_str(), static_cast<long long>(version), seconds, waiting.size(),
                 finished);
     recoveries.push_back({{"lost", lost},
+                          {"seen_at_unix", seen_at},
                           {"at_grpo_seconds", examples::seconds_since(t_grpo)},
                           {"engines_node", node},
                           {"weight_version", version},
@@ -327,90 +350,165 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
                           {"seconds", seconds}});
     return true;
   };
+  // Where the metrics file ends after each step's record (and before the first step's), so a
+  // rollback can cut it back to a checkpoint's step.
+  std::map<int, std::streampos> record_end{{first_step - 1, metrics.tellp()}};
+  // A lost trainer (--max-restarts, `failure` a call that failed during step `step`): the
+  // policy and ref are placed again and restored from the last checkpoint; the job's state and
+  // its metrics go back to that checkpoint's step, which is returned (the steps after it are
+  // replayed from the same data). Reports `failure` and ends the job when this was no trainer's
+  // loss, no restart is left, or nothing can be rolled back to.
+  auto recover_trainer = [&](const examples::deferred_failure& failure, int step) {
+    if (!trainer.budget().can_restart() || !trainer.trainer_lost())
+      or_die.fail(failure.error, failure.what.c_str());
+    const auto t0 = clock_type::now();
+    const double seen_at = unix_seconds();
+    const auto lost = or_die.sys.render(failure.error);
+    std::printf("\ngrpo: step %d: the trainer is lost (%s failed: %s); placing the policy and "
+                "ref again and rolling back to the last checkpoint (restart %d of %d, waiting up "
+                "to %.0f s for room)\n",
+                step, failure.what.c_str(), lost.c_str(), trainer.budget().used + 1,
+                opt.max_restarts, opt.recovery_timeout);
+    loop.reset(); // its producer's rollouts belong to steps that are rolled back
+    auto back = or_die(trainer.replace(pcfg), "trainer recovery");
+    const auto end = record_end.find(static_cast<int>(back.step));
+    if (end == record_end.end()) {
+      std::fprintf(stderr, "grpo: trainer recovery: the latest checkpoint (step %lld) is older "
+                   "than this run's first step (%d)\n", static_cast<long long>(back.step),
+                   first_step);
+      throw examples::fatal_exit{1};
+    }
+    nlohmann::json state;
+    try {
+      state = be::read_trainer_state(opt.checkpoint_dir, back.step);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grpo: trainer recovery: %s\n", e.what());
+      throw examples::fatal_exit{1};
+    }
+    const auto version = restore_job(state, "trainer recovery");
+    // The records of the steps rolled back go; the replayed steps write them again.
+    metrics.flush();
+    std::error_code ec;
+    fs::resize_file(opt.metrics, static_cast<uintmax_t>(end->second), ec);
+    metrics.seekp(end->second);
+    if (ec || !metrics) {
+      std::fprintf(stderr, "grpo: trainer recovery: cannot cut %s back to step %lld: %s\n",
+                   opt.metrics.c_str(), static_cast<long long>(back.step),
+                   ec ? ec.message().c_str() : "seek failed");
+      throw examples::fatal_exit{1};
+    }
+    record_end.erase(std::next(end), record_end.end());
+    const double seconds = examples::seconds_since(t0);
+    const int replayed = step - 1 - static_cast<int>(back.step);
+    std::printf("grpo: step %d: policy and ref on node '%s', restored from the checkpoint of "
+                "step %lld, engines at weight version %lld after %.2f s; replaying from step "
+                "%lld (%d finished steps again)\n",
+                step, back.node.c_str(), static_cast<long long>(back.step),
+                static_cast<long long>(version), seconds, static_cast<long long>(back.step + 1),
+                replayed);
+    recoveries.push_back({{"lost", std::string{failure.what} + " failed: " + lost},
+                          {"seen_at_unix", seen_at},
+                          {"at_grpo_seconds", examples::seconds_since(t_grpo)},
+                          {"lost_at_step", step},
+                          {"trainer_node", back.node},
+                          {"rolled_back_to", back.step},
+                          {"weight_version", version},
+                          {"regenerated", state.at("loop").at("rollouts").at("waiting").size()},
+                          {"steps_replayed", replayed},
+                          {"seconds", seconds}});
+    return static_cast<int>(back.step);
+  };
   const bool correct_off_policy = opt.mode != "sync";
   double eval_seconds = 0; // held-out evaluations, left out of the wall time
-  int64_t samples_trained = 0;
   for (int step = first_step; step <= opt.steps; ++step) {
-    adam.learning_rate = examples::grpo::learning_rate(opt, step);
-    report::step_stats st;
-    st.step = step;
-    st.total_steps = opt.steps;
-    auto next = loop->next_batch();
-    while (!next && recover(next.error(), step))
-      next = loop->next_batch();
-    auto batch = or_die(std::move(next), "rollouts");
-    // Waiting for rollouts is this step's generation time (all of it in sync mode).
-    st.generate_seconds = batch.wait_seconds;
+    try {
+      // A failed call of this step may be the trainer's loss: recover_trainer decides.
+      examples::deferred_failures deferred{or_die, opt.max_restarts > 0};
+      adam.learning_rate = examples::grpo::learning_rate(opt, step);
+      report::step_stats st;
+      st.step = step;
+      st.total_steps = opt.steps;
+      auto next = loop->next_batch();
+      while (!next && recover(next.error(), step))
+        next = loop->next_batch();
+      auto batch = or_die(std::move(next), "rollouts");
+      // Waiting for rollouts is this step's generation time (all of it in sync mode).
+      st.generate_seconds = batch.wait_seconds;
 
-    // Rewards sit on the last response token; one group per rollout.
-    examples::grpo::grpo_rows rows;
-    double correct = 0;
-    size_t n_rows = 0;
-    int64_t staleness_max = 0;
-    double staleness_sum = 0;
-    std::vector<int64_t> staleness_counts; // this batch's rollouts by staleness
-    for (auto& r : batch.rollouts)
-      n_rows += r.samples.size();
-    for (size_t g = 0; g < batch.rollouts.size(); ++g) {
-      auto& ro = batch.rollouts[g];
-      const auto& problem = problem_of.at(ro.id);
-      staleness_max = std::max(staleness_max, batch.staleness[g]);
-      staleness_sum += static_cast<double>(batch.staleness[g]);
-      const auto k = static_cast<size_t>(batch.staleness[g]);
-      if (staleness_counts.size() <= k)
-        staleness_counts.resize(k + 1, 0);
-      ++staleness_counts[k];
-      for (auto& sample : ro.samples) {
-        double r = arith::reward(problem, sample.tokens);
-        st.reward += r / static_cast<double>(n_rows);
-        correct += r == 1.0 ? 1.0 : 0.0;
-        st.tokens += static_cast<int64_t>(sample.tokens.size());
-        std::vector<float> rr(sample.tokens.size(), 0.0f);
-        rr.back() = static_cast<float>(r);
-        rows.per_token["rewards"].push_back(std::move(rr));
-        if (correct_off_policy)
-          rows.per_token["rollout_logprobs"].emplace_back(sample.logprobs.begin(),
-                                                          sample.logprobs.end());
-        rows.prompts.push_back(ro.request.prompt);
-        rows.responses.push_back(std::move(sample.tokens));
-        rows.group_ids.push_back(static_cast<int64_t>(g));
+      // Rewards sit on the last response token; one group per rollout.
+      examples::grpo::grpo_rows rows;
+      double correct = 0;
+      size_t n_rows = 0;
+      int64_t staleness_max = 0;
+      double staleness_sum = 0;
+      std::vector<int64_t> staleness_counts; // this batch's rollouts by staleness
+      for (auto& r : batch.rollouts)
+        n_rows += r.samples.size();
+      for (size_t g = 0; g < batch.rollouts.size(); ++g) {
+        auto& ro = batch.rollouts[g];
+        const auto& problem = problem_of.at(ro.id);
+        staleness_max = std::max(staleness_max, batch.staleness[g]);
+        staleness_sum += static_cast<double>(batch.staleness[g]);
+        const auto k = static_cast<size_t>(batch.staleness[g]);
+        if (staleness_counts.size() <= k)
+          staleness_counts.resize(k + 1, 0);
+        ++staleness_counts[k];
+        for (auto& sample : ro.samples) {
+          double r = arith::reward(problem, sample.tokens);
+          st.reward += r / static_cast<double>(n_rows);
+          correct += r == 1.0 ? 1.0 : 0.0;
+          st.tokens += static_cast<int64_t>(sample.tokens.size());
+          std::vector<float> rr(sample.tokens.size(), 0.0f);
+          rr.back() = static_cast<float>(r);
+          rows.per_token["rewards"].push_back(std::move(rr));
+          if (correct_off_policy)
+            rows.per_token["rollout_logprobs"].emplace_back(sample.logprobs.begin(),
+                                                            sample.logprobs.end());
+          rows.prompts.push_back(ro.request.prompt);
+          rows.responses.push_back(std::move(sample.tokens));
+          rows.group_ids.push_back(static_cast<int64_t>(g));
+        }
+        problem_of.erase(ro.id);
       }
-      problem_of.erase(ro.id);
+      samples_trained += static_cast<int64_t>(n_rows);
+      st.accuracy = correct / static_cast<double>(n_rows);
+      res.rewards.push_back(st.reward);
+      auto gap =
+          examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
+      auto t_sync = clock_type::now();
+      auto updated = loop->update_weights();
+      if (!updated && recover(updated.error(), step))
+        updated = loop->version(); // the recovery synced the policy's new weights
+      st.weight_version = or_die(std::move(updated), "weight update");
+      st.sync_seconds = examples::seconds_since(t_sync);
+      nlohmann::json extra{{"mode", opt.mode},
+                           {"staleness_mean",
+                            staleness_sum / static_cast<double>(batch.rollouts.size())},
+                           {"staleness_max", staleness_max},
+                           {"staleness_counts", staleness_counts},
+                           {"dropped", batch.dropped},
+                           {"requeued", batch.requeued},
+                           {"samples", n_rows},
+                           {"logprob_gap", gap.raw},
+                           {"logprob_gap_corrected", gap.corrected},
+                           {"tis_clipped", gap.tis_clipped}};
+      if (!recoveries.empty()) {
+        extra["recoveries"] = recoveries;
+        recoveries = nlohmann::json::array();
+      }
+      if (opt.eval_every > 0 && (step % opt.eval_every == 0 || step == opt.steps)) {
+        auto t_eval = clock_type::now();
+        extra["held_out_accuracy"] = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+        eval_seconds += examples::seconds_since(t_eval);
+      }
+      extra["wall_seconds"] = examples::seconds_since(t_grpo) - eval_seconds;
+      examples::grpo::finish_step(or_die, client, opt, st, metrics, /*sync=*/false, extra);
+      record_end[step] = metrics.tellp();
+      if (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0)
+        checkpoint(step);
+    } catch (const examples::deferred_failure& failure) {
+      step = recover_trainer(failure, step); // the next step is the checkpoint's + 1
     }
-    samples_trained += static_cast<int64_t>(n_rows);
-    st.accuracy = correct / static_cast<double>(n_rows);
-    res.rewards.push_back(st.reward);
-    auto gap =
-        examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
-    auto t_sync = clock_type::now();
-    auto updated = loop->update_weights();
-    if (!updated && recover(updated.error(), step))
-      updated = loop->version(); // the recovery synced the policy's new weights
-    st.weight_version = or_die(std::move(updated), "weight update");
-    st.sync_seconds = examples::seconds_since(t_sync);
-    nlohmann::json extra{{"mode", opt.mode},
-                         {"staleness_mean", staleness_sum / static_cast<double>(batch.rollouts.size())},
-                         {"staleness_max", staleness_max},
-                         {"staleness_counts", staleness_counts},
-                         {"dropped", batch.dropped},
-                         {"requeued", batch.requeued},
-                         {"samples", n_rows},
-                         {"logprob_gap", gap.raw},
-                         {"logprob_gap_corrected", gap.corrected},
-                         {"tis_clipped", gap.tis_clipped}};
-    if (!recoveries.empty()) {
-      extra["recoveries"] = recoveries;
-      recoveries = nlohmann::json::array();
-    }
-    if (opt.eval_every > 0 && (step % opt.eval_every == 0 || step == opt.steps)) {
-      auto t_eval = clock_type::now();
-      extra["held_out_accuracy"] = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
-      eval_seconds += examples::seconds_since(t_eval);
-    }
-    extra["wall_seconds"] = examples::seconds_since(t_grpo) - eval_seconds;
-    examples::grpo::finish_step(or_die, client, opt, st, metrics, /*sync=*/false, extra);
-    if (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0)
-      checkpoint(step);
   }
   if (!opt.quiet)
     std::printf("\n");

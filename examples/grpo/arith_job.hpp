@@ -1,7 +1,9 @@
 #pragma once
 // The GRPO job's arithmetic task (the main job): a supervised warm start, held-out greedy
 // accuracy, the GRPO steps through an `rl_loop` in the mode --mode names, held-out accuracy
-// again; engines lost on the way are replaced (engine_recovery.hpp).
+// again. Engines lost on the way are replaced (engine_recovery.hpp); a lost trainer is replaced
+// and the job rolls back to the last checkpoint and replays the steps after it
+// (trainer_recovery.hpp).
 #include <cstdint>
 #include <ostream>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "examples/grpo/arith_task.hpp"
 #include "examples/grpo/engine_recovery.hpp"
 #include "examples/grpo/options.hpp"
+#include "examples/grpo/trainer_recovery.hpp"
 
 namespace rlforge::examples::grpo {
 
@@ -28,9 +31,15 @@ struct arith_result {
 };
 
 /// The arithmetic task: warm start, held-out accuracy, GRPO steps, held-out accuracy again.
-/// Lost engines are replaced through `recovery` while it allows (--max-restarts).
+/// `model` is the policy's (its numerics are the reference's too). While --max-restarts
+/// allows, lost engines are replaced through `engines`, and a trainer lost during the GRPO
+/// steps through `trainer`: the job then goes back to the last checkpoint (the loop's
+/// rollouts, the generator, the figures; `metrics`, the file --metrics names, is cut back to
+/// the checkpoint's step) and replays the steps after it. A loss during the warm start ends
+/// the job.
 arith_result run_arithmetic(const examples::fatal_errors& or_die, actors::trainer_client& client,
                             const examples::grpo::options& opt, const arith::task& task,
-                            examples::grpo::engine_recovery& recovery, std::ostream& metrics);
+                            const model_spec& model, examples::grpo::engine_recovery& engines,
+                            examples::grpo::trainer_recovery& trainer, std::ostream& metrics);
 
 } // namespace rlforge::examples::grpo

@@ -6,8 +6,9 @@
 // weights and the rollouts that were lost (grpo.cpp: rl_loop snapshot and restore). The trainer
 // keeps its ranks and its state: nothing is rolled back.
 //
-// Used from the driver's main thread only. Owns nothing but its count: the engines' handle is
-// the job's (`engines`, updated on a replacement).
+// Used from the driver's main thread only. Owns nothing: the engines' handle is the job's
+// (`engines`, updated on a replacement), the restart count the job's (shared with the trainer's
+// recovery, trainer_recovery.hpp).
 #include <chrono>
 #include <string>
 
@@ -18,6 +19,7 @@
 #include "actors/placement_manager.hpp"
 #include "actors/trainer_client.hpp"
 #include "examples/grpo/options.hpp"
+#include "examples/grpo/group_replacement.hpp"
 
 namespace rlforge::examples {
 struct fatal_errors;
@@ -40,13 +42,11 @@ public:
   /// "engines"); `model` what they are initialized with before the weight sync.
   engine_recovery(const fatal_errors& or_die, actors::trainer_client& client,
                   actors::placement_client& pgs, caf::actor manager,
-                  actors::actor_group& engines, model_spec model, const options& opt);
+                  actors::actor_group& engines, model_spec model, const options& opt,
+                  restart_budget& budget);
 
-  /// True while --max-restarts allows another replacement.
-  bool can_restart() const { return restarts_ < max_restarts_; }
-
-  /// Replacements so far.
-  int restarts() const { return restarts_; }
+  /// The job's restarts (--max-restarts), shared by both recoveries.
+  const restart_budget& budget() const { return budget_; }
 
   /// True when the engines no longer answer: their ranks died or their node was declared dead
   /// (a call to them fails at once then; a live engine answers within `patience`).
@@ -56,7 +56,7 @@ public:
   /// and spawns the engines there (placing again when the spawn fails, e.g. on the lost node
   /// before the head declared it dead), all within the recovery timeout; then registers and
   /// initializes them. Returns the node they are on, or an error naming what failed (the
-  /// timeout's names the last attempt). Counts a restart either way.
+  /// timeout's names the last attempt). Spends a restart of the budget either way.
   caf::expected<std::string> replace();
 
 private:
@@ -66,9 +66,8 @@ private:
   caf::actor manager_;
   actors::actor_group& engines_;
   model_spec model_;
-  int max_restarts_;
   double timeout_s_;
-  int restarts_ = 0;
+  restart_budget& budget_;
 };
 
 } // namespace rlforge::examples::grpo

@@ -63,6 +63,7 @@
 #include "examples/grpo/arith_job.hpp"
 #include "examples/grpo/arith_task.hpp"
 #include "examples/grpo/engine_recovery.hpp"
+#include "examples/grpo/trainer_recovery.hpp"
 #include "examples/grpo/env_job.hpp"
 #include "examples/grpo/mode_comparison.hpp"
 #include "examples/grpo/options.hpp"
@@ -319,12 +320,17 @@ int run(int argc, char** argv) {
     } else {
       // Training and generation in placement groups of their own, one thread each: on one
       // 2-core node a core each, in a cluster of 1-GPU nodes a node each.
-      auto training = or_die(pgs.create({"training", {gpu_bundle}, "pack", 30}), "placement group");
+      using examples::grpo::split_trainers;
+      auto training = or_die(
+          pgs.create({split_trainers::placement_group, {gpu_bundle}, "pack", 30}),
+          "placement group");
       auto generation = or_die(
           pgs.create({split_engines::placement_group, {gpu_bundle}, "pack", 30}),
           "placement group");
-      policy = spawn_role(or_die, manager, training, "policy", "policy", true, 0.5);
-      ref = spawn_role(or_die, manager, training, "ref", "ref", true, 0.5);
+      policy = spawn_role(or_die, manager, training, "policy", "policy", true,
+                          split_trainers::gpu_per_rank);
+      ref = spawn_role(or_die, manager, training, "ref", "ref", true,
+                       split_trainers::gpu_per_rank);
       engines = spawn_role(or_die, manager, generation, "engines", "engine", false,
                            split_engines::gpu_per_rank);
     }
@@ -341,6 +347,8 @@ int run(int argc, char** argv) {
     else
       model.config_json = examples::llama_config(arith::tokenizer::vocab_size()).dump();
     model.seed = opt.seed;
+    model.compute_dtype = opt.compute_dtype;
+    model.batch_invariant = opt.batch_invariant;
     auto params = or_die(client.init_model("policy", model), "init_model policy");
     or_die(client.init_model("ref", model), "init_model ref");
     or_die(client.init_model("engines", model), "init_model engines");
@@ -378,8 +386,13 @@ int run(int argc, char** argv) {
       std::printf("grpo: %lld-parameter Llama; %s; task: %d-digit addition, %d held-out "
                   "problems\n",
                   static_cast<long long>(params), layout_text.c_str(), opt.digits, opt.held_out);
-      examples::grpo::engine_recovery recovery{or_die, client, pgs, manager, engines, model, opt};
-      arith_res = run_arithmetic(or_die, client, opt, *task_ptr, recovery, metrics);
+      examples::grpo::restart_budget restarts{opt.max_restarts};
+      examples::grpo::engine_recovery engine_recovery{or_die, client, pgs,  manager, engines,
+                                                      model,  opt,    restarts};
+      examples::grpo::trainer_recovery trainer_recovery{or_die, client, pgs, manager, policy,
+                                                        ref,    model,  opt, restarts};
+      arith_res = run_arithmetic(or_die, client, opt, *task_ptr, model, engine_recovery,
+                                 trainer_recovery, metrics);
       rewards = arith_res.rewards;
       title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
               std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_before))) + "% -> " +

@@ -144,13 +144,18 @@ const std::vector<flag_doc>& flag_docs() {
                                   "engine), in_process, shm or gloo"},
       {"--delta-sync", "", "syncs through Gloo send only the weights' changed elements when "
                            "that is smaller (needs --weight-transport auto or gloo)"},
+      {"--compute-dtype", "D", "precision of the matrix products: fp32 or bf16 (default: "
+                               "each node's, bf16 where the CPU has fast bf16 GEMMs)"},
+      {"--batch-invariant", "", "batch-invariant numerics: a token's log-prob does not depend on "
+                                "its batch-mates (replayed steps repeat their bits)"},
       {"--tis", "T", "off-policy correction: none, token or sequence (default: none in sync "
                      "mode, token otherwise)"},
       {"--eval-every", "N", "held-out accuracy every N steps (0 = at the ends only)"},
       {"--checkpoint-dir", "DIR", "where checkpoints go"},
       {"--checkpoint-every", "N", "a checkpoint every N steps (0 = never; needs --checkpoint-dir)"},
       {"--resume", "", "go on from the latest checkpoint in --checkpoint-dir"},
-      {"--max-restarts", "N", "losses of the engines to recover from (needs --placement split)"},
+      {"--max-restarts", "N", "node losses to recover from (needs --placement split; a lost "
+                              "trainer also needs --checkpoint-every)"},
       {"--recovery-timeout", "S", "seconds a recovery waits for room (> 0)"},
       {"--cluster", "HOST:PORT", "run the ranks on a cluster's nodes (rlforge head / node)"},
       {"--tls", "DIR", "the cluster's TLS directory"},
@@ -179,8 +184,9 @@ const char* about =
     "--placement split puts the policy and ref in one placement group and the engines in\n"
     "another; --mode one_step_off generates the next batch while this one trains, fully_async\n"
     "keeps the engines generating --max-staleness batches ahead. --max-restarts N recovers\n"
-    "from up to N losses of the engines: they are placed again, get the policy's weights, and\n"
-    "the rollouts they held are generated again.\n"
+    "from up to N node losses: lost engines are placed again, get the policy's weights, and\n"
+    "the rollouts they held are generated again; a lost trainer is placed again, restored from\n"
+    "the last checkpoint, and the steps after it are replayed.\n"
     "Defaults below are those of the mode the other flags select (--quick, --env).\n"
     "`grpo_example --compare BASELINE.jsonl RUN.jsonl...` compares the metrics of runs.";
 
@@ -228,7 +234,8 @@ struct flag_targets {
              {"--env", &o.env_command},   {"--checkpoint-dir", &o.checkpoint_dir},
              {"--model", &o.model},       {"--task", &o.task},
              {"--log-level", &o.log_level}, {"--log-format", &o.log_format},
-             {"--weight-transport", &o.weight_transport}};
+             {"--weight-transport", &o.weight_transport},
+             {"--compute-dtype", &o.compute_dtype}};
   }
 
   /// The value `name` holds now, as --help shows it ("" for none).
@@ -280,6 +287,8 @@ struct flag_parser {
       auto* opt = app.add_option_function<std::string>(
           name, [this, name](const std::string& v) { given.emplace_back(name, v); }, d.help);
       opt->type_name(d.value);
+      // A flag given twice takes its last value (scripts put defaults before the user's flags).
+      opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
       if (auto text = targets.text_of(name, o); !text.empty())
         opt->default_str(text);
     }
@@ -304,6 +313,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
       {"--pause", {"keep", "abort"}},
       {"--tis", {"none", "token", "sequence"}},
       {"--weight-transport", {"auto", "in_process", "shm", "gloo"}},
+      {"--compute-dtype", {"fp32", "bf16"}},
       {"--log-format", {"text", "json"}}};
   flag_parser parser(o, "grpo_example");
   try {
@@ -334,6 +344,10 @@ parse_result parse_options(const std::vector<std::string>& args) {
     }
     if (a == "--delta-sync") {
       o.delta_sync = true;
+      continue;
+    }
+    if (a == "--batch-invariant") {
+      o.batch_invariant = true;
       continue;
     }
     if (auto it = ints.find(a); it != ints.end()) {

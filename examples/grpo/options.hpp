@@ -55,6 +55,12 @@ struct options {
   std::string log_format;                ///< --log-format (empty: text)
   std::string weight_transport = "auto"; ///< (--weight-transport)
   bool delta_sync = false;                ///< (--delta-sync)
+  /// Precision of the matrix products of every role (--compute-dtype): fp32, bf16, or "" = each
+  /// rank's node default (bf16 where the CPU has fast bf16 GEMMs).
+  std::string compute_dtype;
+  /// Batch-invariant numerics in every role (--batch-invariant): a token's log-prob does not
+  /// depend on its batch-mates, so a replayed step gives the original's bits.
+  bool batch_invariant = false;
   std::string pause = "keep";     ///< what weight updates do to partial rollouts (--pause)
   /// Off-policy correction with the engines' log-probs (--tis): none, token or sequence
   /// truncated importance sampling. Default: none in sync mode, token otherwise.
@@ -66,9 +72,11 @@ struct options {
   std::string checkpoint_dir;
   int checkpoint_every = 0;       ///< (--checkpoint-every; 0 = never)
   bool resume = false;            ///< (--resume)
-  /// Losses of the engines (their node died or hung) the job recovers from in place: new
-  /// engines are placed, synced, and given the rollouts that were lost (--max-restarts; needs
-  /// --placement split; 0 = a loss ends the job). A trainer's loss still ends it.
+  /// Losses of a node the job recovers from in place (--max-restarts; needs --placement split;
+  /// 0 = a loss ends the job). Lost engines: new ones are placed, synced, and given the rollouts
+  /// that were lost; nothing is rolled back. A lost trainer (policy and ref): both are placed
+  /// again and restored from the last checkpoint (needs --checkpoint-every), and the job rolls
+  /// back to it and replays the steps after it.
   int max_restarts = 0;
   double recovery_timeout = 60;   ///< seconds a recovery waits for room (--recovery-timeout)
   // An environment instead of the arithmetic task (--env CMD).

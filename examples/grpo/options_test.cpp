@@ -235,3 +235,26 @@ TEST(GrpoOptions, WeightSyncAndLogFlags) {
   EXPECT_THAT(parse_options({"--log-format", "yaml"}).error,
               HasSubstr("--log-format must be one of text, json; got 'yaml'"));
 }
+
+TEST(GrpoOptions, NumericsFlags) {
+  auto o = parse_options({"--compute-dtype", "bf16", "--batch-invariant"});
+  ASSERT_TRUE(o.error.empty()) << o.error;
+  EXPECT_EQ(o.opts.compute_dtype, "bf16");
+  EXPECT_TRUE(o.opts.batch_invariant);
+  EXPECT_EQ(parse_options({"--compute-dtype", "fp32"}).opts.compute_dtype, "fp32");
+  // Unset: each rank's node default.
+  EXPECT_EQ(parse_options({}).opts.compute_dtype, "");
+  EXPECT_FALSE(parse_options({}).opts.batch_invariant);
+  EXPECT_THAT(parse_options({"--compute-dtype", "fp16"}).error,
+              HasSubstr("--compute-dtype must be one of fp32, bf16; got 'fp16'"));
+}
+
+TEST(GrpoOptions, AFlagGivenTwiceTakesItsLastValue) {
+  // scripts/cluster-demo passes its defaults first, then the user's flags.
+  auto o = parse_options({"--steps", "30", "--mode", "sync", "--steps", "12"});
+  ASSERT_TRUE(o.error.empty()) << o.error;
+  EXPECT_EQ(o.opts.steps, 12);
+  // The last value is checked like any other.
+  EXPECT_THAT(parse_options({"--steps", "30", "--steps", "0"}).error,
+              HasSubstr("--steps must be an integer in [1,"));
+}
