@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <optional>
 #include <random>
 
 #include <caf/all.hpp>
@@ -20,12 +21,28 @@ namespace {
 
 /// The registry key of a driver's session.
 constexpr caf::atom_value session_key = caf::atom("rlfcluster");
+/// The session's own messages: the cluster id its attach got; try to attach again; an attach
+/// again succeeded (head, reply) or failed (why).
+using cluster_id_atom = caf::atom_constant<caf::atom("rlfclid")>;
+using reattach_atom = caf::atom_constant<caf::atom("rlfretry")>;
+using reattached_atom = caf::atom_constant<caf::atom("rlfback")>;
+using reattach_failed_atom = caf::atom_constant<caf::atom("rlfnoback")>;
+
+/// How a session attaches (again).
+struct session_args {
+  driver_hello hello;
+  runtime::endpoint at;
+  std::string endpoint; ///< `at` as text
+  std::chrono::milliseconds grace{0}; ///< how long to try attaching again to a lost head
+};
 
 struct session_state {
   head_actor head;
-  std::string driver_id;
-  std::string endpoint;
+  session_args args;
+  std::string cluster_id;
   std::string lost; ///< why the head is gone (empty while it is there)
+  /// Since when the head is away while the session tries to attach again (within the grace).
+  std::optional<std::chrono::steady_clock::time_point> away_since;
   static const char* name;
 };
 
@@ -34,9 +51,36 @@ const char* session_state::name = "rlforge.cluster_session";
 using session_ptr = caf::stateful_actor<session_state>*;
 
 caf::error head_lost(const session_state& st) {
-  return make_error(errc::io_error, "the cluster head at " + st.endpoint + " is lost ("
+  if (st.away_since)
+    return make_error(errc::io_error,
+                      "the cluster head at " + st.args.endpoint + " is lost (" + st.lost +
+                          "); waiting up to " + std::to_string(st.args.grace.count()) +
+                          " ms for it to come back (--head-grace-ms); retry");
+  return make_error(errc::io_error, "the cluster head at " + st.args.endpoint + " is lost ("
                                       + st.lost + "): its nodes stopped this driver's ranks; "
                                         "restart the driver once the head is back");
+}
+
+/// One attempt to attach `session` to the head again, off the session's thread (connecting
+/// blocks): tells the session how it went.
+void try_attach_again(caf::actor_system& sys, caf::actor session, session_args args) {
+  sys.spawn([session, args](caf::blocking_actor* self) {
+    auto head = runtime::connect_actor<head_actor>(self->system(), args.at,
+                                                   "the cluster head at " + args.endpoint);
+    if (!head) {
+      self->send(session, reattach_failed_atom::value, self->system().render(head.error()));
+      return;
+    }
+    self->request(*head, std::chrono::seconds(15), attach_atom::value, args.hello, session)
+      .receive(
+        [&](join_reply& r) {
+          self->send(session, reattached_atom::value, caf::actor_cast<caf::actor>(*head),
+                     r.cluster_id);
+        },
+        [&](caf::error& err) {
+          self->send(session, reattach_failed_atom::value, self->system().render(err));
+        });
+  });
 }
 
 /// Forwards a request to the head, which answers the original requester directly (within the
@@ -52,27 +96,69 @@ caf::response_promise forward(session_ptr self, Ts&&... xs) {
   return promise;
 }
 
-caf::behavior session(session_ptr self, head_actor head, std::string driver_id,
-                      std::string endpoint) {
+caf::behavior session(session_ptr self, head_actor head, session_args args) {
   auto& st = self->state;
   st.head = std::move(head);
-  st.driver_id = std::move(driver_id);
-  st.endpoint = std::move(endpoint);
+  st.args = std::move(args);
   self->monitor(st.head);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
-    if (dm.source != st.head.address())
+    if (!st.head || dm.source != st.head.address())
       return;
     st.lost = self->system().render(dm.reason);
-    runtime::logger("actors.cluster")->error("head_lost endpoint={} reason={}", st.endpoint,
-                                             st.lost);
+    st.head = head_actor{};
+    runtime::logger("actors.cluster")->error("head_lost endpoint={} reason={} grace_ms={}",
+                                             st.args.endpoint, st.lost, st.args.grace.count());
+    if (st.args.grace.count() > 0) {
+      st.away_since = std::chrono::steady_clock::now();
+      self->send(self, reattach_atom::value);
+    }
   });
   return {
+    [=](cluster_id_atom, const std::string& id) { self->state.cluster_id = id; },
+    [=](reattach_atom) {
+      auto& st = self->state;
+      if (!st.away_since)
+        return;
+      if (std::chrono::steady_clock::now() - *st.away_since > st.args.grace) {
+        st.away_since.reset();
+        runtime::logger("actors.cluster")
+            ->error("head_not_back endpoint={} grace_ms={}", st.args.endpoint,
+                    st.args.grace.count());
+        return;
+      }
+      try_attach_again(self->system(), caf::actor_cast<caf::actor>(self), st.args);
+    },
+    [=](reattach_failed_atom, const std::string& why) {
+      runtime::logger("actors.cluster")
+          ->info("head_still_away endpoint={} error={}", self->state.args.endpoint, why);
+      self->delayed_send(self, std::chrono::milliseconds(300), reattach_atom::value);
+    },
+    [=](reattached_atom, const caf::actor& head, const std::string& cluster_id) {
+      auto& st = self->state;
+      if (!st.away_since)
+        return;
+      st.away_since.reset();
+      if (cluster_id != st.cluster_id) {
+        st.lost += "; it came back as another cluster (" + cluster_id +
+                   "): it restarted without its state file";
+        runtime::logger("actors.cluster")
+            ->error("head_back_as_another_cluster endpoint={} cluster={} was={}",
+                    st.args.endpoint, cluster_id, st.cluster_id);
+        return;
+      }
+      st.head = caf::actor_cast<head_actor>(head);
+      st.lost.clear();
+      self->monitor(st.head);
+      runtime::logger("actors.cluster")
+          ->warn("head_back endpoint={} cluster={} driver={}", st.args.endpoint, cluster_id,
+                 st.args.hello.driver_id);
+    },
     [=](caf::get_atom) -> caf::result<caf::actor, std::string, std::string> {
       auto& st = self->state;
       if (!st.lost.empty())
         return head_lost(st);
-      return {caf::actor_cast<caf::actor>(st.head), st.driver_id, st.endpoint};
+      return {caf::actor_cast<caf::actor>(st.head), st.args.hello.driver_id, st.args.endpoint};
     },
     [=](pg_create_atom, const placement_group_request& req) {
       return forward(self, pg_create_atom::value, req);
@@ -97,12 +183,12 @@ caf::behavior session(session_ptr self, head_actor head, std::string driver_id,
     [=](group_up_atom, const group_record& record) {
       auto& st = self->state;
       if (st.lost.empty())
-        self->send(st.head, group_up_atom::value, st.driver_id, record);
+        self->send(st.head, group_up_atom::value, st.args.hello.driver_id, record);
     },
     [=](group_down_atom, const std::string& name) {
       auto& st = self->state;
       if (st.lost.empty())
-        self->send(st.head, group_down_atom::value, st.driver_id, name);
+        self->send(st.head, group_down_atom::value, st.args.hello.driver_id, name);
     },
   };
 }
@@ -139,11 +225,13 @@ caf::expected<caf::actor> attach_cluster(caf::actor_system& sys,
   hello.pid = static_cast<int64_t>(::getpid());
   // Hidden: the session lives as long as the driver's actor system unless the driver stops it
   // (stop_placement_manager); the system's shutdown does not wait for it.
-  auto s = sys.spawn<caf::hidden>(session, *head, hello.driver_id, where);
+  session_args args{hello, *at, where, std::chrono::milliseconds{cfg.head_grace_ms}};
+  auto s = sys.spawn<caf::hidden>(session, *head, args);
   caf::scoped_actor self{sys};
   caf::error failure;
   self->request(*head, std::chrono::seconds(15), attach_atom::value, hello, s)
-    .receive([](join_reply&) {}, [&](caf::error& err) { failure = std::move(err); });
+    .receive([&](join_reply& r) { self->send(s, cluster_id_atom::value, r.cluster_id); },
+             [&](caf::error& err) { failure = std::move(err); });
   if (failure) {
     caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
     return runtime::connection_error(sys, failure, "the cluster head at " + where);

@@ -29,6 +29,13 @@ struct cluster_session_info {
 /// build's version and wire signature (refused, with the difference named, by a head of another
 /// build). The session is registered in `sys`, so `actor_group::spawn` places ranks on the
 /// cluster's nodes and `placement_manager_for` returns it. Blocking; errors name the head.
+///
+/// When the head is lost, the session tries to attach again to the same address (every 300 ms,
+/// off its own thread, under the same driver id) for `cfg.head_grace_ms`: a head restarted from
+/// its state file takes it back and everything goes on. Meanwhile, and for good when the head
+/// does not come back or comes back as another cluster (restarted without its state file), the
+/// calls it forwards fail at once with an error saying that the head at HOST:PORT is lost and
+/// why.
 caf::expected<caf::actor> attach_cluster(caf::actor_system& sys,
                                          const runtime::system_config& cfg);
 

@@ -18,6 +18,12 @@ struct head_options {
   std::chrono::milliseconds dead_after{1000};
   /// Default time a placement group may stay pending.
   std::chrono::milliseconds pg_timeout{180000};
+  /// Where the head keeps its registry across its own restarts (`rlforge head --state FILE`,
+  /// head_store.hpp); empty = nowhere: a restarted head starts a new cluster.
+  std::string state_path;
+  /// After a restart from `state_path`: how long the saved nodes have to join again and the
+  /// saved drivers to attach again before they are declared dead / gone.
+  std::chrono::milliseconds rejoin_grace{30000};
 };
 
 /// Spawns the head of a cluster (typed `head_actor`, runtime/cluster_protocol.hpp): an
@@ -48,6 +54,17 @@ struct head_options {
 ///    placement_group, rank_nodes, state}], drivers: [{id, host, pid}]}.
 ///  - ignores exit messages from other processes (all but exit_reason::kill, which CAF 0.17
 ///    makes unconditional; only peers holding the cluster certificate can connect at all).
-head_actor spawn_head(caf::actor_system& sys, head_options opts);
+///  - with `state_path`, saves its registry and the placement operations after every change
+///    (head_store.hpp). A head started on a file that holds a registry takes the cluster back:
+///    the same cluster id, its placement groups placed where they were with the same
+///    reservations, its actor-group records and owners. The saved nodes count as alive but
+///    "rejoining" until they join again (their resources stay reserved; no new rank goes
+///    there), the saved drivers may attach again under their ids; those not back within
+///    `rejoin_grace` are declared dead / gone as if they had died. A file written by another
+///    build is refused.
+///
+/// Errors (the state file cannot be opened or read, or was written by another build) name the
+/// file; nothing is spawned then.
+caf::expected<head_actor> spawn_head(caf::actor_system& sys, head_options opts);
 
 } // namespace rlforge::actors

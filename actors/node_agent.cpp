@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <optional>
 
 #include <caf/all.hpp>
 
@@ -30,6 +31,9 @@ struct agent_state {
   std::string cluster_id;
   std::chrono::milliseconds heartbeat{200};
   bool ticking = false;
+  /// When the head was lost and why, while the ranks wait for it (head_grace).
+  std::optional<std::chrono::steady_clock::time_point> head_lost_at;
+  std::string head_lost_why;
   std::map<caf::actor_addr, owner_entry> owners;
   static const char* name;
 };
@@ -102,6 +106,14 @@ void join(agent_ptr self, head_actor head, K k) {
       [=](join_reply& reply) mutable {
         auto& st = self->state;
         st.head = head;
+        if (!st.cluster_id.empty() && reply.cluster_id != st.cluster_id)
+          stop_all(self, "the head came back as another cluster (" + reply.cluster_id +
+                           ", was " + st.cluster_id + "): it restarted without its state file");
+        else if (st.head_lost_at && !st.owners.empty())
+          runtime::logger("actors.node")
+              ->warn("ranks_kept node={} cluster={} reason=the head is back", node_id(self),
+                     reply.cluster_id);
+        st.head_lost_at.reset();
         st.cluster_id = reply.cluster_id;
         st.heartbeat = std::chrono::milliseconds{std::max<int64_t>(10, reply.heartbeat_ms)};
         self->monitor(head);
@@ -122,7 +134,17 @@ node_agent_actor::behavior_type agent(agent_ptr self, node_agent_options opts) {
     auto& st = self->state;
     if (st.head && dm.source == st.head.address()) {
       st.head = head_actor{};
-      stop_all(self, "the head is gone (" + self->system().render(dm.reason) + ")");
+      const auto why = "the head is gone (" + self->system().render(dm.reason) + ")";
+      if (st.opts.head_grace.count() == 0) {
+        stop_all(self, why);
+        return;
+      }
+      st.head_lost_at = std::chrono::steady_clock::now();
+      st.head_lost_why = why;
+      if (!st.owners.empty())
+        runtime::logger("actors.node")
+            ->warn("ranks_wait node={} grace_ms={} reason={}", node_id(self),
+                   st.opts.head_grace.count(), why);
       return;
     }
     if (auto i = st.owners.find(dm.source); i != st.owners.end()) {
@@ -247,6 +269,12 @@ node_agent_actor::behavior_type agent(agent_ptr self, node_agent_options opts) {
       auto& st = self->state;
       if (st.head)
         self->send(st.head, heartbeat_atom::value, census(st));
+      if (st.head_lost_at &&
+          std::chrono::steady_clock::now() - *st.head_lost_at > st.opts.head_grace) {
+        stop_all(self, st.head_lost_why + " and not back within " +
+                           std::to_string(st.opts.head_grace.count()) + " ms");
+        st.head_lost_at.reset();
+      }
       self->delayed_send(self, st.heartbeat, cluster_tick_atom::value);
     },
   };

@@ -14,6 +14,9 @@ struct node_agent_options {
   node_resources resources;           ///< what the node declares (its id included)
   std::string address = "127.0.0.1";  ///< the node's advertised address
   std::chrono::milliseconds join_timeout{10000}; ///< bound on one join round trip
+  /// How long the ranks outlive a lost head (`--head-grace-ms`): a head restarted from its
+  /// state file within it takes them back; 0 stops them at once.
+  std::chrono::milliseconds head_grace{0};
 };
 
 /// Spawns a node agent: the event-based actor (typed `node_agent_actor`,
@@ -28,8 +31,11 @@ struct node_agent_options {
 ///    joined a head, for an unknown kind or bad rank infos (naming them); on a failure nothing
 ///    stays spawned.
 ///  - Ranks are stopped (exit reason user_shutdown) when their owner goes away (the driver
-///    ended or its process died: the connection's down message), when the head is lost (the
-///    node then joins again through its runner) or when the head expels the node.
+///    ended or its process died: the connection's down message), when the head expels the node,
+///    and when the head is lost: at once without a `head_grace`; with one, when the node has
+///    not joined a head again within it, or joins a head of another cluster (a head restarted
+///    without its state file). A head of the same cluster (restarted from its state file) takes
+///    the node back with its ranks. The node joins again through its runner meanwhile.
 ///  - Exit messages from other processes are ignored (all but exit_reason::kill, which CAF 0.17
 ///    makes unconditional; with TLS only certificate holders connect): only this process stops
 ///    its agent. On its own exit the agent stops every rank.

@@ -95,8 +95,12 @@ int run_node(caf::actor_system& sys, node_runner_options opts) {
         [&](caf::down_msg& dm) {
           if (dm.source == head.address()) {
             lost = true;
-            say("node '" + id + "': lost " + head_name + " (" + sys.render(dm.reason)
-                + "); its ranks were stopped; joining again");
+            say("node '" + id + "': lost " + head_name + " (" + sys.render(dm.reason) + "); "
+                + (opts.agent.head_grace.count() == 0
+                     ? std::string{"its ranks were stopped"}
+                     : "its ranks wait up to " + std::to_string(opts.agent.head_grace.count())
+                         + " ms for the head")
+                + "; joining again");
           }
         },
         caf::after(std::chrono::milliseconds(50)) >> [] {});

@@ -141,7 +141,14 @@ int run_head(const parsed_flags& f) {
   opts.heartbeat = std::chrono::milliseconds{cfg.heartbeat_ms};
   opts.dead_after = std::chrono::milliseconds{cfg.dead_after_ms};
   opts.pg_timeout = std::chrono::milliseconds{static_cast<int64_t>(cfg.pg_timeout_s * 1000)};
-  auto head = actors::spawn_head(sys, opts);
+  opts.state_path = f.get("--state").value_or("");
+  opts.rejoin_grace = std::chrono::milliseconds{cfg.head_grace_ms};
+  auto spawned = actors::spawn_head(sys, opts);
+  if (!spawned) {
+    std::cerr << prog << ": --state: " << render(spawned.error()) << "\n";
+    return 2;
+  }
+  auto head = *spawned;
   auto bound = runtime::publish_actor(sys, head, port, bind);
   if (!bound) {
     std::cerr << prog << ": cannot listen on " << bind << ":" << port << ": "
@@ -260,6 +267,7 @@ int run_node(const parsed_flags& f) {
   o.head = *head;
   o.agent.resources = actors::local_node(cfg);
   o.agent.address = address;
+  o.agent.head_grace = std::chrono::milliseconds{cfg.head_grace_ms};
   o.port = port;
   o.first_join_timeout =
     std::chrono::milliseconds{static_cast<int64_t>(connect_timeout * 1000)};
@@ -388,10 +396,12 @@ const command_registrar head_reg{
       insecure_flag,
       optional_flag("--init-tls", "write a cluster CA and certificate into DIR, then exit"),
       optional_flag("--metrics-port", "serve Prometheus metrics on this port (0 = ephemeral)"),
-      optional_flag("--metrics-bind", "address of the metrics endpoint", "127.0.0.1")},
+      optional_flag("--metrics-bind", "address of the metrics endpoint", "127.0.0.1"),
+      optional_flag("--state", "SQLite file where the head keeps its registry: a head restarted "
+                               "on it takes its nodes, placement groups and drivers back")},
      "rlforge head --port 6380 --tls ~/rlforge-tls --metrics-port 9090",
      {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--pg-timeout", "--log-level",
-       "--log-format", "--tls", "--heartbeat-ms", "--dead-after-ms"},
+       "--log-format", "--tls", "--heartbeat-ms", "--dead-after-ms", "--head-grace-ms"},
       true},
      run_head}};
 
@@ -406,7 +416,7 @@ const command_registrar node_reg{
                     "15")},
      "rlforge node --head 10.0.0.1:6380 --node-ip 10.0.0.2 --gpus 8 --tls ~/rlforge-tls",
      {{"--gpus", "--cpus", "--memory-gb", "--node-id", "--log-level", "--log-format", "--tls",
-       "--heartbeat-ms", "--dead-after-ms"},
+       "--heartbeat-ms", "--dead-after-ms", "--head-grace-ms"},
       true},
      run_node}};
 

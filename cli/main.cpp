@@ -31,6 +31,10 @@ const std::map<std::string, std::pair<std::string, std::string>>& node_option_he
       {"--tls", {"directory with the cluster's TLS files (rlforge head --init-tls DIR)", ""}},
       {"--heartbeat-ms", {"heartbeat interval between cluster processes, ms", "200"}},
       {"--dead-after-ms", {"a peer silent this long is declared dead, ms", "1000"}},
+      {"--head-grace-ms",
+       {"how long nodes keep their ranks while the head is away, and a restarted head waits "
+        "for its nodes and drivers, ms (0 = not at all)",
+        "30000"}},
   };
   return help;
 }

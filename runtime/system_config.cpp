@@ -61,7 +61,9 @@ system_config::system_config() {
     .add(cluster, "cluster", "HOST:PORT of a cluster head to attach to (empty: embedded)")
     .add(tls_dir, "tls", "directory with the cluster's ca.pem, cert.pem and key.pem")
     .add(heartbeat_ms, "heartbeat-ms", "heartbeat interval of cluster connections in ms")
-    .add(dead_after_ms, "dead-after-ms", "silence in ms after which a cluster peer is dead");
+    .add(dead_after_ms, "dead-after-ms", "silence in ms after which a cluster peer is dead")
+    .add(head_grace_ms, "head-grace-ms",
+         "ms nodes keep their ranks and drivers wait while the head is away");
 }
 
 void system_config::enable_cluster_transport() {
@@ -105,6 +107,8 @@ caf::error system_config::apply_environment() {
     return err;
   if (auto err = read_env("RLFORGE_DEAD_AFTER_MS", dead_after_ms))
     return err;
+  if (auto err = read_env("RLFORGE_HEAD_GRACE_MS", head_grace_ms))
+    return err;
   if (auto err = read_env("RLFORGE_LOG_FORMAT", log_format))
     return err;
   return caf::none;
@@ -116,7 +120,8 @@ caf::error system_config::parse_args(std::vector<std::string> args) {
   // Short forms of rlforge's options: `--gpus=4` / `--gpus 4` mean `--rlforge.gpus=4`.
   static const char* short_names[] = {"gpus",         "cpus",      "memory-gb", "node-id",
                                       "pg-timeout",   "call-timeout", "log-level", "log-format",
-                                      "cluster", "tls", "heartbeat-ms", "dead-after-ms"};
+                                      "cluster", "tls", "heartbeat-ms", "dead-after-ms",
+                                      "head-grace-ms"};
   std::vector<std::string> rewritten;
   for (size_t i = 0; i < args.size(); ++i) {
     auto arg = args[i];
@@ -181,6 +186,8 @@ caf::error system_config::validate() const {
   if (dead_after_ms < 2 * heartbeat_ms || dead_after_ms > 600000)
     return bad("dead-after-ms must be at least twice heartbeat-ms (" + std::to_string(heartbeat_ms)
                + ") and at most 600000, got " + std::to_string(dead_after_ms));
+  if (head_grace_ms < 0 || head_grace_ms > 3600000)
+    return bad("head-grace-ms must be in 0..3600000, got " + std::to_string(head_grace_ms));
   if (auto why = check_log_level(log_level); !why.empty())
     return bad(why);
   if (auto why = check_log_format(log_format); !why.empty())

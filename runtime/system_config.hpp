@@ -72,6 +72,10 @@ public:
   int64_t heartbeat_ms = 200;
   /// A cluster peer silent for this long is declared dead (its connection closed), in ms.
   int64_t dead_after_ms = 1000;
+  /// How long a node keeps its ranks and a driver waits for the head while the head is away,
+  /// and how long a head restarted from its state file waits for its nodes and drivers, in ms
+  /// (0: a node stops its ranks and a driver gives up at once).
+  int64_t head_grace_ms = 30000;
 
   /// Turns on what cluster connections need: CAF's heartbeats and connection timeout from
   /// `heartbeat_ms` / `dead_after_ms`. Called by `parse_args` when `cluster` is set and by the

@@ -37,7 +37,9 @@ protected:
     ASSERT_FALSE(node_cfg_.parse_args({}));
     head_sys_ = std::make_unique<caf::actor_system>(head_cfg_);
     node_sys_ = std::make_unique<caf::actor_system>(node_cfg_);
-    head_ = spawn_head(*head_sys_, {});
+    auto head = spawn_head(*head_sys_, {});
+    ASSERT_TRUE(head) << head_sys_->render(head.error());
+    head_ = *head;
     auto port = runtime::publish_actor(*head_sys_, head_, 0, "127.0.0.1");
     ASSERT_TRUE(port) << head_sys_->render(port.error());
     port_ = *port;

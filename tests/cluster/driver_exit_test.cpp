@@ -35,9 +35,11 @@ std::pair<std::string, std::string> wait_for_layout(child_process& job) {
 /// A head, nodes n1 and n2, and the GRPO job on them, started: `layout` is (the policy's node,
 /// the engines' node), empty when the job never printed its opening line.
 struct job_on_two_nodes {
-  explicit job_on_two_nodes(const std::string& tag) : cluster{tag} {
-    cluster.add_node("n1", 1, 2);
-    cluster.add_node("n2", 1, 2);
+  /// `node_args` go to both nodes.
+  explicit job_on_two_nodes(const std::string& tag, std::vector<std::string> node_args = {})
+    : cluster{tag} {
+    cluster.add_node("n1", 1, 2, node_args);
+    cluster.add_node("n2", 1, 2, node_args);
     grpo = std::make_unique<child_process>(job(cluster, "job"), cluster.dir() + "/job.log",
                                            passive_omp);
     layout = wait_for_layout(*grpo);
@@ -105,7 +107,8 @@ TEST(ClusterDriverExits, ADriverWhoseTrainerNodeHangsExitsCleanlyEveryTime) {
 }
 
 TEST(ClusterDriverExits, AKilledHeadIsNamedAsTheCause) {
-  job_on_two_nodes run{"killed_head"};
+  // Nodes without a head grace stop the job's ranks as soon as the head is gone.
+  job_on_two_nodes run{"killed_head", {"--head-grace-ms", "0"}};
   auto& cluster = run.cluster;
   auto& grpo = *run.grpo;
   ASSERT_FALSE(run.layout.first.empty()) << grpo.log() << cluster.logs();

@@ -329,9 +329,10 @@ TEST(ClusterFailures, AKilledDriverLeavesNoRanksOrReservationsBehind) {
 }
 
 TEST(ClusterFailures, AKilledHeadStopsTheRanksAndTheNodesRejoinItsSuccessor) {
+  // Without a head grace the nodes stop their ranks at once (head_restart_test.cpp: with one).
   test_cluster cluster{"head"};
-  cluster.add_node("n1", 1, 1);
-  cluster.add_node("n2", 1, 1);
+  cluster.add_node("n1", 1, 1, {"--head-grace-ms", "0"});
+  cluster.add_node("n2", 1, 1, {"--head-grace-ms", "0"});
   {
     test_driver driver{cluster.endpoint()};
     ASSERT_TRUE(driver.error().empty()) << driver.error();

@@ -113,6 +113,17 @@ TEST(ClusterConfig, ClusterOptionsAreCheckedAndTlsLoadsTheOpensslModule) {
   }
   {
     system_config cfg;
+    ASSERT_FALSE(cfg.parse_args({}));
+    EXPECT_EQ(cfg.head_grace_ms, 30000);
+    ASSERT_FALSE(cfg.parse_args({"--head-grace-ms", "0"}));
+    EXPECT_EQ(cfg.head_grace_ms, 0);
+    auto err = cfg.parse_args({"--head-grace-ms", "3600001"});
+    ASSERT_TRUE(err);
+    EXPECT_NE(message_of(err).find("head-grace-ms must be in 0..3600000, got 3600001"),
+              std::string::npos);
+  }
+  {
+    system_config cfg;
     auto err = cfg.parse_args({"--tls", "/nonexistent/rlforge-tls"});
     ASSERT_TRUE(err);
     EXPECT_NE(message_of(err).find("/nonexistent/rlforge-tls/ca.pem"), std::string::npos)
