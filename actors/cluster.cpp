@@ -43,6 +43,12 @@ struct session_state {
   std::string lost; ///< why the head is gone (empty while it is there)
   /// Since when the head is away while the session tries to attach again (within the grace).
   std::optional<std::chrono::steady_clock::time_point> away_since;
+  caf::node_id lost_node; ///< the lost head's node
+  int attempts = 0;        ///< attempts to attach again under way
+
+  /// Idempotent requests that came while the head was away: sent once it is back, or answered
+  /// with the loss when it is not.
+  std::vector<std::pair<caf::response_promise, caf::message>> held;
   static const char* name;
 };
 
@@ -62,16 +68,19 @@ caf::error head_lost(const session_state& st) {
 }
 
 /// One attempt to attach `session` to the head again, off the session's thread (connecting
-/// blocks): tells the session how it went.
-void try_attach_again(caf::actor_system& sys, caf::actor session, session_args args) {
-  sys.spawn([session, args](caf::blocking_actor* self) {
+/// blocks): tells the session how it went. `lost` is the lost head's node: CAF may hand back its
+/// proxy while the old connection is torn down, and a request to it would only time out.
+void try_attach_again(caf::actor_system& sys, caf::actor session, session_args args,
+                      caf::node_id lost) {
+  sys.spawn([session, args, lost](caf::blocking_actor* self) {
     auto head = runtime::connect_actor<head_actor>(self->system(), args.at,
                                                    "the cluster head at " + args.endpoint);
-    if (!head) {
-      self->send(session, reattach_failed_atom::value, self->system().render(head.error()));
+    if (!head || head->node() == lost) {
+      self->send(session, reattach_failed_atom::value,
+                 head ? std::string{"still the lost head"} : self->system().render(head.error()));
       return;
     }
-    self->request(*head, std::chrono::seconds(15), attach_atom::value, args.hello, session)
+    self->request(*head, std::chrono::seconds(3), attach_atom::value, args.hello, session)
       .receive(
         [&](join_reply& r) {
           self->send(session, reattached_atom::value, caf::actor_cast<caf::actor>(*head),
@@ -84,16 +93,32 @@ void try_attach_again(caf::actor_system& sys, caf::actor session, session_args a
 }
 
 /// Forwards a request to the head, which answers the original requester directly (within the
-/// requester's own deadline); once the head is lost, answers a clear error instead.
+/// requester's own deadline); once the head is lost, answers a clear error instead, except
+/// that an `idempotent` request (a read) waits while the session tries to attach again.
 template <class... Ts>
-caf::response_promise forward(session_ptr self, Ts&&... xs) {
+caf::response_promise forward(session_ptr self, bool idempotent, Ts&&... xs) {
   auto promise = self->make_response_promise();
   auto& st = self->state;
-  if (!st.lost.empty())
-    promise.deliver(head_lost(st));
-  else
+  if (st.lost.empty())
     promise.delegate(caf::actor_cast<caf::actor>(st.head), std::forward<Ts>(xs)...);
+  else if (idempotent && st.away_since)
+    st.held.emplace_back(promise, caf::make_message(std::forward<Ts>(xs)...));
+  else
+    promise.deliver(head_lost(st));
   return promise;
+}
+
+/// The held requests go to the head that is back, or get the loss.
+void release_held(session_ptr self) {
+  auto& st = self->state;
+  auto held = std::move(st.held);
+  st.held.clear();
+  for (auto& [promise, msg] : held) {
+    if (st.lost.empty())
+      promise.delegate(caf::actor_cast<caf::actor>(st.head), std::move(msg));
+    else
+      promise.deliver(head_lost(st));
+  }
 }
 
 caf::behavior session(session_ptr self, head_actor head, session_args args) {
@@ -106,6 +131,7 @@ caf::behavior session(session_ptr self, head_actor head, session_args args) {
     if (!st.head || dm.source != st.head.address())
       return;
     st.lost = self->system().render(dm.reason);
+    st.lost_node = st.head.node();
     st.head = head_actor{};
     runtime::logger("actors.cluster")->error("head_lost endpoint={} reason={} grace_ms={}",
                                              st.args.endpoint, st.lost, st.args.grace.count());
@@ -125,17 +151,27 @@ caf::behavior session(session_ptr self, head_actor head, session_args args) {
         runtime::logger("actors.cluster")
             ->error("head_not_back endpoint={} grace_ms={}", st.args.endpoint,
                     st.args.grace.count());
+        release_held(self);
         return;
       }
-      try_attach_again(self->system(), caf::actor_cast<caf::actor>(self), st.args);
+      // A new attempt every 300 ms, a few at once: a handshake CAF lets stall (it drops a new
+      // connection its heartbeat finds silent only after the connection timeout) does not hold
+      // the others back.
+      if (st.attempts < 4) {
+        ++st.attempts;
+        try_attach_again(self->system(), caf::actor_cast<caf::actor>(self), st.args,
+                         st.lost_node);
+      }
+      self->delayed_send(self, std::chrono::milliseconds(300), reattach_atom::value);
     },
     [=](reattach_failed_atom, const std::string& why) {
+      --self->state.attempts;
       runtime::logger("actors.cluster")
           ->info("head_still_away endpoint={} error={}", self->state.args.endpoint, why);
-      self->delayed_send(self, std::chrono::milliseconds(300), reattach_atom::value);
     },
     [=](reattached_atom, const caf::actor& head, const std::string& cluster_id) {
       auto& st = self->state;
+      --st.attempts;
       if (!st.away_since)
         return;
       st.away_since.reset();
@@ -145,6 +181,7 @@ caf::behavior session(session_ptr self, head_actor head, session_args args) {
         runtime::logger("actors.cluster")
             ->error("head_back_as_another_cluster endpoint={} cluster={} was={}",
                     st.args.endpoint, cluster_id, st.cluster_id);
+        release_held(self);
         return;
       }
       st.head = caf::actor_cast<head_actor>(head);
@@ -153,6 +190,7 @@ caf::behavior session(session_ptr self, head_actor head, session_args args) {
       runtime::logger("actors.cluster")
           ->warn("head_back endpoint={} cluster={} driver={}", st.args.endpoint, cluster_id,
                  st.args.hello.driver_id);
+      release_held(self);
     },
     [=](caf::get_atom) -> caf::result<caf::actor, std::string, std::string> {
       auto& st = self->state;
@@ -160,26 +198,28 @@ caf::behavior session(session_ptr self, head_actor head, session_args args) {
         return head_lost(st);
       return {caf::actor_cast<caf::actor>(st.head), st.args.hello.driver_id, st.args.endpoint};
     },
+    // Changes fail at once while the head is away (the caller decides whether to do them
+    // again); reads wait for it.
     [=](pg_create_atom, const placement_group_request& req) {
-      return forward(self, pg_create_atom::value, req);
+      return forward(self, false, pg_create_atom::value, req);
     },
     [=](pg_remove_atom, const std::string& name) {
-      return forward(self, pg_remove_atom::value, name);
+      return forward(self, false, pg_remove_atom::value, name);
     },
     [=](pg_get_atom, const std::string& name) {
-      return forward(self, pg_get_atom::value, name);
+      return forward(self, true, pg_get_atom::value, name);
     },
-    [=](pg_table_atom) { return forward(self, pg_table_atom::value); },
+    [=](pg_table_atom) { return forward(self, true, pg_table_atom::value); },
     [=](reserve_atom, const std::string& group, uint32_t bundle, const resource_amounts& r) {
-      return forward(self, reserve_atom::value, group, bundle, r);
+      return forward(self, false, reserve_atom::value, group, bundle, r);
     },
     [=](release_atom, const std::string& group, uint64_t id) {
-      return forward(self, release_atom::value, group, id);
+      return forward(self, false, release_atom::value, group, id);
     },
     [=](lookup_atom, const std::string& node) {
-      return forward(self, lookup_atom::value, node);
+      return forward(self, true, lookup_atom::value, node);
     },
-    [=](cluster_status_atom) { return forward(self, cluster_status_atom::value); },
+    [=](cluster_status_atom) { return forward(self, true, cluster_status_atom::value); },
     [=](group_up_atom, const group_record& record) {
       auto& st = self->state;
       if (st.lost.empty())

@@ -34,8 +34,9 @@ struct cluster_session_info {
 /// off its own thread, under the same driver id) for `cfg.head_grace_ms`: a head restarted from
 /// its state file takes it back and everything goes on. Meanwhile, and for good when the head
 /// does not come back or comes back as another cluster (restarted without its state file), the
-/// calls it forwards fail at once with an error saying that the head at HOST:PORT is lost and
-/// why.
+/// changes it forwards (placement group create/remove, reserve/release) fail at once with an
+/// error saying that the head at HOST:PORT is lost and why; reads (placement group get and
+/// table, node lookup, status) wait while it tries, and go to the head once it is back.
 caf::expected<caf::actor> attach_cluster(caf::actor_system& sys,
                                          const runtime::system_config& cfg);
 

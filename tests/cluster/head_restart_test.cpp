@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <set>
 
 #include <caf/all.hpp>
@@ -54,7 +55,7 @@ TEST(ClusterHeadRestart, AJobGoesOnThroughAHeadRestartAndHealsThroughTheNewHead)
     cluster.add_node(id, 1, 2);
   const std::string metrics = cluster.dir() + "/job.jsonl";
   child_process grpo(grpo_split_job(cluster, "job",
-                                    {"--steps", "60", "--prompts", "16", "--group", "4",
+                                    {"--steps", "150", "--prompts", "16", "--group", "4",
                                      "--sft-steps", "40", "--held-out", "20", "--max-restarts",
                                      "1"}),
                      cluster.dir() + "/job.log", passive_omp);
@@ -63,8 +64,28 @@ TEST(ClusterHeadRestart, AJobGoesOnThroughAHeadRestartAndHealsThroughTheNewHead)
   wait_for_records(metrics, 3, grpo);
   ASSERT_TRUE(grpo.running()) << grpo.log();
 
-  // kill -9 of the head, and a new one on the same port and state file.
+  // kill -9 of the head, and a new one on the same port and state file. A read made while
+  // the head is away waits for it; a change fails at once, saying so.
+  test_driver reader{cluster.endpoint()};
+  ASSERT_TRUE(reader.error().empty()) << reader.error();
+  cluster.head().kill();
+  std::string why; // once the driver's session has seen the loss
+  for (int i = 0; i < 100 && why.find("waiting up to") == std::string::npos; ++i) {
+    auto change = reader.pgs().create({"x", {{{"CPU", 1}}}, "pack", 5});
+    ASSERT_FALSE(change);
+    why = error_message(change.error());
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_NE(why.find("the cluster head at " + cluster.endpoint() + " is lost"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("waiting up to"), std::string::npos) << why;
+  auto read = std::async(std::launch::async, [&] { return reader.pgs().get("training"); });
+  std::this_thread::sleep_for(200ms); // the read is held by the session
   cluster.restart_head();
+  auto got = read.get();
+  ASSERT_TRUE(got) << reader.sys().render(got.error());
+  EXPECT_EQ(got->bundles.size(), 1u);
   EXPECT_TRUE(cluster.head().wait_for_log("state_restored", 30s)) << cluster.logs();
   EXPECT_TRUE(cluster.head().wait_for_log("driver_attached_again", 30s))
       << cluster.logs() << grpo.log();
@@ -98,7 +119,7 @@ TEST(ClusterHeadRestart, AJobGoesOnThroughAHeadRestartAndHealsThroughTheNewHead)
   ASSERT_TRUE(rc.has_value()) << grpo.log();
   EXPECT_EQ(*rc, 0) << grpo.log() << cluster.logs();
   auto rs = read_jsonl(metrics);
-  EXPECT_EQ(rs.size(), 60u) << grpo.log();
+  EXPECT_EQ(rs.size(), 150u) << grpo.log();
   int recoveries = 0;
   for (auto& r : rs)
     if (r.contains("recoveries"))
