@@ -44,7 +44,7 @@ head_store::head_store(const std::string& path) : path_(path), impl_(std::make_u
   if (sqlite3_open(path.c_str(), &impl_->db) != SQLITE_OK)
     fail(impl_->db, path_, "cannot open it");
   const char* schema =
-      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+      "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;"
       "CREATE TABLE IF NOT EXISTS registry (id INTEGER PRIMARY KEY CHECK (id = 1), body BLOB);"
       "CREATE TABLE IF NOT EXISTS placement_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
       "kind TEXT NOT NULL, args BLOB NOT NULL);";

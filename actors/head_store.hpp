@@ -7,8 +7,8 @@
 // placements and the same reservation ids.
 //
 // Ownership: the head actor owns its store and is its only user (not thread-safe). Every write
-// is committed before it returns (SQLite WAL, synchronous NORMAL): a head killed at any moment
-// restarts from its last completed change.
+// is committed and synced before it returns (a rollback journal, no write-ahead log: the state
+// is the one file); a head killed at any moment restarts from its last completed change.
 #include <cstdint>
 #include <map>
 #include <memory>

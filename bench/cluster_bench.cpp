@@ -610,7 +610,9 @@ recovery_run recover_once(const std::string& role, int sig, int rep) {
 /// kill to the driver's status answered by the new head, and to every node joined again.
 std::pair<double, double> head_restart_once(int rep) {
   const std::string tag = "bench_head_restart_" + std::to_string(rep);
-  const std::string state = (std::filesystem::temp_directory_path() / (tag + ".db")).string();
+  const std::string state =
+      (std::filesystem::temp_directory_path() / (tag + "_" + std::to_string(::getpid()) + ".db"))
+          .string();
   std::filesystem::remove(state);
   const std::vector<std::string> beats{"--heartbeat-ms", "200", "--dead-after-ms", "1000"};
   auto head_args = beats;

@@ -430,6 +430,12 @@ parse_result parse_options(const std::vector<std::string>& args) {
               "device, so generation cannot overlap training";
     return r;
   }
+  if (o.mode == "fully_async" && o.max_staleness == 0) {
+    r.error = "--mode fully_async with --max-staleness 0 can train on nothing generated ahead "
+              "(every rollout that saw a weight update is dropped); use --mode one_step_off "
+              "(one batch ahead) or --mode sync";
+    return r;
+  }
   if (o.max_restarts > 0 && o.placement != "split") {
     r.error = "--max-restarts needs --placement split: the engines are replaced in a placement "
               "group of their own";

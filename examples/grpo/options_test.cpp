@@ -258,3 +258,18 @@ TEST(GrpoOptions, AFlagGivenTwiceTakesItsLastValue) {
   EXPECT_THAT(parse_options({"--steps", "30", "--steps", "0"}).error,
               HasSubstr("--steps must be an integer in [1,"));
 }
+
+TEST(GrpoOptions, FullyAsyncWithAStalenessBoundOfZeroIsRefusedNamingTheModesThatFit) {
+  auto o = parse_options({"--mode", "fully_async", "--placement", "split", "--max-staleness",
+                          "0"});
+  EXPECT_THAT(o.error, HasSubstr("--mode fully_async with --max-staleness 0"));
+  EXPECT_THAT(o.error, HasSubstr("use --mode one_step_off"));
+  EXPECT_THAT(o.error, HasSubstr("--mode sync"));
+  // A bound of 1 or more is fine, and so is 0 in the other modes.
+  EXPECT_TRUE(parse_options({"--mode", "fully_async", "--placement", "split", "--max-staleness",
+                             "1"})
+                  .error.empty());
+  EXPECT_TRUE(parse_options({"--mode", "one_step_off", "--placement", "split",
+                             "--max-staleness", "0"})
+                  .error.empty());
+}

@@ -90,9 +90,10 @@ TEST(HeadStore, TheRegistryAndTheLogReadBackAsWritten) {
   ASSERT_FALSE(source(group, id));
   EXPECT_EQ(group, "training");
   EXPECT_EQ(id, 1u);
+  // One file: no write-ahead log or shared-memory file beside it.
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  EXPECT_FALSE(std::filesystem::exists(path + "-shm"));
   std::filesystem::remove(path);
-  std::filesystem::remove(path + "-wal");
-  std::filesystem::remove(path + "-shm");
 }
 
 TEST(HeadStore, WhatIsNotAStateFileIsRefusedNamingIt) {

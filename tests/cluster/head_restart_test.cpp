@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -48,14 +49,15 @@ bool wait_for_count(child_process& process, const std::string& text, int times) 
 } // namespace
 
 TEST(ClusterHeadRestart, AJobGoesOnThroughAHeadRestartAndHealsThroughTheNewHead) {
-  const std::string state = ::testing::TempDir() + "/head_restart_state.db";
+  const std::string state =
+      ::testing::TempDir() + "/head_restart_" + std::to_string(::getpid()) + ".db";
   std::filesystem::remove(state);
   test_cluster cluster{"head_restart", {"--state", state}};
   for (auto id : {"n1", "n2", "n3"})
     cluster.add_node(id, 1, 2);
   const std::string metrics = cluster.dir() + "/job.jsonl";
   child_process grpo(grpo_split_job(cluster, "job",
-                                    {"--steps", "150", "--prompts", "16", "--group", "4",
+                                    {"--steps", "300", "--prompts", "16", "--group", "4",
                                      "--sft-steps", "40", "--held-out", "20", "--max-restarts",
                                      "1"}),
                      cluster.dir() + "/job.log", passive_omp);
@@ -119,7 +121,7 @@ TEST(ClusterHeadRestart, AJobGoesOnThroughAHeadRestartAndHealsThroughTheNewHead)
   ASSERT_TRUE(rc.has_value()) << grpo.log();
   EXPECT_EQ(*rc, 0) << grpo.log() << cluster.logs();
   auto rs = read_jsonl(metrics);
-  EXPECT_EQ(rs.size(), 150u) << grpo.log();
+  EXPECT_EQ(rs.size(), 300u) << grpo.log();
   int recoveries = 0;
   for (auto& r : rs)
     if (r.contains("recoveries"))
