@@ -127,6 +127,20 @@ TEST(ClusterHeadRestart, AJobGoesOnThroughAHeadRestartAndHealsThroughTheNewHead)
     if (r.contains("recoveries"))
       recoveries += static_cast<int>(r["recoveries"].size());
   EXPECT_EQ(recoveries, 1) << grpo.log();
+  // The replayed placement table matched the old one operation for operation (every
+  // reservation got its old id back), and the job's end freed everything it held.
+  EXPECT_EQ(cluster.head().log().find("state_replay"), std::string::npos) << cluster.head().log();
+  EXPECT_TRUE(eventually([&] { return reader.status(); },
+                         [](const nlohmann::json& s) {
+                           if (!s["placement_groups"].empty() || !s["actor_groups"].empty())
+                             return false;
+                           for (auto& n : s["nodes"])
+                             if (n["alive"] == true && n["available"]["GPU"] != n["total"]["GPU"])
+                               return false;
+                           return true;
+                         },
+                         20s))
+      << reader.status().dump(2);
   std::filesystem::remove(state);
 }
 
