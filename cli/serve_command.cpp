@@ -18,7 +18,9 @@
 
 #include <caf/actor_system.hpp>
 
+#include "actors/cluster.hpp"
 #include "actors/dispatcher_backend.hpp"
+#include "actors/placement_manager.hpp"
 #include "actors/engine.hpp"
 #include "actors/tinker_backend.hpp"
 #include "actors/worker.hpp"
@@ -66,8 +68,12 @@ struct serve_backend {
 };
 
 /// Builds the backend: the one call that names the implementation (the dispatcher backend over
-/// an in-process actor system: one actor group per model, engines for sampling). Throws
-/// `tinker::request_error` naming the base model directory when it cannot be loaded.
+/// an in-process actor system: one actor group per model, engines for sampling). With
+/// `--cluster HOST:PORT` the service attaches to that cluster as a driver and its models' ranks
+/// run on a node of it: one placement group ("rlforge-serve", one bundle of `--threads` CPUs),
+/// every model's group and engines in it; the head frees it when the service ends. Throws
+/// `tinker::request_error` naming the base model directory when it cannot be loaded, and
+/// `tinker::fail_server` naming the cluster when it cannot be reached or has no room.
 serve_backend make_backend(const serve_config& c) {
   actors::register_worker_kinds();
   actors::register_engine_kind();
@@ -83,6 +89,19 @@ serve_backend make_backend(const serve_config& c) {
   o.batch_invariant = c.batch_invariant;
   o.max_tokens_per_micro_batch = c.max_tokens_per_micro_batch;
   o.max_sampler_snapshots = c.max_sampler_snapshots;
+  if (!b.cfg->cluster.empty()) {
+    auto manager = actors::placement_manager_for(*b.sys, *b.cfg, std::chrono::seconds(60));
+    if (!manager)
+      tinker::fail_server("--cluster: " + b.sys->render(manager.error()));
+    actors::placement_client pgs{*b.sys, *manager};
+    auto pg = pgs.create({"rlforge-serve", {{{"CPU", static_cast<double>(c.threads)}}}, "pack",
+                          60});
+    if (!pg)
+      tinker::fail_server("--cluster: no room for the service's models: " +
+                          b.sys->render(pg.error()));
+    o.placement = *pg;
+    o.placement_manager = *manager;
+  }
   b.backend = std::make_unique<actors::dispatcher_backend>(*b.sys, o);
   return b;
 }
@@ -202,7 +221,9 @@ const command_registrar reg{
       switch_flag("--insecure-no-auth", "serve without an API key (development only)"),
       optional_flag("--api-key", "refused: the key comes from RLFORGE_API_KEY, never argv")},
      "RLFORGE_API_KEY=tml-key rlforge serve --base-model /tmp/base --port 8000",
-     {{"--log-level", "--log-format"}, false},
+     {{"--log-level", "--log-format", "--cluster", "--tls", "--heartbeat-ms", "--dead-after-ms",
+       "--head-grace-ms"},
+      false},
      run_serve}};
 
 } // namespace

@@ -3,12 +3,18 @@
 // that node's process; training, sampler snapshots and sampling work as on one node.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <cstdlib>
+
 #include <caf/all.hpp>
+#include <nlohmann/json.hpp>
 
 #include "actors/dispatcher_backend.hpp"
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/model_config.hpp"
 #include "runtime/cluster_protocol.hpp"
+#include "service/tinker_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
 #include "tinker/error.hpp"
 
@@ -105,4 +111,63 @@ TEST(ClusterService, TheTinkerBackendTrainsAndSamplesOnANode) {
                          },
                          10s))
     << driver.status().dump(2);
+}
+
+// `rlforge serve --cluster`: the service attaches to the cluster as a driver and its models'
+// ranks run on a node (placement group "rlforge-serve"); training through HTTP works as on one
+// machine. When that node dies, the next call's future fails with an error naming the node:
+// no future stays pending. (Re-placing the model is not done yet: README.)
+TEST(ClusterService, RlforgeServeRunsItsModelsOnANodeAndNoFutureOutlivesTheNode) {
+  test_cluster cluster{"serve_cli"};
+  cluster.add_node("n1", 1, 2);
+  auto base = cluster.dir() + "/base";
+  backends::causal_lm::random(backends::preset("tiny"), 7)->save_hf(base);
+  std::vector<std::string> argv{rlforge_binary(), "serve", "--base-model", base, "--port", "0",
+                                "--db", cluster.dir() + "/serve.db", "--checkpoint-dir",
+                                cluster.dir() + "/checkpoints", "--insecure-no-auth",
+                                "--cluster", cluster.endpoint()};
+  argv.insert(argv.end(), tolerant_heartbeats.begin(), tolerant_heartbeats.end());
+  child_process serve(argv, cluster.dir() + "/serve.log", passive_omp);
+  ASSERT_TRUE(serve.wait_for_log("http://127.0.0.1:", 120s)) << serve.log() << cluster.logs();
+  const auto log = serve.log();
+  const int port = std::atoi(log.c_str() + log.find("http://127.0.0.1:") + 17);
+  service::tinker_client client("127.0.0.1", port, "");
+  tk::forward_backward_request req;
+  req.loss_fn = "cross_entropy";
+  req.data = {next_tokens({1, 5, 9, 13, 17, 21}), next_tokens({2, 4, 6, 8, 10})};
+  try {
+    auto session = client.create_session();
+    tk::lora_config lora;
+    lora.rank = 4;
+    req.model_id = client.create_model(session, 0, "base", lora);
+    req.seq_id = 1;
+    auto out = client.forward_backward(req);
+    EXPECT_EQ(out.loss_fn_outputs.size(), 2u);
+  } catch (const service::client_error& e) {
+    FAIL() << e.what() << "\n" << serve.log() << cluster.logs();
+  }
+  // The service's placement group and its model's group are on the node.
+  test_driver observer{cluster.endpoint()};
+  ASSERT_TRUE(observer.error().empty()) << observer.error();
+  auto s = observer.status();
+  bool placed = false;
+  for (auto& g : s["placement_groups"])
+    placed = placed || (g["name"] == "rlforge-serve" && g["state"] == "placed");
+  EXPECT_TRUE(placed) << s.dump(2);
+  EXPECT_FALSE(s["actor_groups"].empty()) << s.dump(2);
+  for (auto& g : s["actor_groups"])
+    EXPECT_EQ(g["rank_nodes"], nlohmann::json::array({"n1"})) << s.dump(2);
+
+  cluster.node("n1").signal(SIGKILL);
+  req.seq_id = 2;
+  try {
+    client.forward_backward(req);
+    ADD_FAILURE() << "a call on a dead node succeeded";
+  } catch (const service::client_error& e) {
+    // A failed future (or a refusal), not a timeout of the client's wait.
+    EXPECT_NE(e.status(), 408) << e.what();
+    EXPECT_NE(std::string{e.what()}.find("n1"), std::string::npos) << e.what();
+    std::printf("[ said     ] %s\n", e.what());
+  }
+  serve.kill();
 }
