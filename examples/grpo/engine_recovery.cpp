@@ -26,10 +26,10 @@ caf::expected<std::string> engine_recovery::replace() {
   auto& sys = or_die_.sys;
   engines_.stop();
   auto placed = replace_groups(
-      or_die_, pgs_, split_engines::placement_group, split_engines::bundle(),
+      or_die_, pgs_, split_layout::generation, split_layout::bundle(),
       [&](const placement_group_info& pg) {
         return std::vector<actors::group_spec>{role_group_spec(
-            manager_, pg, "engines", "engine", false, split_engines::gpu_per_rank)};
+            manager_, pg, "engines", "engine", false, split_layout::engine_gpu_per_rank)};
       },
       timeout_s_, "engine recovery: no engines");
   if (!placed)

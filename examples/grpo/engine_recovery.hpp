@@ -27,18 +27,9 @@ struct fatal_errors;
 
 namespace rlforge::examples::grpo {
 
-/// Where placement "split" puts the engines: placement group "generation" of one bundle, one
-/// engine rank holding all of it. The job places them so at start, a recovery again.
-struct split_engines {
-  static constexpr const char* placement_group = "generation";
-  static constexpr double gpu_per_rank = 1.0;
-  /// The bundle (every split placement group has one: "training" too).
-  static resource_amounts bundle() { return {{"GPU", 1.0}, {"CPU", 1.0}}; }
-};
-
 class engine_recovery {
 public:
-  /// `engines` is the job's handle to its engine group (placed as `split_engines` says, role
+  /// `engines` is the job's handle to its engine group (placed as `split_layout` says, role
   /// "engines"); `model` what they are initialized with before the weight sync.
   engine_recovery(const fatal_errors& or_die, actors::trainer_client& client,
                   actors::placement_client& pgs, caf::actor manager,

@@ -1,7 +1,8 @@
 #pragma once
-// What the GRPO job's recoveries share (engine_recovery.hpp, trainer_recovery.hpp): the budget
-// of restarts (--max-restarts) and placing a lost placement group again with its actor groups.
-// Driver's main thread only.
+// What the GRPO job's start and its recoveries share (engine_recovery.hpp,
+// trainer_recovery.hpp): where placement "split" puts each role, the budget of restarts
+// (--max-restarts) and placing a lost placement group again with its actor groups. Driver's main
+// thread only.
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,6 +17,18 @@ struct fatal_errors;
 }
 
 namespace rlforge::examples::grpo {
+
+/// Where placement "split" puts each role: two placement groups of one bundle each, "training"
+/// (the policy's rank and the reference's, at half of its GPU each) and "generation" (one
+/// engine rank holding all of it). The job places them so at start, a recovery again.
+struct split_layout {
+  static constexpr const char* training = "training";
+  static constexpr const char* generation = "generation";
+  static constexpr double trainer_gpu_per_rank = 0.5;
+  static constexpr double engine_gpu_per_rank = 1.0;
+  /// The bundle of either placement group.
+  static resource_amounts bundle() { return {{"GPU", 1.0}, {"CPU", 1.0}}; }
+};
 
 /// How many losses the job may still recover from, shared by both recoveries: each
 /// replacement, successful or not, spends one.

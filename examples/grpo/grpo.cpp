@@ -306,8 +306,8 @@ int run(int argc, char** argv) {
     placement_client pgs{sys, manager};
     trainer_client client{sys, or_die.dispatcher(), 300s};
 
-    using examples::grpo::split_engines;
-    const resource_amounts gpu_bundle = split_engines::bundle();
+    using examples::grpo::split_layout;
+    const resource_amounts gpu_bundle = split_layout::bundle();
     const bool split = opt.placement == "split";
     actor_group policy, ref, engines;
     if (!split) {
@@ -320,19 +320,18 @@ int run(int argc, char** argv) {
     } else {
       // Training and generation in placement groups of their own, one thread each: on one
       // 2-core node a core each, in a cluster of 1-GPU nodes a node each.
-      using examples::grpo::split_trainers;
       auto training = or_die(
-          pgs.create({split_trainers::placement_group, {gpu_bundle}, "pack", 30}),
+          pgs.create({split_layout::training, {gpu_bundle}, "pack", 30}),
           "placement group");
       auto generation = or_die(
-          pgs.create({split_engines::placement_group, {gpu_bundle}, "pack", 30}),
+          pgs.create({split_layout::generation, {gpu_bundle}, "pack", 30}),
           "placement group");
       policy = spawn_role(or_die, manager, training, "policy", "policy", true,
-                          split_trainers::gpu_per_rank);
+                          split_layout::trainer_gpu_per_rank);
       ref = spawn_role(or_die, manager, training, "ref", "ref", true,
-                       split_trainers::gpu_per_rank);
+                       split_layout::trainer_gpu_per_rank);
       engines = spawn_role(or_die, manager, generation, "engines", "engine", false,
-                           split_engines::gpu_per_rank);
+                           split_layout::engine_gpu_per_rank);
     }
     or_die(client.register_group("policy", policy), "register policy");
     or_die(client.register_group("ref", ref), "register ref");

@@ -10,7 +10,7 @@
 #include "runtime/errc.hpp"
 
 #include "../common/driver.hpp"
-#include "examples/grpo/engine_recovery.hpp"
+#include "examples/grpo/group_replacement.hpp"
 
 namespace rlforge::examples::grpo {
 
@@ -60,11 +60,11 @@ caf::expected<trainer_recovery::replaced> trainer_recovery::replace(
   policy_.stop();
   ref_.stop();
   auto placed = replace_groups(
-      or_die_, pgs_, split_trainers::placement_group, split_engines::bundle(),
+      or_die_, pgs_, split_layout::training, split_layout::bundle(),
       [&](const placement_group_info& pg) {
         return std::vector<actors::group_spec>{
-            role_group_spec(manager_, pg, "policy", "policy", true, split_trainers::gpu_per_rank),
-            role_group_spec(manager_, pg, "ref", "ref", true, split_trainers::gpu_per_rank)};
+            role_group_spec(manager_, pg, "policy", "policy", true, split_layout::trainer_gpu_per_rank),
+            role_group_spec(manager_, pg, "ref", "ref", true, split_layout::trainer_gpu_per_rank)};
       },
       opt_.recovery_timeout, "trainer recovery: no policy and reference");
   if (!placed)

@@ -30,14 +30,6 @@ struct fatal_errors;
 
 namespace rlforge::examples::grpo {
 
-/// Where placement "split" puts the trainer: placement group "training" of one bundle, the
-/// policy's rank and the reference's at half of it each. The job places them so at start, a
-/// recovery again.
-struct split_trainers {
-  static constexpr const char* placement_group = "training";
-  static constexpr double gpu_per_rank = 0.5;
-};
-
 /// The reference model's directory next to the checkpoints (written once, when the reference is
 /// made from the warm-started policy; read by --resume and by a trainer recovery).
 std::string ref_model_dir(const options& opt);
@@ -48,7 +40,7 @@ model_spec from_directory(model_spec base, const std::string& dir);
 
 class trainer_recovery {
 public:
-  /// `policy` and `ref` are the job's handles to its trainer groups (placed as `split_trainers`
+  /// `policy` and `ref` are the job's handles to its trainer groups (placed as `split_layout`
   /// says); `model` is what the policy is initialized with before the checkpoint loads, the
   /// reference coming from `ref_model_dir`.
   trainer_recovery(const fatal_errors& or_die, actors::trainer_client& client,
