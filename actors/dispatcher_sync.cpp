@@ -297,20 +297,28 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
     });
     return;
   }
-  // Pause → transfer → resume (resume also after a failed transfer).
-  steps->push_back(live_engines_step(self, "pause", caf::make_message(pause_mode), timeout_ms,
-                                     [](const caf::message&) {}));
+  // Pause → transfer → resume (resume also after a failed transfer). A failed pause or resume
+  // (an engine that died in between) is this sync's failure, and says so.
+  auto in_sync = [=](const caf::error& err, const char* doing) {
+    return with_context(self, prefix(role, "save_weights_for_sampler") + ": " + doing, err,
+                        timeout_ms);
+  };
   run_steps(steps, 0, [=](caf::error err) {
     if (err)
       return k(std::move(err));
-    transfer_step(self, role, version, timeout_ms)([=](caf::error transfer_err) {
-      all_engines_step(self, "resume", timeout_ms)([=](caf::error resume_err) {
-        if (transfer_err)
-          return k(std::move(transfer_err));
-        if (resume_err)
-          return k(std::move(resume_err));
-        self->state.weight_version = *version;
-        k(op_result{caf::make_message(*version)});
+    live_engines_step(self, "pause", caf::make_message(pause_mode), timeout_ms,
+                      [](const caf::message&) {})([=](caf::error pause_err) {
+      if (pause_err)
+        return k(in_sync(pause_err, "pausing the engines"));
+      transfer_step(self, role, version, timeout_ms)([=](caf::error transfer_err) {
+        all_engines_step(self, "resume", timeout_ms)([=](caf::error resume_err) {
+          if (transfer_err)
+            return k(std::move(transfer_err));
+          if (resume_err)
+            return k(in_sync(resume_err, "resuming the engines"));
+          self->state.weight_version = *version;
+          k(op_result{caf::make_message(*version)});
+        });
       });
     });
   });
