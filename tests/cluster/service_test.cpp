@@ -171,3 +171,23 @@ TEST(ClusterService, RlforgeServeRunsItsModelsOnANodeAndNoFutureOutlivesTheNode)
   }
   serve.kill();
 }
+
+// `rlforge serve --cluster` with a cluster it cannot use ends at once, naming what was wrong:
+// a value that is not HOST:PORT, and a port where no head listens.
+TEST(ClusterService, RlforgeServeRefusesAClusterItCannotReach) {
+  const std::string dir = ::testing::TempDir();
+  const auto base = dir + "/serve_bad_cluster_base";
+  backends::causal_lm::random(backends::preset("tiny"), 7)->save_hf(base);
+  for (const auto& [cluster, says] : std::vector<std::pair<std::string, std::string>>{
+           {"nohost", "'nohost' is not HOST:PORT"},
+           {"127.0.0.1:1", "cannot connect to the cluster head at 127.0.0.1:1"}}) {
+    child_process serve({rlforge_binary(), "serve", "--base-model", base, "--port", "0", "--db",
+                         dir + "/serve_bad_cluster.db", "--insecure-no-auth", "--cluster",
+                         cluster},
+                        dir + "/serve_bad_cluster.log", passive_omp);
+    auto rc = serve.wait_exit(60s);
+    ASSERT_TRUE(rc.has_value()) << serve.log();
+    EXPECT_NE(*rc, 0) << serve.log();
+    EXPECT_NE(serve.log().find(says), std::string::npos) << serve.log();
+  }
+}
