@@ -273,8 +273,19 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
   auto& st = self->state;
   auto engines = engine_roles(self);
   auto version = std::make_shared<int64_t>(0);
+  // A failed internal step (reading the versions, a pause or resume of an engine that died in
+  // between) is this sync's failure, and says so.
+  auto in_sync = [=](const caf::error& err, const char* doing) {
+    return with_context(self, prefix(role, "save_weights_for_sampler") + ": " + doing, err,
+                        timeout_ms);
+  };
   auto steps = std::make_shared<std::vector<step>>();
-  steps->push_back(next_version_step(self, version, least_version, timeout_ms));
+  auto versions = next_version_step(self, version, least_version, timeout_ms);
+  steps->push_back([=](done_fn done) {
+    versions([=](caf::error err) {
+      done(err ? in_sync(err, "reading the engines' weight versions") : caf::error{});
+    });
+  });
   bool colocated = st.colocated.count(role) > 0;
   if (colocated) {
     // Wake engine weights → transfer → offload the policy → wake the engines' KV cache.
@@ -297,12 +308,7 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
     });
     return;
   }
-  // Pause → transfer → resume (resume also after a failed transfer). A failed pause or resume
-  // (an engine that died in between) is this sync's failure, and says so.
-  auto in_sync = [=](const caf::error& err, const char* doing) {
-    return with_context(self, prefix(role, "save_weights_for_sampler") + ": " + doing, err,
-                        timeout_ms);
-  };
+  // Pause → transfer → resume (resume also after a failed transfer).
   run_steps(steps, 0, [=](caf::error err) {
     if (err)
       return k(std::move(err));
