@@ -1,8 +1,11 @@
 #include "actors/dispatcher_backend.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -11,11 +14,13 @@
 #include "actors/dispatcher.hpp"
 #include "actors/tinker_checkpoints.hpp"
 #include "actors/tinker_groups.hpp"
+#include "actors/tinker_healing.hpp"
 #include "actors/tinker_models.hpp"
 #include "actors/tinker_sampling.hpp"
 #include "actors/tinker_training.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/model/detokenizer.hpp"
+#include "runtime/logging.hpp"
 #include "tinker/error.hpp"
 
 namespace rlforge::actors {
@@ -29,10 +34,120 @@ struct dispatcher_backend::impl {
   tinker::model_limits limits;
   std::optional<std::string> tokenizer_id; ///< the base directory, absolute, when it has one
   std::unique_ptr<tinker_groups> groups;
+  std::unique_ptr<tinker_healing> healing;
   caf::actor dispatcher;
   std::unique_ptr<tinker_models> models;
   std::unique_ptr<tinker_sampling> sampling;
+  std::atomic<uint64_t> recovery_checkpoints{0}; ///< names them
+  std::atomic<int64_t> models_rebuilt{0};
+
+  /// Brings `m` (locked) to the current placement generation: a model spawned under an older
+  /// one (its node was lost) or whose last rebuild did not finish is rebuilt from its journal.
+  void make_current(tinker_model& m);
+
+  /// Runs `call` on model `model_id`, locked, as the call named `op`. With healing enabled, a
+  /// server error whose model rank was lost heals (tinker_healing::heal), rebuilds the model
+  /// and runs `call` again: the rebuild brings the model back to where it was before `call`.
+  /// After `call` succeeded, `entry_of(m)` (a `std::optional<journal_entry>`) is what the
+  /// model's journal records of it, and an optimizer step may write a recovery checkpoint.
+  template <class Call, class Entry>
+  auto healed(const std::string& model_id, const char* op, Call call, Entry entry_of);
+
+  /// What a call that changes no model state records.
+  static std::optional<journal_entry> nothing(tinker_model&) { return std::nullopt; }
+
+  /// After an optimizer step: every `recovery_checkpoint_every` steps, writes a recovery
+  /// checkpoint of `m` and starts its journal again from there. A failed write is logged and
+  /// keeps the journal (a longer replay, nothing lost).
+  void maybe_checkpoint(tinker_model& m);
 };
+
+void dispatcher_backend::impl::make_current(tinker_model& m) {
+  if (m.built && m.generation == groups->placement().second)
+    return;
+  const auto t0 = std::chrono::steady_clock::now();
+  models->rebuild(m);
+  const auto what = "rebuilding model '" + m.id + "'";
+  if (!m.journal.checkpoint.empty())
+    load_tinker_checkpoint(*groups, dispatcher, m, {m.journal.checkpoint, "its recovery checkpoint"},
+                           true);
+  for (const auto& e : m.journal.entries) {
+    switch (e.type) {
+    case journal_entry::kind::forward_backward:
+      tinker_forward_backward(*groups, dispatcher, m, limits, e.batch);
+      break;
+    case journal_entry::kind::optim_step:
+      tinker_optim_step(*groups, dispatcher, m, e.adam);
+      break;
+    case journal_entry::kind::load_checkpoint:
+      load_tinker_checkpoint(*groups, dispatcher, m, e.where, e.with_optimizer);
+      break;
+    case journal_entry::kind::sampler_snapshot:
+      sampling->save_snapshot(m, e.version);
+      break;
+    }
+  }
+  m.built = true;
+  ++models_rebuilt;
+  runtime::logger("actors.tinker")
+      ->warn("model_rebuilt model={} node={} from={} calls_replayed={} seconds={:.3f}", m.id,
+             node_of(m.group), m.journal.checkpoint.empty() ? "creation" : "recovery checkpoint",
+             m.journal.entries.size(),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+template <class Call, class Entry>
+auto dispatcher_backend::impl::healed(const std::string& model_id, const char* op, Call call,
+                                      Entry entry_of) {
+  auto [m, lock] = models->lock(model_id, op);
+  if (!healing->enabled())
+    return call(*m);
+  for (;;) {
+    try {
+      make_current(*m);
+      auto out = call(*m);
+      if (std::optional<journal_entry> entry = entry_of(*m)) {
+        const bool step = entry->type == journal_entry::kind::optim_step;
+        m->journal.entries.push_back(std::move(*entry));
+        if (step)
+          maybe_checkpoint(*m);
+      }
+      return out;
+    } catch (const tinker::request_error& e) {
+      if (e.category() != tinker::error_category::server || !healing->lost(m->group))
+        throw;
+      healing->heal(m->generation, node_of(m->group), std::string{op} + "(" + m->id + ")");
+    }
+  }
+}
+
+void dispatcher_backend::impl::maybe_checkpoint(tinker_model& m) {
+  auto& j = m.journal;
+  if (++j.optim_steps < opts.recovery_checkpoint_every)
+    return;
+  auto dir = fs::path(opts.recovery_dir) / ("checkpoint-" + std::to_string(++recovery_checkpoints));
+  try {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec)
+      tinker::fail_server("cannot create " + dir.string() + ": " + ec.message());
+    save_tinker_checkpoint(*groups, dispatcher, m, {dir.string(), "a recovery checkpoint"}, true,
+                           name);
+  } catch (const std::exception& e) {
+    runtime::logger("actors.tinker")
+        ->warn("recovery_checkpoint_failed model={} error={}", m.id, e.what());
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return;
+  }
+  if (!j.checkpoint.empty()) {
+    std::error_code ec;
+    fs::remove_all(j.checkpoint, ec);
+  }
+  j.checkpoint = dir.string();
+  j.entries.clear();
+  j.optim_steps = 0;
+}
 
 namespace {
 
@@ -57,6 +172,19 @@ void check_options(const dispatcher_backend_options& o) {
         std::to_string(o.max_tokens_per_micro_batch));
   if (o.compute_dtype != "fp32" && o.compute_dtype != "bf16")
     bad("compute_dtype must be fp32 or bf16, got '" + o.compute_dtype + "'");
+  if (o.max_restarts < 0)
+    bad("max_restarts must be >= 0, got " + std::to_string(o.max_restarts));
+  if (o.max_restarts > 0) {
+    if (o.recovery_dir.empty())
+      bad("max_restarts > 0 needs a recovery_dir for the recovery checkpoints");
+    if (o.recovery_checkpoint_every < 1)
+      bad("recovery_checkpoint_every must be >= 1, got " +
+          std::to_string(o.recovery_checkpoint_every));
+    if (o.recovery_timeout.count() <= 0)
+      bad("recovery_timeout must be > 0 ms, got " + std::to_string(o.recovery_timeout.count()));
+    if (o.placement_manager && o.placement_request.name.empty())
+      bad("max_restarts > 0 with a placement manager needs the placement_request to place again");
+  }
 }
 
 backends::model_config read_config(const std::string& dir) {
@@ -102,9 +230,13 @@ dispatcher_backend::dispatcher_backend(caf::actor_system& sys, dispatcher_backen
     o.placement.bundles.resize(1); // every group: one rank on bundle 0
   }
   p.groups = std::make_unique<tinker_groups>(sys, p.opts);
+  p.healing = std::make_unique<tinker_healing>(*p.groups);
   p.dispatcher = p.groups->spawn_dispatcher();
   p.models = std::make_unique<tinker_models>(*p.groups, p.dispatcher);
-  p.sampling = std::make_unique<tinker_sampling>(*p.groups, p.limits, p.name);
+  p.sampling = std::make_unique<tinker_sampling>(
+      *p.groups, *p.healing, p.limits, p.name, [&p](const std::string& model_id) {
+        p.healed(model_id, "sample", [](tinker_model&) { return 0; }, impl::nothing);
+      });
 }
 
 dispatcher_backend::~dispatcher_backend() {
@@ -127,7 +259,13 @@ bool dispatcher_backend::has_model(const std::string& model_id) {
 
 void dispatcher_backend::delete_model(const std::string& model_id) {
   auto& p = *impl_;
-  p.models->remove(model_id, [&](tinker_model& m) { p.sampling->drop_model(m.id); });
+  p.models->remove(model_id, [&](tinker_model& m) {
+    p.sampling->drop_model(m.id);
+    if (!m.journal.checkpoint.empty()) {
+      std::error_code ec;
+      fs::remove_all(m.journal.checkpoint, ec);
+    }
+  });
 }
 
 std::vector<tinker::forward_backward_output>
@@ -135,29 +273,47 @@ dispatcher_backend::forward_backward(const std::vector<tinker::forward_backward_
   auto& p = *impl_;
   if (batch.empty())
     tinker::fail_user("forward_backward: empty batch of requests");
-  auto [m, lock] = p.models->lock(batch.front().model_id,
-                                  batch.front().forward_only ? "forward" : "forward_backward");
-  return tinker_forward_backward(*p.groups, p.dispatcher, *m, p.limits, batch);
+  const bool forward_only = batch.front().forward_only;
+  return p.healed(
+      batch.front().model_id, forward_only ? "forward" : "forward_backward",
+      [&](tinker_model& m) {
+        return tinker_forward_backward(*p.groups, p.dispatcher, m, p.limits, batch);
+      },
+      [&](tinker_model&) -> std::optional<journal_entry> {
+        if (forward_only)
+          return std::nullopt;
+        return journal_entry::of_forward_backward(batch);
+      });
 }
 
 std::map<std::string, double> dispatcher_backend::optim_step(const std::string& model_id,
                                                              const tinker::adam_params& a) {
   auto& p = *impl_;
-  auto [m, lock] = p.models->lock(model_id, "optim_step");
-  return tinker_optim_step(*p.groups, p.dispatcher, *m, a);
+  return p.healed(
+      model_id, "optim_step",
+      [&](tinker_model& m) { return tinker_optim_step(*p.groups, p.dispatcher, m, a); },
+      [&](tinker_model&) { return std::optional{journal_entry::of_optim_step(a)}; });
 }
 
 int64_t dispatcher_backend::save_sampler_snapshot(const std::string& model_id) {
   auto& p = *impl_;
-  auto [m, lock] = p.models->lock(model_id, "save_weights_for_sampler");
-  return p.sampling->save_snapshot(*m);
+  int64_t version = 0;
+  return p.healed(
+      model_id, "save_weights_for_sampler",
+      [&](tinker_model& m) { return version = p.sampling->save_snapshot(m); },
+      [&](tinker_model&) { return std::optional{journal_entry::of_sampler_snapshot(version)}; });
 }
 
 void dispatcher_backend::export_sampler_weights(const std::string& model_id,
                                                 const tinker::checkpoint_ref& where) {
   auto& p = *impl_;
-  auto [m, lock] = p.models->lock(model_id, "save_weights_for_sampler");
-  export_tinker_sampler_weights(*p.groups, p.dispatcher, *m, where);
+  p.healed(
+      model_id, "save_weights_for_sampler",
+      [&](tinker_model& m) {
+        export_tinker_sampler_weights(*p.groups, p.dispatcher, m, where);
+        return 0;
+      },
+      impl::nothing);
 }
 
 std::vector<tinker::sample_response>
@@ -168,15 +324,27 @@ dispatcher_backend::sample(const std::vector<tinker::sample_request>& requests) 
 void dispatcher_backend::save_checkpoint(const std::string& model_id,
                                          const tinker::checkpoint_ref& where, bool with_optimizer) {
   auto& p = *impl_;
-  auto [m, lock] = p.models->lock(model_id, "save_checkpoint");
-  save_tinker_checkpoint(*p.groups, p.dispatcher, *m, where, with_optimizer, p.name);
+  p.healed(
+      model_id, "save_checkpoint",
+      [&](tinker_model& m) {
+        save_tinker_checkpoint(*p.groups, p.dispatcher, m, where, with_optimizer, p.name);
+        return 0;
+      },
+      impl::nothing);
 }
 
 void dispatcher_backend::load_checkpoint(const std::string& model_id,
                                          const tinker::checkpoint_ref& where, bool with_optimizer) {
   auto& p = *impl_;
-  auto [m, lock] = p.models->lock(model_id, "load_checkpoint");
-  load_tinker_checkpoint(*p.groups, p.dispatcher, *m, where, with_optimizer);
+  p.healed(
+      model_id, "load_checkpoint",
+      [&](tinker_model& m) {
+        load_tinker_checkpoint(*p.groups, p.dispatcher, m, where, with_optimizer);
+        return 0;
+      },
+      [&](tinker_model&) {
+        return std::optional{journal_entry::of_load_checkpoint(where, with_optimizer)};
+      });
 }
 
 std::string dispatcher_backend::base_model_name() const {
@@ -196,11 +364,18 @@ int64_t dispatcher_backend::vocab_size() const {
 }
 
 backend_stats dispatcher_backend::stats() {
+  backend_stats out;
   try {
-    return impl_->sampling->stats(std::chrono::seconds(5));
+    out = impl_->sampling->stats(std::chrono::seconds(5));
   } catch (const std::exception&) {
-    return {}; // a scrape must not fail the server; the next one asks again
+    // a scrape must not fail the server; the next one asks again
   }
+  for (const auto& r : impl_->healing->recoveries()) {
+    ++out.recoveries;
+    out.recovery_seconds += r.seconds;
+  }
+  out.models_rebuilt = impl_->models_rebuilt.load();
+  return out;
 }
 
 const caf::actor& dispatcher_backend::dispatcher() const {

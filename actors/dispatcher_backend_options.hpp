@@ -49,6 +49,24 @@ struct dispatcher_backend_options {
   int64_t max_tokens_per_micro_batch = 16384;
   /// Deadline of every call to the actor groups (> 0).
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
+
+  // -- healing (tinker_healing.hpp) ----------------------------------------------------------
+
+  /// Losses of a rank (its node died or hung, its actor failed) the backend recovers from; 0 =
+  /// none: a lost rank fails its model's calls (server errors naming the node).
+  int max_restarts = 0;
+  /// How to place the placement again when its node is lost (with `placement_manager`): the
+  /// request the placement was created with. Its timeout is replaced by what is left of
+  /// `recovery_timeout`.
+  placement_group_request placement_request;
+  /// How long one recovery may wait for room (> 0).
+  std::chrono::milliseconds recovery_timeout = std::chrono::seconds(120);
+  /// A model writes a recovery checkpoint (weights and optimizer) every this many optimizer
+  /// steps (≥ 1), so a recovery replays at most that many steps of its calls.
+  int64_t recovery_checkpoint_every = 10;
+  /// Where recovery checkpoints are written (one directory per model; required when
+  /// `max_restarts` > 0). On a cluster every node must see it at the same path.
+  std::string recovery_dir;
 };
 
 } // namespace rlforge::actors

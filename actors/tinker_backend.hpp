@@ -36,6 +36,9 @@ struct backend_stats {
   int64_t syncs = 0;       ///< weight syncs to the engines (sampler snapshots) so far
   int64_t sync_bytes = 0;  ///< bytes those syncs sent
   double sync_seconds = 0; ///< wall time those syncs took, summed
+  int64_t recoveries = 0;      ///< lost ranks healed by placing again (tinker_healing.hpp)
+  double recovery_seconds = 0; ///< wall time those re-placements took, summed
+  int64_t models_rebuilt = 0;  ///< models rebuilt from their journal after a recovery
 };
 
 class tinker_backend {

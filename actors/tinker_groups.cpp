@@ -35,13 +35,27 @@ void check(caf::expected<void> x, const std::string& context) {
 }
 
 tinker_groups::tinker_groups(caf::actor_system& sys, const dispatcher_backend_options& opts)
-    : sys_(&sys), opts_(&opts) {}
+    : sys_(&sys), opts_(&opts), placement_(opts.placement) {}
 
-actor_group tinker_groups::spawn(const std::string& kind, const std::string& what) {
+std::pair<placement_group_info, uint64_t> tinker_groups::placement() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return {placement_, generation_};
+}
+
+void tinker_groups::replace_placement(placement_group_info pg) {
+  pg.bundles.resize(1); // every group: one rank on bundle 0
+  std::lock_guard<std::mutex> guard(mutex_);
+  placement_ = std::move(pg);
+  ++generation_;
+}
+
+std::pair<actor_group, uint64_t> tinker_groups::spawn(const std::string& kind,
+                                                      const std::string& what) {
   group_spec s;
   s.name = "tinker-" + kind + "-" + std::to_string(++counter_);
   s.kind = kind;
-  s.placement = opts_->placement;
+  auto [pg, generation] = placement();
+  s.placement = std::move(pg);
   s.num_ranks = 1;
   s.gpu_per_rank = opts_->gpu_per_group;
   s.threads_per_rank = opts_->threads_per_rank;
@@ -50,7 +64,7 @@ actor_group tinker_groups::spawn(const std::string& kind, const std::string& wha
   auto g = actor_group::spawn(*sys_, s);
   if (!g) // out of placement shares or a runtime failure: the server's, not the request's
     tinker::fail_server(what + ": spawning the " + kind + " group: " + error_message(g.error()));
-  return *g;
+  return {*g, generation};
 }
 
 caf::actor tinker_groups::spawn_dispatcher() {

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <mutex>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -40,14 +42,23 @@ template <class T> T value_of(caf::expected<T> x, const std::string& context) {
 void check(caf::expected<void> x, const std::string& context);
 
 /// Spawns and stops the Tinker backend's actor groups: every group is one rank on bundle 0 of the
-/// options' placement. Thread-safe; `sys` and the options must outlive it.
+/// current placement (the options' at first; `replace_placement` after a lost node).
+/// Thread-safe; `sys` and the options must outlive it.
 class tinker_groups {
 public:
   tinker_groups(caf::actor_system& sys, const dispatcher_backend_options& opts);
 
-  /// A fresh group of one rank of `kind`; `what` names the request in errors. Throws
-  /// `request_error` (server) when it cannot be spawned (out of placement shares, runtime).
-  actor_group spawn(const std::string& kind, const std::string& what);
+  /// Where groups spawned from now on go, and the placement's generation (0 at first, +1 at
+  /// each `replace_placement`): a group spawned under an older generation may be on a lost node.
+  std::pair<placement_group_info, uint64_t> placement() const;
+
+  /// Makes `pg` the placement of every group spawned from now on and starts a new generation.
+  void replace_placement(placement_group_info pg);
+
+  /// A fresh group of one rank of `kind`, and the placement generation it was spawned under;
+  /// `what` names the request in errors. Throws `request_error` (server) when it cannot be
+  /// spawned (out of placement shares, a lost node, runtime).
+  std::pair<actor_group, uint64_t> spawn(const std::string& kind, const std::string& what);
 
   /// A fresh dispatcher (dispatcher.hpp).
   caf::actor spawn_dispatcher();
@@ -70,6 +81,9 @@ private:
   caf::actor_system* sys_;
   const dispatcher_backend_options* opts_;
   std::atomic<uint64_t> counter_{0};
+  mutable std::mutex mutex_;      ///< guards the two below
+  placement_group_info placement_;
+  uint64_t generation_ = 0;
 };
 
 } // namespace rlforge::actors

@@ -41,6 +41,36 @@ model_spec spec_of(const tinker_model& m, const dispatcher_backend_options& o) {
 
 } // namespace
 
+journal_entry
+journal_entry::of_forward_backward(std::vector<tinker::forward_backward_request> batch) {
+  journal_entry e;
+  e.type = kind::forward_backward;
+  e.batch = std::move(batch);
+  return e;
+}
+
+journal_entry journal_entry::of_optim_step(const tinker::adam_params& adam) {
+  journal_entry e;
+  e.type = kind::optim_step;
+  e.adam = adam;
+  return e;
+}
+
+journal_entry journal_entry::of_load_checkpoint(tinker::checkpoint_ref where, bool with_optimizer) {
+  journal_entry e;
+  e.type = kind::load_checkpoint;
+  e.where = std::move(where);
+  e.with_optimizer = with_optimizer;
+  return e;
+}
+
+journal_entry journal_entry::of_sampler_snapshot(int64_t version) {
+  journal_entry e;
+  e.type = kind::sampler_snapshot;
+  e.version = version;
+  return e;
+}
+
 tinker_models::tinker_models(tinker_groups& groups, caf::actor dispatcher)
     : groups_(groups), dispatcher_(std::move(dispatcher)) {}
 
@@ -71,14 +101,8 @@ void tinker_models::create(const std::string& model_id, const tinker::lora_confi
     models_.emplace(model_id, m);
   }
   try {
-    m->group = groups_.spawn(tinker::to_string(role), context);
-    auto c = groups_.client(dispatcher_);
-    value_of(c.register_group(model_id, m->group), context + ": registering the group");
-    value_of(c.init_model(model_id, spec_of(*m, groups_.options())),
-             context + ": building the model");
-    algorithm_config passes;
-    passes.max_tokens_per_micro_batch = groups_.options().max_tokens_per_micro_batch;
-    check(c.set_algorithm_config(model_id, passes), context + ": configuring its passes");
+    build(*m, context);
+    m->built = true;
     m->ready = true;
   } catch (const tinker::request_error& e) {
     try {
@@ -93,6 +117,29 @@ void tinker_models::create(const std::string& model_id, const tinker::lora_confi
     // server's.
     tinker::fail_server(e.what());
   }
+}
+
+void tinker_models::build(tinker_model& m, const std::string& context) {
+  auto [group, generation] = groups_.spawn(tinker::to_string(m.role), context);
+  m.group = group;
+  m.generation = generation;
+  auto c = groups_.client(dispatcher_);
+  value_of(c.register_group(m.id, m.group), context + ": registering the group");
+  value_of(c.init_model(m.id, spec_of(m, groups_.options())), context + ": building the model");
+  algorithm_config passes;
+  passes.max_tokens_per_micro_batch = groups_.options().max_tokens_per_micro_batch;
+  check(c.set_algorithm_config(m.id, passes), context + ": configuring its passes");
+}
+
+void tinker_models::rebuild(tinker_model& m) {
+  m.built = false;
+  {
+    caf::scoped_actor self{groups_.system()};
+    self->request(dispatcher_, std::chrono::seconds(30), dispatcher_unregister_atom::value, m.id)
+        .receive([] {}, [](caf::error&) {});
+  }
+  m.group.stop(); // its rank is gone already; the routing actor and the share go now
+  build(m, "rebuilding model '" + m.id + "'");
 }
 
 std::pair<std::shared_ptr<tinker_model>, std::unique_lock<std::mutex>>

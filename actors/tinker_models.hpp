@@ -18,9 +18,36 @@
 /// worker rank per model, registered in one shared dispatcher under a role named after the model.
 namespace rlforge::actors {
 
+/// One call that changed a model's state, kept so that a model whose rank was lost can be
+/// rebuilt by replaying it (tinker_healing.hpp).
+struct journal_entry {
+  enum class kind { forward_backward, optim_step, load_checkpoint, sampler_snapshot };
+
+  static journal_entry of_forward_backward(std::vector<tinker::forward_backward_request> batch);
+  static journal_entry of_optim_step(const tinker::adam_params& adam);
+  static journal_entry of_load_checkpoint(tinker::checkpoint_ref where, bool with_optimizer);
+  static journal_entry of_sampler_snapshot(int64_t version);
+
+  kind type = kind::forward_backward;
+  std::vector<tinker::forward_backward_request> batch; ///< forward_backward
+  tinker::adam_params adam;                            ///< optim_step
+  tinker::checkpoint_ref where;                        ///< load_checkpoint
+  bool with_optimizer = false;                         ///< load_checkpoint
+  int64_t version = 0;                                 ///< sampler_snapshot: the version saved
+};
+
+/// What rebuilds a model: its last recovery checkpoint (weights and optimizer, written right
+/// after an optimizer step) and the calls since. Kept only while healing is enabled.
+struct model_journal {
+  std::string checkpoint;             ///< "" = the model as created
+  std::vector<journal_entry> entries; ///< in call order
+  int64_t optim_steps = 0;            ///< optim_step entries since `checkpoint`
+};
+
 /// One trainable model. `mutex` serialises the model's training calls (forward_backward,
-/// optim_step, checkpoints, sampler saves); `ready` is true from a successful creation until the
-/// deletion began. The identity fields never change after creation.
+/// optim_step, checkpoints, sampler saves) and guards every mutable field; `ready` is true from a
+/// successful creation until the deletion began. The identity fields never change after
+/// creation.
 struct tinker_model {
   std::string id;
   tinker::model_role role = tinker::model_role::policy;
@@ -28,6 +55,11 @@ struct tinker_model {
   std::mutex mutex;
   bool ready = false;
   actor_group group;
+  /// The placement generation `group` was spawned under (tinker_groups::placement); `built` is
+  /// false while a rebuild has not replayed the whole journal yet.
+  uint64_t generation = 0;
+  bool built = false;
+  model_journal journal;
 };
 
 /// The registry of models. Thread-safe: every method may be called from any thread; a model's
@@ -43,6 +75,11 @@ public:
   /// server's and leave nothing registered).
   void create(const std::string& model_id, const tinker::lora_config& lora, tinker::model_role role,
               int64_t max_rank);
+
+  /// Replaces `m`'s group (locked by the caller; its rank was lost) by a fresh one under the
+  /// current placement, built as `create` built it, with `built` false: the caller replays the
+  /// journal. Throws `request_error` (server) when it cannot.
+  void rebuild(tinker_model& m);
 
   /// The model, locked for one call, or `request_error` (not_found) naming `op` and the id.
   std::pair<std::shared_ptr<tinker_model>, std::unique_lock<std::mutex>>
@@ -64,6 +101,8 @@ public:
   std::vector<caf::actor> ranks(const std::string& model_id);
 
 private:
+  /// Spawns `m`'s group, registers it and builds the model from the base directory.
+  void build(tinker_model& m, const std::string& context);
   void tear_down(tinker_model& m);
 
   tinker_groups& groups_;

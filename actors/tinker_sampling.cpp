@@ -1,8 +1,10 @@
 #include "actors/tinker_sampling.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include <caf/all.hpp>
@@ -83,9 +85,12 @@ tinker_sampling::engine::~engine() {
   group.stop();
 }
 
-tinker_sampling::tinker_sampling(tinker_groups& groups, tinker::model_limits limits,
-                                 std::string base_name)
+tinker_sampling::tinker_sampling(tinker_groups& groups, tinker_healing& healing,
+                                 tinker::model_limits limits, std::string base_name,
+                                 std::function<void(const std::string&)> refresh_model)
     : groups_(groups),
+      healing_(healing),
+      refresh_model_(std::move(refresh_model)),
       limits_(limits),
       base_name_(std::move(base_name)),
       base_has_tokenizer_(backends::has_tokenizer(groups.options().base_model_dir)) {}
@@ -95,7 +100,7 @@ tinker_sampling::~tinker_sampling() = default;
 std::shared_ptr<tinker_sampling::engine>
 tinker_sampling::make_engine(const std::string& dir, const std::string& what, bool untie) {
   auto e = std::make_shared<engine>();
-  e->group = groups_.spawn("engine", what);
+  std::tie(e->group, e->generation) = groups_.spawn("engine", what);
   e->dispatcher = groups_.spawn_dispatcher();
   auto c = groups_.client(e->dispatcher);
   value_of(c.register_engines(e->group, "engines"), what + ": registering the engine");
@@ -111,8 +116,25 @@ tinker_sampling::make_engine(const std::string& dir, const std::string& what, bo
   return e;
 }
 
+bool tinker_sampling::stale(const engine& e) const {
+  return e.generation < groups_.placement().second;
+}
+
+void tinker_sampling::drop_if_stale(model_engine& me) {
+  if (!me.e || !stale(*me.e))
+    return;
+  // Lost with its placement: what the engine retained is gone, unless saved again.
+  for (int64_t v = 1; v <= me.version; ++v)
+    if (!me.evicted.count(v))
+      me.lost.insert(v);
+  me.lost_node = node_of(me.e->group);
+  me.e.reset();
+}
+
 std::shared_ptr<tinker_sampling::engine> tinker_sampling::base_engine() {
   std::lock_guard<std::mutex> guard(mutex_);
+  if (base_ && stale(*base_))
+    base_.reset(); // on a lost placement: stopped when its last user is done with it
   if (!base_)
     base_ = make_engine(groups_.options().base_model_dir, "sample(base)");
   base_->last_used = ++clock_;
@@ -123,6 +145,8 @@ std::shared_ptr<tinker_sampling::engine>
 tinker_sampling::export_engine(const tinker::sampler_ref& ref) {
   std::lock_guard<std::mutex> guard(mutex_);
   auto& slot = exports_[ref.dir];
+  if (slot && stale(*slot))
+    slot.reset();
   if (!slot) {
     auto what = "sample(" + sampler_name(ref) + ")";
     try {
@@ -148,8 +172,7 @@ tinker_sampling::export_engine(const tinker::sampler_ref& ref) {
 
 std::shared_ptr<tinker_sampling::engine>
 tinker_sampling::snapshot_engine(const tinker::sampler_ref& ref) {
-  std::shared_ptr<model_engine> me;
-  {
+  auto model_engine_of = [&] {
     std::lock_guard<std::mutex> guard(mutex_);
     auto i = models_.find(ref.model_id);
     if (i == models_.end())
@@ -157,9 +180,27 @@ tinker_sampling::snapshot_engine(const tinker::sampler_ref& ref) {
                              (deleted_.count(ref.model_id)
                                   ? "its model '" + ref.model_id + "' was deleted"
                                   : "model '" + ref.model_id + "' saved no weights for sampling"));
-    me = i->second;
+    return i->second;
+  };
+  auto me = model_engine_of();
+  bool on_lost_placement = false;
+  {
+    std::lock_guard<std::mutex> guard(me->mutex);
+    on_lost_placement = me->e && stale(*me->e);
+  }
+  if (on_lost_placement) {
+    // The model's rebuild spawns its engine again and saves its journal's snapshots there.
+    refresh_model_(ref.model_id);
+    me = model_engine_of();
   }
   std::lock_guard<std::mutex> guard(me->mutex);
+  drop_if_stale(*me);
+  if (me->lost.count(ref.version))
+    tinker::fail_not_found("sample(" + sampler_name(ref) + "): its weights (version " +
+                           std::to_string(ref.version) + " of model '" + ref.model_id +
+                           "') were lost with node '" + me->lost_node +
+                           "' and are older than the model's last recovery checkpoint; save "
+                           "weights for a new sampler");
   if (ref.version < 1 || ref.version > me->version)
     tinker::fail_not_found("sample(" + sampler_name(ref) + "): model '" + ref.model_id +
                            "' has no snapshot version " + std::to_string(ref.version));
@@ -169,10 +210,13 @@ tinker_sampling::snapshot_engine(const tinker::sampler_ref& ref) {
         " of model '" + ref.model_id + "') were evicted: the server keeps the " +
         std::to_string(groups_.options().max_sampler_snapshots) +
         " most recently used sampler snapshots per model; save weights for a new sampler");
+  if (!me->e)
+    tinker::fail_server("sample(" + sampler_name(ref) + "): no engine holds model '" +
+                        ref.model_id + "''s snapshots");
   return me->e;
 }
 
-int64_t tinker_sampling::save_snapshot(tinker_model& m) {
+int64_t tinker_sampling::save_snapshot(tinker_model& m, int64_t replayed_version) {
   auto context = "save_weights_for_sampler(" + m.id + ")";
   if (m.role != tinker::model_role::policy)
     tinker::fail_user(context + ": '" + m.id + "' is a critic; only policies sample");
@@ -186,16 +230,29 @@ int64_t tinker_sampling::save_snapshot(tinker_model& m) {
     deleted_.erase(m.id);
   }
   std::lock_guard<std::mutex> guard(me->mutex);
+  drop_if_stale(*me);
+  if (replayed_version > 0 && me->e && replayed_version <= me->version &&
+      !me->lost.count(replayed_version) && !me->evicted.count(replayed_version))
+    return replayed_version; // a rebuild that had not finished saved it again already
   if (!me->e) {
     // An adapted unembedding makes the merged lm_head differ from the embedding.
-    auto e = make_engine(groups_.options().base_model_dir, context,
-                         m.lora.rank > 0 && m.lora.train_unembed);
-    value_of(groups_.client(e->dispatcher).register_group("trainer", m.group),
-             context + ": registering the model with its engine");
-    me->e = std::move(e);
+    me->e = make_engine(groups_.options().base_model_dir, context,
+                        m.lora.rank > 0 && m.lora.train_unembed);
+    me->trainer = caf::actor{};
   }
-  auto version = value_of(groups_.client(me->e->dispatcher).save_weights_for_sampler("trainer"),
-                          context + ": syncing");
+  if (me->trainer != m.group.handle()) { // a new engine, or the model was rebuilt
+    value_of(groups_.client(me->e->dispatcher).register_group("trainer", m.group),
+             context + ": registering the model with its engine");
+    me->trainer = m.group.handle();
+  }
+  auto least = replayed_version > 0 ? replayed_version : me->version + 1;
+  auto version = value_of(
+      groups_.client(me->e->dispatcher).save_weights_for_sampler("trainer", "", least),
+      context + ": syncing");
+  if (replayed_version > 0 && version != replayed_version)
+    tinker::fail_server(context + ": replaying snapshot version " +
+                        std::to_string(replayed_version) + " gave version " +
+                        std::to_string(version));
   auto answers = value_of(
       me->e->group.call_all(
           "retain_weights",
@@ -206,7 +263,8 @@ int64_t tinker_sampling::save_snapshot(tinker_model& m) {
     if (a.match_elements<std::vector<int64_t>>())
       for (auto v : a.get_as<std::vector<int64_t>>(0))
         me->evicted.insert(v);
-  me->version = version;
+  me->version = std::max(me->version, version);
+  me->lost.erase(version);
   // The dispatcher is the model's own: what its totals grew by is this sync.
   if (auto totals = groups_.client(me->e->dispatcher).syncs()) {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -275,6 +333,18 @@ void tinker_sampling::drop_model(const std::string& model_id) {
   }
 }
 
+std::shared_ptr<tinker_sampling::engine> tinker_sampling::engine_for(const tinker::sampler_ref& ref) {
+  switch (ref.type) {
+  case tinker::sampler_ref::kind::base:
+    return base_engine();
+  case tinker::sampler_ref::kind::snapshot:
+    return snapshot_engine(ref);
+  case tinker::sampler_ref::kind::checkpoint:
+    return export_engine(ref);
+  }
+  tinker::fail_server("sample: unknown sampler kind");
+}
+
 std::vector<tinker::sample_response>
 tinker_sampling::sample(const std::vector<tinker::sample_request>& requests) {
   if (requests.empty())
@@ -296,22 +366,18 @@ tinker_sampling::sample(const std::vector<tinker::sample_request>& requests) {
   for (auto& [key, indices] : by_engine) {
     const auto& ref = requests[indices.front()].sampler;
     auto context = "sample(" + sampler_name(ref) + ")";
-    std::shared_ptr<engine> e;
-    switch (ref.type) {
-    case tinker::sampler_ref::kind::base:
-      e = base_engine();
-      break;
-    case tinker::sampler_ref::kind::snapshot:
-      e = snapshot_engine(ref);
-      break;
-    case tinker::sampler_ref::kind::checkpoint:
-      e = export_engine(ref);
-      break;
-    }
     std::vector<sample_request> rs;
     for (auto i : indices)
       rs.push_back(engine_request(requests[i]));
+    auto e = engine_for(ref);
     auto out = groups_.client(e->dispatcher).generate(rs);
+    if (!out && healing_.enabled() && category_of(out.error()) == tinker::error_category::server &&
+        healing_.lost(e->group)) {
+      // Its engine was lost: heal (or see that another call did), then once more on a new one.
+      healing_.heal(e->generation, node_of(e->group), context);
+      e = engine_for(ref);
+      out = groups_.client(e->dispatcher).generate(rs);
+    }
     if (!out) {
       auto message = error_text(out.error());
       if (ref.type == tinker::sampler_ref::kind::checkpoint)

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include "actors/dispatcher.hpp"
 #include "actors/tinker_backend.hpp"
 #include "actors/tinker_groups.hpp"
+#include "actors/tinker_healing.hpp"
 #include "actors/tinker_models.hpp"
 #include "tinker/datum_check.hpp"
 #include "tinker/types.hpp"
@@ -38,6 +40,12 @@ namespace rlforge::actors {
 /// Every engine is given the base model's tokenizer (`model_spec::tokenizer_dir`) when the base
 /// directory has one, for stop strings.
 ///
+/// Healing (tinker_healing.hpp): an engine spawned under an older placement generation is on a
+/// lost placement. The base and export engines are loaded again on their next use; a model's
+/// engine is spawned again when the model is rebuilt, which saves again the snapshots its journal
+/// holds, at their versions. Snapshots older than the journal are lost: sampling them is refused
+/// (not_found) naming the lost node. A sample call whose engine is lost heals and is retried once.
+///
 /// Thread-safety: every method may be called from any thread. `sample` never takes a model's
 /// training lock, so sampling a snapshot runs concurrently with the model's training; a sync that
 /// arrives while a snapshot is being sampled pauses the engine, and the paused calls run after it
@@ -45,8 +53,11 @@ namespace rlforge::actors {
 class tinker_sampling {
 public:
   /// `base_name` names the base model in messages. Whether the base directory holds a tokenizer
-  /// is looked up once, here.
-  tinker_sampling(tinker_groups& groups, tinker::model_limits limits, std::string base_name);
+  /// is looked up once, here. `refresh_model(id)` brings model `id` to the current placement
+  /// generation (rebuilding it when it is older), taking the model's training lock; it is called
+  /// with no lock of this class held.
+  tinker_sampling(tinker_groups& groups, tinker_healing& healing, tinker::model_limits limits,
+                  std::string base_name, std::function<void(const std::string&)> refresh_model);
 
   /// Stops every engine and dispatcher (no wait).
   ~tinker_sampling();
@@ -55,8 +66,10 @@ public:
   tinker_sampling& operator=(const tinker_sampling&) = delete;
 
   /// Syncs the current weights of policy `m` (locked by the caller) to its engine (spawned on
-  /// first use) and returns the new snapshot version (≥ 1, increasing per model).
-  int64_t save_snapshot(tinker_model& m);
+  /// first use) and returns the new snapshot version (≥ 1, increasing per model). A rebuild
+  /// replaying the journal passes the version the entry saved as `replayed_version`, and gets
+  /// that same version back.
+  int64_t save_snapshot(tinker_model& m, int64_t replayed_version = 0);
 
   /// Stops the engine of `model_id` and waits for it (the model is being deleted); its snapshots
   /// are gone: sampling them is refused as "deleted".
@@ -85,24 +98,36 @@ private:
     actor_group group;
     caf::actor dispatcher;
     uint64_t last_used = 0;
+    uint64_t generation = 0; ///< the placement generation `group` was spawned under
     ~engine();
   };
   /// A model's engine and what it knows about its snapshots.
   struct model_engine {
     std::mutex mutex; ///< guards the fields below
     std::shared_ptr<engine> e;
+    caf::actor trainer;        ///< the model group registered in `e`'s dispatcher
     int64_t version = 0;       ///< the latest snapshot version (0: none yet)
     std::set<int64_t> evicted; ///< versions the engine no longer retains
+    std::set<int64_t> lost;    ///< versions lost with a node and not saved again
+    std::string lost_node;     ///< the node they were lost with
     sync_totals synced;        ///< the engine's dispatcher's totals when last read
   };
 
   std::shared_ptr<engine> base_engine();
   std::shared_ptr<engine> export_engine(const tinker::sampler_ref& ref);
   std::shared_ptr<engine> snapshot_engine(const tinker::sampler_ref& ref);
+  std::shared_ptr<engine> engine_for(const tinker::sampler_ref& ref);
   std::shared_ptr<engine> make_engine(const std::string& dir, const std::string& what,
                                       bool untie = false);
+  /// True when `e` was spawned under an older placement generation than the current one.
+  bool stale(const engine& e) const;
+  /// Drops `me`'s engine when it is stale, marking the versions it retained lost (`me.mutex`
+  /// held by the caller).
+  void drop_if_stale(model_engine& me);
 
   tinker_groups& groups_;
+  tinker_healing& healing_;
+  std::function<void(const std::string&)> refresh_model_;
   tinker::model_limits limits_;
   std::string base_name_;
   bool base_has_tokenizer_ = false;

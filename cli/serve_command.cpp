@@ -55,6 +55,9 @@ struct serve_config {
   bool batch_invariant = false;     ///< batch-invariant numerics
   int64_t max_tokens_per_micro_batch = 16384; ///< padding-free micro-batch budget
   size_t max_sampler_snapshots = 8; ///< sampler snapshots each model keeps
+  int max_restarts = 0;             ///< rank losses healed (--max-restarts)
+  int64_t recovery_timeout_s = 120; ///< how long one recovery waits for room
+  int64_t recovery_checkpoint_every = 10; ///< optimizer steps between recovery checkpoints
   std::vector<std::string> node_args; ///< --log-level, --log-format: the actor system's
   service::server_options server;
 };
@@ -71,7 +74,9 @@ struct serve_backend {
 /// an in-process actor system: one actor group per model, engines for sampling). With
 /// `--cluster HOST:PORT` the service attaches to that cluster as a driver and its models' ranks
 /// run on a node of it: one placement group ("rlforge-serve", one bundle of `--threads` CPUs),
-/// every model's group and engines in it; the head frees it when the service ends. Throws
+/// every model's group and engines in it; the head frees it when the service ends. With
+/// `--max-restarts N` a lost node is healed (actors/tinker_healing.hpp): the placement group is
+/// placed again and each model rebuilt from its recovery checkpoint and journal. Throws
 /// `tinker::request_error` naming the base model directory when it cannot be loaded, and
 /// `tinker::fail_server` naming the cluster when it cannot be reached or has no room.
 serve_backend make_backend(const serve_config& c) {
@@ -89,13 +94,18 @@ serve_backend make_backend(const serve_config& c) {
   o.batch_invariant = c.batch_invariant;
   o.max_tokens_per_micro_batch = c.max_tokens_per_micro_batch;
   o.max_sampler_snapshots = c.max_sampler_snapshots;
+  o.max_restarts = c.max_restarts;
+  o.recovery_timeout = std::chrono::seconds(c.recovery_timeout_s);
+  o.recovery_checkpoint_every = c.recovery_checkpoint_every;
+  o.recovery_dir = (std::filesystem::path(c.server.checkpoint_dir) / "recovery").string();
   if (!b.cfg->cluster.empty()) {
     auto manager = actors::placement_manager_for(*b.sys, *b.cfg, std::chrono::seconds(60));
     if (!manager)
       tinker::fail_server("--cluster: " + b.sys->render(manager.error()));
     actors::placement_client pgs{*b.sys, *manager};
-    auto pg = pgs.create({"rlforge-serve", {{{"CPU", static_cast<double>(c.threads)}}}, "pack",
-                          60});
+    o.placement_request = {"rlforge-serve", {{{"CPU", static_cast<double>(c.threads)}}}, "pack",
+                           60};
+    auto pg = pgs.create(o.placement_request);
     if (!pg)
       tinker::fail_server("--cluster: no room for the service's models: " +
                           b.sys->render(pg.error()));
@@ -151,6 +161,12 @@ int run_serve(const parsed_flags& flags) {
       c.dtype = *v;
     }
     c.batch_invariant = flags.has("--batch-invariant");
+    if (auto v = flags.get("--max-restarts"))
+      c.max_restarts = static_cast<int>(parse_int("--max-restarts", *v, 0, 1000));
+    if (auto v = flags.get("--recovery-timeout"))
+      c.recovery_timeout_s = parse_int("--recovery-timeout", *v, 1, 86400);
+    if (auto v = flags.get("--recovery-checkpoint-every"))
+      c.recovery_checkpoint_every = parse_int("--recovery-checkpoint-every", *v, 1, 1 << 20);
     if (auto v = flags.get("--max-tokens-per-micro-batch"))
       c.max_tokens_per_micro_batch = parse_int("--max-tokens-per-micro-batch", *v, 1, 1 << 30);
     o.insecure_no_auth = flags.has("--insecure-no-auth");
@@ -218,6 +234,15 @@ const command_registrar reg{
       optional_flag("--dtype", "compute dtype of models and engines: fp32 or bf16", "fp32"),
       switch_flag("--batch-invariant", "batch-invariant numerics (bit-identical replays)"),
       optional_flag("--max-tokens-per-micro-batch", "padding-free micro-batch budget", "16384"),
+      optional_flag("--max-restarts",
+                    "lost ranks (a dead node, a failed actor) healed in place: re-placed, "
+                    "rebuilt and the failed call retried (0..1000; 0 = calls fail)",
+                    "0"),
+      optional_flag("--recovery-timeout", "seconds one recovery waits for a node with room", "120"),
+      optional_flag("--recovery-checkpoint-every",
+                    "optimizer steps between a model's recovery checkpoints (in "
+                    "--checkpoint-dir/recovery; a recovery replays the calls since)",
+                    "10"),
       switch_flag("--insecure-no-auth", "serve without an API key (development only)"),
       optional_flag("--api-key", "refused: the key comes from RLFORGE_API_KEY, never argv")},
      "RLFORGE_API_KEY=tml-key rlforge serve --base-model /tmp/base --port 8000",

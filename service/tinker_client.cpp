@@ -255,7 +255,7 @@ std::string tinker_client::create_sampling_session(const std::string& session_id
 
 std::string tinker_client::sample_body(const std::string& sampling_session_id, int64_t seq_id,
                                        const std::vector<int64_t>& prompt, int64_t num_samples,
-                                       int64_t max_tokens) {
+                                       int64_t max_tokens, std::optional<int64_t> seed) {
   json body{{"num_samples", num_samples},
             {"prompt", {{"chunks", json::array({{{"tokens", prompt}, {"type", "encoded_text"}}})}}},
             {"sampling_params",
@@ -265,13 +265,16 @@ std::string tinker_client::sample_body(const std::string& sampling_session_id, i
             {"prompt_logprobs", false},
             {"topk_prompt_logprobs", 0},
             {"type", "sample"}};
+  if (seed)
+    body["sampling_params"]["seed"] = *seed;
   return body.dump();
 }
 
 tinker::sample_response tinker_client::sample(const std::string& sampling_session_id,
                                               int64_t seq_id, const std::vector<int64_t>& prompt,
-                                              int64_t num_samples, int64_t max_tokens) const {
-  auto body = sample_body(sampling_session_id, seq_id, prompt, num_samples, max_tokens);
+                                              int64_t num_samples, int64_t max_tokens,
+                                              std::optional<int64_t> seed) const {
+  auto body = sample_body(sampling_session_id, seq_id, prompt, num_samples, max_tokens, seed);
   auto res = wait_future(request_id_of(post("asample", body, "application/json",
                                             {{"X-Tinker-Sampling-Backpressure", "1"}})),
                          true);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -114,15 +115,16 @@ public:
                                       const std::string& model_path,
                                       const std::string& base_model) const;
 
-  /// `POST asample` and wait; decodes the protobuf result.
+  /// `POST asample` and wait; decodes the protobuf result. `seed` seeds the sampling
+  /// (`sampling_params.seed`), for results a test can compare.
   tinker::sample_response sample(const std::string& sampling_session_id, int64_t seq_id,
                                  const std::vector<int64_t>& prompt, int64_t num_samples,
-                                 int64_t max_tokens) const;
+                                 int64_t max_tokens, std::optional<int64_t> seed = {}) const;
 
   /// The JSON body of an `asample` call (what `sample` sends).
   static std::string sample_body(const std::string& sampling_session_id, int64_t seq_id,
                                  const std::vector<int64_t>& prompt, int64_t num_samples,
-                                 int64_t max_tokens);
+                                 int64_t max_tokens, std::optional<int64_t> seed = {});
 
 private:
   std::string host_;

@@ -36,6 +36,14 @@ std::string scrape(server_state& s) {
               static_cast<double>(b.sync_bytes));
   m.set_total("rlforge_weight_sync_seconds_total", "Wall time of the weight syncs.", {},
               b.sync_seconds);
+  m.set_total("rlforge_recoveries_total",
+              "Lost ranks healed by placing the service's models again (--max-restarts).", {},
+              static_cast<double>(b.recoveries));
+  m.set_total("rlforge_recovery_seconds_total", "Wall time of those re-placements.", {},
+              b.recovery_seconds);
+  m.set_total("rlforge_models_rebuilt_total",
+              "Models rebuilt from their recovery checkpoint and journal after a recovery.", {},
+              static_cast<double>(b.models_rebuilt));
   return m.render();
 }
 

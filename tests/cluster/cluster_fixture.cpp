@@ -16,6 +16,8 @@
 #include "actors/cluster.hpp"
 #include "actors/engine.hpp"
 #include "actors/worker.hpp"
+#include "backends/model/causal_lm.hpp"
+#include "backends/model/model_config.hpp"
 #include "runtime/errc.hpp"
 
 namespace rlforge::cluster_test {
@@ -223,6 +225,25 @@ std::vector<std::string> grpo_split_job(const test_cluster& cluster, const std::
   args.insert(args.end(), {"--metrics", out + ".jsonl", "--plot", out + ".png"});
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
+}
+
+served start_serve(test_cluster& cluster, const std::vector<std::string>& flags,
+                   const std::vector<std::string>& heartbeats) {
+  auto base = cluster.dir() + "/base";
+  backends::causal_lm::random(backends::preset("tiny"), 7)->save_hf(base);
+  std::vector<std::string> argv{rlforge_binary(), "serve", "--base-model", base, "--port", "0",
+                                "--db", cluster.dir() + "/serve.db", "--checkpoint-dir",
+                                cluster.dir() + "/checkpoints", "--insecure-no-auth",
+                                "--cluster", cluster.endpoint()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), heartbeats.begin(), heartbeats.end());
+  served s;
+  s.process = std::make_unique<child_process>(argv, cluster.dir() + "/serve.log", passive_omp);
+  if (s.process->wait_for_log("http://127.0.0.1:", std::chrono::seconds(120))) {
+    const auto log = s.process->log();
+    s.port = std::atoi(log.c_str() + log.find("http://127.0.0.1:") + 17);
+  }
+  return s;
 }
 
 std::string quoted_after(const std::string& text, const std::string& prefix) {

@@ -135,6 +135,21 @@ extern const std::map<std::string, std::string> passive_omp;
 std::vector<std::string> grpo_split_job(const test_cluster& cluster, const std::string& tag,
                                         const std::vector<std::string>& extra = {});
 
+/// `rlforge serve --cluster` of a test cluster (`start_serve`), on a tiny random base model.
+struct served {
+  std::unique_ptr<child_process> process;
+  int port = 0; ///< where it serves HTTP on 127.0.0.1; 0 when it did not start within 120 s
+
+  std::string log() const { return process->log(); }
+  void kill() { process->kill(); }
+};
+
+/// Starts `rlforge serve --cluster` on `cluster` without authentication, its base model (the
+/// "tiny" preset, seed 7), database and checkpoints in the cluster's directory, with `flags`
+/// and `heartbeats`, and waits until it listens.
+served start_serve(test_cluster& cluster, const std::vector<std::string>& flags,
+                   const std::vector<std::string>& heartbeats = tolerant_heartbeats);
+
 /// The text between `prefix` and the next quote in `text` (empty when absent): e.g. the node
 /// after "engines (1) on node '" in the GRPO job's opening line.
 std::string quoted_after(const std::string& text, const std::string& prefix);
