@@ -26,7 +26,9 @@
 //     holding the policy and ref, SIGKILLed or SIGSTOPped after step 3; from the signal to
 //     training again (new ranks placed, restored, the engines synced), split into detection
 //     (signal -> the job sees the loss) and replacement, with the steps replayed; goal <= 5 s
-//     plus the replayed steps.
+//     plus the replayed steps. Then `rlforge serve --cluster --max-restarts 1` losing its
+//     model's node: from the signal to the next forward_backward answered, against that call
+//     on the healthy service. Then a head restarted from its state file.
 // Medians of repeated runs.
 //
 // Usage: cluster_bench [--quick] [--scale | --recovery]   (only section 6, or 7)
@@ -58,7 +60,9 @@
 #include "actors/trainer_client.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/training_batch.hpp"
+#include "tinker/types.hpp"
 #include "bench/bench_util.hpp"
+#include "service/tinker_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
 #include "tests/cluster/network_namespace.hpp"
 
@@ -650,6 +654,64 @@ std::pair<double, double> head_restart_once(int rep) {
   return {answered, rejoined};
 }
 
+/// `rlforge serve --cluster --max-restarts 1` (a recovery checkpoint every 2 optimizer steps)
+/// whose one model trained 3 SFT steps when its node gets `sig` (a second node waits): the
+/// seconds from the signal to the next forward_backward answered (healed: placed again, rebuilt
+/// from the checkpoint, one step replayed), and the same call on the healthy service before.
+std::pair<double, double> serve_recovery_once(int sig, int rep) {
+  const std::vector<std::string> beats{"--heartbeat-ms", "200", "--dead-after-ms", "1000"};
+  test_cluster cluster{"bench_serve_heal_" + std::to_string(sig) + "_" + std::to_string(rep),
+                       beats};
+  cluster.add_node("n1", 1, 2, beats);
+  auto serve = start_serve(
+      cluster, {"--max-restarts", "1", "--recovery-checkpoint-every", "2"}, beats);
+  if (serve.port == 0)
+    die("rlforge serve did not start:\n" + serve.log() + cluster.logs());
+  service::tinker_client client("127.0.0.1", serve.port, "");
+  tinker::lora_config lora;
+  lora.rank = 4;
+  tinker::forward_backward_request req;
+  req.loss_fn = "cross_entropy";
+  for (const auto& seq : std::vector<std::vector<int64_t>>{{1, 5, 9, 13, 17, 21}, {2, 4, 6, 8}}) {
+    tinker::datum d;
+    d.tokens.assign(seq.begin(), seq.end() - 1);
+    auto& target = d.loss_fn_inputs["target_tokens"];
+    target.type = tinker::dtype::int64;
+    target.shape = {static_cast<int64_t>(seq.size() - 1)};
+    target.ints.assign(seq.begin() + 1, seq.end());
+    auto& weights = d.loss_fn_inputs["weights"];
+    weights.shape = target.shape;
+    weights.floats.assign(seq.size() - 1, 1.0);
+    req.data.push_back(std::move(d));
+  }
+  int64_t seq = 0;
+  double healthy = 0;
+  try {
+    req.model_id = client.create_model(client.create_session(), 0, "base", lora);
+    tinker::adam_params adam;
+    for (int step = 0; step < 3; ++step) {
+      req.seq_id = ++seq;
+      auto t0 = clock_type::now();
+      client.forward_backward(req);
+      healthy = seconds_since(t0);
+      client.optim_step(req.model_id, ++seq, adam);
+    }
+    cluster.add_node("n2", 1, 2, beats);
+    cluster.node("n1").signal(sig);
+    auto t0 = clock_type::now();
+    req.seq_id = ++seq;
+    client.forward_backward(req);
+    const double healed = seconds_since(t0);
+    if (sig == SIGSTOP)
+      cluster.node("n1").signal(SIGCONT);
+    serve.kill();
+    return {healed, healthy};
+  } catch (const service::client_error& e) {
+    die(std::string{"rlforge serve did not heal: "} + e.what() + "\n" + serve.log() +
+        cluster.logs());
+  }
+}
+
 /// Section 7: medians of `reps` runs for each lost role and signal, then the head restart.
 void recovery(int reps) {
   for (const std::string role : {"engines", "trainer"})
@@ -670,6 +732,21 @@ void recovery(int reps) {
                   *std::max_element(total.begin(), total.end()), median(detect),
                   m - median(detect), replayed, verdict(m <= 5.0));
     }
+  for (int sig : {SIGKILL, SIGSTOP}) {
+    std::vector<double> healed, healthy;
+    for (int rep = 0; rep < reps; ++rep) {
+      auto [h, ok] = serve_recovery_once(sig, rep);
+      healed.push_back(h);
+      healthy.push_back(ok);
+    }
+    const double m = median(healed);
+    std::printf("cluster.recovery rlforge serve node %s: the next forward_backward answered "
+                "%.2f s after the signal (median of %d; max %.2f; placed again, the model "
+                "rebuilt, 1 step replayed), %.1fx a healthy call (%.3f s) | goal <= 5 s: %s\n",
+                sig == SIGKILL ? "SIGKILL" : "SIGSTOP", m, reps,
+                *std::max_element(healed.begin(), healed.end()), m / median(healthy),
+                median(healthy), verdict(m <= 5.0));
+  }
   std::vector<double> answered, rejoined;
   for (int rep = 0; rep < reps; ++rep) {
     auto [a, r] = head_restart_once(rep);
