@@ -64,19 +64,6 @@ std::string sampler_name(const tinker::sampler_ref& ref) {
   return "a sampler";
 }
 
-/// Identity of the engine a request runs on.
-std::string engine_key(const tinker::sampler_ref& ref) {
-  switch (ref.type) {
-  case tinker::sampler_ref::kind::base:
-    return "base";
-  case tinker::sampler_ref::kind::snapshot:
-    return "model:" + ref.model_id;
-  case tinker::sampler_ref::kind::checkpoint:
-    return "checkpoint:" + ref.dir;
-  }
-  return "";
-}
-
 } // namespace
 
 tinker_sampling::engine::~engine() {
@@ -360,7 +347,7 @@ tinker_sampling::sample(const std::vector<tinker::sample_request>& requests) {
                         base_name_ +
                         "' has none (neither tokenizer.json nor tokenizer.model); send stop "
                         "token ids instead");
-    by_engine[engine_key(t.sampler)].push_back(i);
+    by_engine[t.sampler.engine()].push_back(i);
   }
   std::vector<std::vector<sample_output>> rows(requests.size());
   for (auto& [key, indices] : by_engine) {

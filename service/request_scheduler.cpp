@@ -157,18 +157,6 @@ void request_scheduler::submit_unordered(const std::string& model_id,
   work_cv_.notify_one();
 }
 
-std::string request_scheduler::lane_of(const tinker::sampler_ref& ref) {
-  switch (ref.type) {
-  case tinker::sampler_ref::kind::base:
-    return "base";
-  case tinker::sampler_ref::kind::snapshot:
-    return "model:" + ref.model_id;
-  case tinker::sampler_ref::kind::checkpoint:
-    return "checkpoint:" + ref.dir;
-  }
-  return "base";
-}
-
 bool request_scheduler::try_submit_sample(tinker::sample_request r,
                                           completion<tinker::sample_response> c) {
   auto op = std::make_shared<sample_op>();
@@ -185,7 +173,7 @@ bool request_scheduler::enqueue_sample(std::shared_ptr<sample_op> op) {
       tinker::fail_server("server shutting down");
     if (pending_samples_ >= opts_.max_pending_samples)
       return false;
-    lanes_[lane_of(op->request.sampler)].ops.push_back(std::move(op));
+    lanes_[op->request.sampler.engine()].ops.push_back(std::move(op));
     ++pending_samples_;
   }
   work_cv_.notify_one();

@@ -170,16 +170,13 @@ public:
   size_t pending_samples() const;
 
   /// Queue depth per lane: sample requests waiting or being served on each sampling lane
-  /// (`lane_of`), and training operations waiting in each model's queue (the running one
+  /// (`sampler_ref::engine`), and training operations waiting in each model's queue (the running one
   /// excluded). Lanes and models with nothing queued are absent.
   struct queue_depths {
     std::map<std::string, size_t> sampling;
     std::map<std::string, size_t> training;
   };
   queue_depths depths() const;
-
-  /// The lane a sampler's requests queue on: equal for samplers on the same engine.
-  static std::string lane_of(const tinker::sampler_ref& ref);
 
 private:
   struct ordered_op {

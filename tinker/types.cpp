@@ -30,6 +30,18 @@ bool is_floating(dtype x) noexcept {
   return x == dtype::float32 || x == dtype::bfloat16;
 }
 
+std::string sampler_ref::engine() const {
+  switch (type) {
+  case kind::base:
+    return "base";
+  case kind::snapshot:
+    return "model:" + model_id;
+  case kind::checkpoint:
+    return "checkpoint:" + dir;
+  }
+  return "base";
+}
+
 int64_t tensor_data::numel() const {
   int64_t n = 1;
   for (auto d : shape)

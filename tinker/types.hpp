@@ -122,6 +122,11 @@ struct sampler_ref {
   /// How errors name this sampler to the client ("tinker://..." or the sampling session id);
   /// never a server path.
   std::string name;
+
+  /// The engine this sampler runs on: "base", "model:<model_id>" (every snapshot of a model
+  /// shares the model's engine) or "checkpoint:<dir>". The one key the scheduler's sampling
+  /// lanes and the backend's engine grouping both use: requests with one key may share a call.
+  std::string engine() const;
 };
 
 /// One `asample` call of a sampling session, or a slice of one: samples

@@ -72,9 +72,9 @@ request_scheduler::forward_backward_fn fb_fn(recorder& rec) {
 request_scheduler::sample_fn sample_fn(recorder& rec) {
   return [&rec](const std::vector<tinker::sample_request>& rs) {
     rec.wait_gate();
-    auto lane = request_scheduler::lane_of(rs.front().sampler);
+    auto lane = rs.front().sampler.engine();
     for (auto& r : rs)
-      EXPECT_EQ(request_scheduler::lane_of(r.sampler), lane) << "one call mixes lanes";
+      EXPECT_EQ(r.sampler.engine(), lane) << "one call mixes lanes";
     rec.record("sample:" + lane + ":" + std::to_string(rs.size()));
     std::vector<tinker::sample_response> out(rs.size());
     for (size_t i = 0; i < rs.size(); ++i)
