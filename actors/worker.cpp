@@ -305,13 +305,11 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
     if (!critic && reg.use_kl_loss && !batch.has(keys::base_action_log_probs))
       be::fail(error_code::invalid_argument,
                "use_kl_loss needs base_action_log_probs (the reference policy's) in the batch");
-    // Dry run on the whole batch with placeholder log-probs/values: a missing input or a bad
-    // shape is refused here, before any micro-batch adds to the gradients.
-    c10::NoGradGuard no_grad;
+    // The whole batch's inputs, the model's outputs standing in as zeros: a missing input or a
+    // bad shape is refused here, before any micro-batch adds to the gradients.
     auto in = loss_inputs_of(batch);
-    auto zeros = at::zeros_like(in.loss_mask);
-    (critic ? in.values : in.logprobs) = zeros;
-    (void)algo::compute_loss(req->loss_fn, in, cfg);
+    (critic ? in.values : in.logprobs) = at::zeros_like(in.loss_mask);
+    algo::check_loss_inputs(req->loss_fn, in, cfg);
   }
   std::optional<c10::NoGradGuard> no_grad;
   if (!backward)
@@ -406,9 +404,8 @@ caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::messa
   auto& st = ctx.as<worker_state>();
   resident_model(st, "forward_backward");
   const auto& req = args.get_as<loss_request>(1);
-  check_loss_request(st, req);
   auto batch = decode_batch(st, args.get_as<batch_payload>(0));
-  return caf::make_message(run_pass(st, batch, &req, true));
+  return caf::make_message(run_pass(st, batch, &req, true)); // checks `req` first
 }
 
 caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& args) {

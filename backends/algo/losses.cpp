@@ -471,9 +471,11 @@ void validate_loss_config(const std::string& name, const loss_config& cfg) {
   validate(name, find_entry(name), cfg);
 }
 
-loss_output compute_loss(const std::string& name, const loss_inputs& in, const loss_config& cfg) {
-  const auto& entry = find_entry(name);
-  const auto op = validate(name, entry, cfg);
+namespace {
+
+/// The input checks of `compute_loss` (config `cfg` already validated into `op`).
+void check_inputs(const std::string& name, const loss_entry& entry, const off_policy_config& op,
+                  const loss_inputs& in, const loss_config& cfg) {
   const auto what = what_of(name);
 
   // Which inputs this loss needs.
@@ -530,6 +532,22 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
     detail::require_shape(*t, input, ref.sizes(), ref_name, what);
     detail::require_finite(*t, input, what);
   }
+}
+
+} // namespace
+
+void check_loss_inputs(const std::string& name, const loss_inputs& in, const loss_config& cfg) {
+  const auto& entry = find_entry(name);
+  check_inputs(name, entry, validate(name, entry, cfg), in, cfg);
+}
+
+loss_output compute_loss(const std::string& name, const loss_inputs& in, const loss_config& cfg) {
+  const auto& entry = find_entry(name);
+  const auto op = validate(name, entry, cfg);
+  check_inputs(name, entry, op, in, cfg);
+  const auto what = what_of(name);
+  const bool op_active = entry.off_policy && op.enabled() && in.rollout_logprobs.defined();
+  const at::Tensor& ref = entry.value_loss ? in.values : in.logprobs;
 
   prepared p;
   p.logp = to_float(in.logprobs, true);

@@ -132,6 +132,13 @@ std::vector<std::string> loss_option_keys(const std::string& name);
 /// required key (`beta` for dro).
 void validate_loss_config(const std::string& name, const loss_config& cfg);
 
+/// Everything `compute_loss` would refuse, checked without computing: the config errors of
+/// `validate_loss_config`, a missing required input, shapes, non-floating or non-finite inputs.
+/// The worker checks a whole batch so (the model's outputs stand in as zeros) before its first
+/// micro-batch adds to the gradients.
+void check_loss_inputs(const std::string& name, const loss_inputs& in,
+                       const loss_config& cfg = {});
+
 /// Computes loss `name` on `in` with `cfg`. Besides the config errors of
 /// `validate_loss_config`, throws invalid_argument for a missing required input (naming the
 /// input and the loss), tensors that are not 2-D or whose shapes differ (naming both shapes),
