@@ -111,6 +111,15 @@ const char* manager_state::name = "rlforge.placement_manager";
 
 using manager_actor = caf::stateful_actor<manager_state>;
 
+/// One info line per placement decision: the group, its strategy and each bundle's node.
+void log_placed(const placement_group_info& pg, const char* event) {
+  std::string nodes;
+  for (const auto& b : pg.bundles)
+    nodes += (nodes.empty() ? "" : ",") + std::to_string(b.bundle_index) + ":" + b.node_id;
+  runtime::logger("placement")
+      ->info("{} name={} strategy={} bundles={}", event, pg.name, pg.strategy, nodes);
+}
+
 /// Answers the waiters of groups the table just placed.
 void deliver_placed(manager_actor* self, const std::vector<std::string>& placed) {
   auto& st = self->state;
@@ -120,11 +129,13 @@ void deliver_placed(manager_actor* self, const std::vector<std::string>& placed)
       continue;
     auto bundles = st.table.bundles(name);
     st.strategies[name] = i->second.strategy;
-    if (bundles.ok())
-      i->second.promise.deliver(to_info(name, i->second.strategy, bundles.value()));
-    else
+    if (bundles.ok()) {
+      auto info = to_info(name, i->second.strategy, bundles.value());
+      log_placed(info, "pg_placed_after_wait");
+      i->second.promise.deliver(std::move(info));
+    } else {
       i->second.promise.deliver(to_error(bundles.error()));
-    runtime::logger("placement")->info("pg_placed_after_wait name={}", name);
+    }
     st.waiting.erase(i);
   }
 }
@@ -218,9 +229,12 @@ caf::behavior manager(manager_actor* self, std::vector<node_resources> nodes,
                           "placement group '" + req.name + "': " + request.error().message);
       auto res = st.table.create(req.name, std::move(request.value()));
       switch (res.kind) {
-        case pl::schedule_kind::placed:
+        case pl::schedule_kind::placed: {
           st.strategies[req.name] = req.strategy;
-          return to_info(req.name, req.strategy, res.bundles);
+          auto info = to_info(req.name, req.strategy, res.bundles);
+          log_placed(info, "pg_placed");
+          return info;
+        }
         case pl::schedule_kind::infeasible:
           return make_error(errc::infeasible,
                             "placement group '" + req.name + "' is infeasible: " + res.reason);

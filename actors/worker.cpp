@@ -31,6 +31,7 @@
 #include "backends/train/checkpoint.hpp"
 #include "backends/train/lr_schedule.hpp"
 #include "backends/train/optimizer.hpp"
+#include "runtime/logging.hpp"
 #include "backends/train/rng_state.hpp"
 #include "backends/train/micro_batches.hpp"
 #include "backends/storage_copier.hpp"
@@ -442,6 +443,12 @@ caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& ar
   out.clipped = res.clipped;
   out.learning_rate = hp.learning_rate;
   out.step = st.schedule->step();
+  if (ctx.info.rank == 0) // one line per step of the group
+    runtime::logger("actors.worker")
+        ->info("event=optim_step group={} step={} grad_norm={:.6g} lr={:.6g} skipped={} "
+               "clipped={}",
+               ctx.info.group, out.step, out.grad_norm, out.learning_rate, out.skipped,
+               out.clipped);
   return caf::make_message(out);
 }
 

@@ -25,7 +25,7 @@ const std::map<std::string, std::pair<std::string, std::string>>& node_option_he
       {"--node-id", {"this node's id", "node0; <host>-<pid> for rlforge node"}},
       {"--pg-timeout", {"seconds a placement group may wait for resources", "180"}},
       {"--call-timeout", {"seconds a call to a rank may take", "600"}},
-      {"--log-level", {"trace, debug, info, warn, error or off", "warn"}},
+      {"--log-level", {"trace, debug, info, warn, error or off", "info"}},
       {"--log-format", {"log lines: text, or json (one object per line)", "text"}},
       {"--cluster", {"HOST:PORT of the cluster head (env RLFORGE_CLUSTER)", ""}},
       {"--tls", {"directory with the cluster's TLS files (rlforge head --init-tls DIR)", ""}},

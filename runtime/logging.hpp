@@ -18,7 +18,7 @@ std::shared_ptr<spdlog::logger> logger(const std::string& name);
 /// Applies `SPDLOG_LEVEL` from the environment, an optional default level ("info", "warn", ...)
 /// and the line format of every logger, existing or later (`log_format_names`). Idempotent;
 /// called by the actor-system bootstrap (`system_config`'s `--log-level` and `--log-format`).
-void init_logging(const std::string& default_level = "warn", const std::string& format = "text");
+void init_logging(const std::string& default_level = "info", const std::string& format = "text");
 
 /// The line formats `--log-format` accepts: "text" (`[12:34:56.789] [logger] [level] message`)
 /// and "json" (one object per line: `time` in UTC, ISO 8601 with milliseconds, `level`,

@@ -61,7 +61,7 @@ public:
   /// Default deadline of a call to an actor group.
   double call_timeout_s = 600;
   /// Default log level for loggers not named in SPDLOG_LEVEL.
-  std::string log_level = "warn";
+  std::string log_level = "info";
   /// How log lines are written: "text" or "json" (runtime/logging.hpp; RLFORGE_LOG_FORMAT).
   std::string log_format = "text";
   /// HOST:PORT of the head to attach to; empty = the embedded one-process default.

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "runtime/logging.hpp"
+
 namespace rlforge::service {
 
 namespace {
@@ -574,6 +576,9 @@ void request_scheduler::expire_gaps(std::chrono::steady_clock::time_point now) {
         continue;
       auto missing = m.next_seq;
       auto waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest).count();
+      runtime::logger("service.scheduler")
+          ->warn("event=gap_timeout model={} missing_seq_id={} failed={} waited_ms={}", id,
+                 missing, m.ordered.size(), waited_ms);
       for (auto& [seq, op] : m.ordered) {
         failure f{tinker::error_category::user,
                   "seq_id " + std::to_string(seq) + " of model '" + id + "' waited " +
