@@ -60,7 +60,7 @@ bool tinker_healing::lost(actor_group& g) const {
 
 void tinker_healing::heal(uint64_t generation, const std::string& node,
                           const std::string& seen_by) {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<std::mutex> guard(heal_mutex_);
   auto [current, current_generation] = groups_.placement();
   if (current_generation > generation)
     return; // healed already, by the call that saw it first
@@ -120,11 +120,12 @@ void tinker_healing::heal(uint64_t generation, const std::string& node,
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log->warn("placement_replaced seen_by={} lost_node={} new_node={} seconds={:.3f}", seen_by,
             node, r.new_node, r.seconds);
+  std::lock_guard<std::mutex> done_guard(done_mutex_);
   done_.push_back(std::move(r));
 }
 
 std::vector<tinker_recovery> tinker_healing::recoveries() const {
-  std::lock_guard<std::mutex> guard(mutex_);
+  std::lock_guard<std::mutex> guard(done_mutex_);
   return done_;
 }
 

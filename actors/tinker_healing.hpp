@@ -27,7 +27,8 @@ struct tinker_recovery {
 };
 
 /// The restart budget and the re-placement. Thread-safe: `heal` is serialised, and a loss seen
-/// by several calls at once (they all saw the same generation) is healed once.
+/// by several calls at once (they all saw the same generation) is healed once; `recoveries`
+/// answers at once, also while a heal waits for room.
 class tinker_healing {
 public:
   /// `groups` (and its options, which hold the budget, the timeout and the placement request)
@@ -54,10 +55,12 @@ public:
 
 private:
   tinker_groups& groups_;
-  mutable std::mutex mutex_; ///< guards the fields below; held for a whole `heal`
+  std::mutex heal_mutex_; ///< serialises `heal` and guards the two below
   int used_ = 0;
-  std::vector<tinker_recovery> done_;
   std::vector<std::string> losses_; ///< every loss seen, for the final error
+  /// Guards `done_` alone, so that `recoveries` (a /metrics scrape) never waits for a heal.
+  mutable std::mutex done_mutex_;
+  std::vector<tinker_recovery> done_;
 };
 
 /// The node `g`'s rank 0 was placed on ("" when the group cannot say).

@@ -695,61 +695,70 @@ TEST(AlgoLosses, BadConfigsAreRejectedNamingKeyAndValue) {
   expect_error([] { validate_loss_config("nope", {}); }, {"'nope'", "dro"});
 }
 
+// compute_loss and check_loss_inputs (its checks without computing, what the worker runs on a
+// whole batch first) refuse the same inputs with the same message.
+void expect_refused_by_both(const std::string& loss, const loss_inputs& in,
+                            const std::vector<std::string>& parts) {
+  expect_error([&] { compute_loss(loss, in); }, parts);
+  expect_error([&] { check_loss_inputs(loss, in); }, parts);
+}
+
 TEST(AlgoLosses, BadInputsAreRejectedNamingTheInput) {
   loss_inputs in;
   in.logprobs = t2({{-1.0, -1.0}});
   in.old_logprobs = t2({{-1.0, -1.0}});
   in.advantages = t2({{1.0, 1.0}});
+  check_loss_inputs("regular", in); // accepted, as compute_loss accepts it
 
   auto no_old = in;
   no_old.old_logprobs = at::Tensor();
-  expect_error([&] { compute_loss("regular", no_old); }, {"regular", "'old_logprobs'"});
+  expect_refused_by_both("regular", no_old, {"regular", "'old_logprobs'"});
   auto no_adv = in;
   no_adv.advantages = at::Tensor();
-  expect_error([&] { compute_loss("cispo", no_adv); }, {"cispo", "'advantages'"});
+  expect_refused_by_both("cispo", no_adv, {"cispo", "'advantages'"});
   auto no_logp = in;
   no_logp.logprobs = at::Tensor();
-  expect_error([&] { compute_loss("cross_entropy", no_logp); }, {"'logprobs'"});
-  expect_error([&] { compute_loss("rollout_is", in); }, {"rollout_is", "'rollout_logprobs'"});
+  expect_refused_by_both("cross_entropy", no_logp, {"'logprobs'"});
+  expect_refused_by_both("rollout_is", in, {"rollout_is", "'rollout_logprobs'"});
   auto dppo_in = no_old;
-  expect_error([&] { compute_loss("dppo", dppo_in); }, {"dppo", "rollout_logprobs"});
+  expect_refused_by_both("dppo", dppo_in, {"dppo", "rollout_logprobs"});
 
   loss_inputs critic;
   critic.values = t2({{1.0}});
   critic.old_values = t2({{1.0}});
-  expect_error([&] { compute_loss("ppo_critic", critic); }, {"ppo_critic", "'returns'"});
+  expect_refused_by_both("ppo_critic", critic, {"ppo_critic", "'returns'"});
   critic.returns = t2({{1.0}});
   critic.values = at::Tensor();
-  expect_error([&] { compute_loss("ppo_critic", critic); }, {"ppo_critic", "'values'"});
+  expect_refused_by_both("ppo_critic", critic, {"ppo_critic", "'values'"});
   critic.values = t2({{1.0}});
   critic.old_values = at::Tensor();
-  expect_error([&] { compute_loss("ppo_critic", critic); }, {"'old_values'"});
+  expect_refused_by_both("ppo_critic", critic, {"'old_values'"});
 
   auto shape = in;
   shape.advantages = t2({{1.0, 1.0, 1.0}});
-  expect_error([&] { compute_loss("regular", shape); }, {"'advantages'", "[1, 3]", "[1, 2]"});
+  expect_refused_by_both("regular", shape, {"'advantages'", "[1, 3]", "[1, 2]"});
   auto mask_shape = in;
   mask_shape.loss_mask = t2({{1.0}, {1.0}});
-  expect_error([&] { compute_loss("regular", mask_shape); }, {"'loss_mask'", "[2, 1]", "[1, 2]"});
+  expect_refused_by_both("regular", mask_shape, {"'loss_mask'", "[2, 1]", "[1, 2]"});
   auto flat = in;
   flat.logprobs = at::zeros({2});
-  expect_error([&] { compute_loss("regular", flat); }, {"'logprobs'", "2-D"});
+  expect_refused_by_both("regular", flat, {"'logprobs'", "2-D"});
 
   auto nan_in = in;
   nan_in.logprobs = t2({{-1.0, nan_v}});
-  expect_error([&] { compute_loss("regular", nan_in); }, {"'logprobs'", "NaN"});
+  expect_refused_by_both("regular", nan_in, {"'logprobs'", "NaN"});
   auto inf_in = in;
   inf_in.advantages = t2({{1.0, inf}});
-  expect_error([&] { compute_loss("regular", inf_in); }, {"'advantages'", "NaN or infinite"});
+  expect_refused_by_both("regular", inf_in, {"'advantages'", "NaN or infinite"});
   auto bad_roll = in;
   bad_roll.rollout_logprobs = t2({{-inf, 0}});
-  expect_error([&] { compute_loss("regular", bad_roll); }, {"'rollout_logprobs'"});
+  expect_refused_by_both("regular", bad_roll, {"'rollout_logprobs'"});
   auto bad_metric_mask = in;
   bad_metric_mask.metric_mask = t2({{1.0}});
-  expect_error([&] { compute_loss("regular", bad_metric_mask); }, {"'metric_mask'", "[1, 1]"});
+  expect_refused_by_both("regular", bad_metric_mask, {"'metric_mask'", "[1, 1]"});
   auto int_adv = in;
   int_adv.advantages = at::ones({1, 2}, at::kLong);
-  expect_error([&] { compute_loss("regular", int_adv); }, {"'advantages'", "floating-point"});
+  expect_refused_by_both("regular", int_adv, {"'advantages'", "floating-point"});
 }
 
 TEST(AlgoLosses, DoubleInputsAreComputedInFloat32WithGradients) {
