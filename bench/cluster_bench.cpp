@@ -65,6 +65,7 @@
 #include "service/tinker_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
 #include "tests/cluster/network_namespace.hpp"
+#include "tests/cluster/tinker_datums.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -672,18 +673,7 @@ std::pair<double, double> serve_recovery_once(int sig, int rep) {
   lora.rank = 4;
   tinker::forward_backward_request req;
   req.loss_fn = "cross_entropy";
-  for (const auto& seq : std::vector<std::vector<int64_t>>{{1, 5, 9, 13, 17, 21}, {2, 4, 6, 8}}) {
-    tinker::datum d;
-    d.tokens.assign(seq.begin(), seq.end() - 1);
-    auto& target = d.loss_fn_inputs["target_tokens"];
-    target.type = tinker::dtype::int64;
-    target.shape = {static_cast<int64_t>(seq.size() - 1)};
-    target.ints.assign(seq.begin() + 1, seq.end());
-    auto& weights = d.loss_fn_inputs["weights"];
-    weights.shape = target.shape;
-    weights.floats.assign(seq.size() - 1, 1.0);
-    req.data.push_back(std::move(d));
-  }
+  req.data = {sft_datum({1, 5, 9, 13, 17, 21}), sft_datum({2, 4, 6, 8})};
   int64_t seq = 0;
   double healthy = 0;
   try {
