@@ -31,6 +31,17 @@ struct fake_model {
   std::mutex mutex;
   std::vector<std::string> calls; ///< per call: "<requests>" or "stream:<first_sample>@<start>"
   std::atomic<int> call_count{0};
+  /// When `gated`, calls wait until `open()`: a test holds the first call back until it has
+  /// queued what must compete with it (else the worker may finish first on a fast machine).
+  bool gated = false;
+  bool gate_open = false;
+  std::condition_variable gate;
+
+  void open() {
+    std::lock_guard<std::mutex> guard(mutex);
+    gate_open = true;
+    gate.notify_all();
+  }
 
   static int64_t stop_after(int64_t j) { return 5 + 3 * j; }
 
@@ -50,6 +61,10 @@ struct fake_model {
 
   request_scheduler::sample_fn fn() {
     return [this](const std::vector<tinker::sample_request>& rs) {
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        gate.wait(lock, [&] { return !gated || gate_open; });
+      }
       ++call_count;
       std::vector<tinker::sample_response> out(rs.size());
       std::string call;
@@ -193,6 +208,7 @@ TEST(SchedulerStreams, TheContextEndingASampleEarlyFinishesIt) {
 
 TEST(SchedulerStreams, AStreamTakesTurnsWithOtherRequestsOfItsLane) {
   fake_model model;
+  model.gated = true; // the stream's first chunk waits until the other request is queued
   request_scheduler s(one_worker(), no_training(), model.fn());
   collected got;
   std::mutex m;
@@ -212,6 +228,7 @@ TEST(SchedulerStreams, AStreamTakesTurnsWithOtherRequestsOfItsLane) {
                                      cv.notify_all();
                                    },
                                    [&](const failure& f) { ADD_FAILURE() << f.message; }}));
+  model.open();
   ASSERT_TRUE(got.wait_finished(1));
   {
     std::unique_lock<std::mutex> lock(m);
