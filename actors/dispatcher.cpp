@@ -107,8 +107,7 @@ void batch_call(self_ptr self, const role_entry& entry, const std::string& role,
 
 void all_call(self_ptr self, const role_entry& entry, const std::string& role,
               const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
-  auto worker_op = op == "save_hf_model" ? std::string{"export_hf"} : op;
-  group_all(self, entry.group, worker_op, args, timeout_ms,
+  group_all(self, entry.group, op, args, timeout_ms,
             [=](caf::expected<std::vector<caf::message>> r) {
               if (!r)
                 return k(wrap(self, role, op, r.error()));

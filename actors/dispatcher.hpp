@@ -109,7 +109,7 @@ using dispatcher_syncs_atom = caf::atom_constant<caf::atom("dsyncs")>;
 ///    `dispatcher_transport_atom` set one. A refused transfer leaves the engines' weights and
 ///    versions as they were.
 ///  - every other op (`init_model`, `optim_step`, `set_lr`, `set_algorithm_config`,
-///    `save_checkpoint`, `load_checkpoint`, `save_hf_model` = the workers' `export_hf`,
+///    `save_checkpoint`, `load_checkpoint`, `save_hf_model`,
 ///    `offload`, `onload`, `memory`) goes to all ranks with the same arguments; the answer is
 ///    rank 0's.
 /// Ops on an engine role:

@@ -504,7 +504,7 @@ actor_kind make_kind(const std::string& role) {
   k.ops["init_model"] = init_model;
   k.ops["forward"] = forward;
   k.ops["set_algorithm_config"] = set_algorithm_config;
-  k.ops["export_hf"] = export_hf;
+  k.ops["save_hf_model"] = save_hf_model;
   k.ops["offload"] = offload;
   k.ops["onload"] = onload;
   k.ops["memory"] = memory;

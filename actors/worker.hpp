@@ -53,7 +53,7 @@ class weight_channels;
 ///    `with_optimizer` false (default true) loads only the weights: the optimizer starts fresh,
 ///    schedule and RNG stay. A checkpoint of another world size is refused; a refused
 ///    checkpoint changes nothing.
-///  - `export_hf` (std::string dir) → (): rank 0 writes config.json + model.safetensors (LoRA
+///  - `save_hf_model` (std::string dir) → (): rank 0 writes config.json + model.safetensors (LoRA
 ///    merged); the other ranks do nothing.
 ///  - `offload` (std::vector<std::string> tags) → (): moves state off the device into host
 ///    buffers the rank holds, so colocated models can take turns on one device. Tags: `model`
@@ -70,7 +70,7 @@ class weight_channels;
 ///    (parameters, gradients, optimizer moments; a storage shared by several tensors counted
 ///    once) and bytes held in the host buffers, as the engine's `memory`.
 ///
-/// While the model is offloaded, `forward`, `forward_backward`, `optim_step`, `export_hf`,
+/// While the model is offloaded, `forward`, `forward_backward`, `optim_step`, `save_hf_model`,
 /// `save_checkpoint` and `load_checkpoint` are refused ("... needs the model on the device but it
 /// is offloaded; call onload"); while the optimizer is, so are `optim_step`, `save_checkpoint`
 /// and `load_checkpoint`. No op onloads by itself (the dispatcher does). `init_model` starts over

@@ -1,4 +1,4 @@
-// A worker rank's checkpoints and residency (worker_state.hpp): save, load, export_hf,
+// A worker rank's checkpoints and residency (worker_state.hpp): save, load, save_hf_model,
 // offload, onload, memory.
 #include "actors/worker_state.hpp"
 
@@ -112,13 +112,13 @@ caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::messag
   return caf::make_message(step);
 }
 
-caf::expected<caf::message> export_hf(rank_context& ctx, const caf::message& args) {
-  expect_args<std::string>(args, "export_hf", "string dir");
+caf::expected<caf::message> save_hf_model(rank_context& ctx, const caf::message& args) {
+  expect_args<std::string>(args, "save_hf_model", "string dir");
   auto& st = ctx.as<worker_state>();
-  auto& model = resident_model(st, "export_hf");
+  auto& model = resident_model(st, "save_hf_model");
   const auto& dir = args.get_as<std::string>(0);
   if (dir.empty())
-    be::fail(error_code::invalid_argument, "export_hf: empty directory");
+    be::fail(error_code::invalid_argument, "save_hf_model: empty directory");
   if (ctx.info.rank == 0)
     model.save_hf(dir);
   return caf::message{};

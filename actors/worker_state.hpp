@@ -4,7 +4,7 @@
 // the workers' interface is actors/worker.hpp. A worker kind lives in two files:
 //  - worker.cpp: the model and the training ops (init_model, forward, forward_backward,
 //    optim_step, set_lr, set_algorithm_config), the kinds' registration, model building;
-//  - worker_residency.cpp: checkpoints (save, load, export_hf) and residency (offload, onload,
+//  - worker_residency.cpp: checkpoints (save, load, save_hf_model) and residency (offload, onload,
 //    memory).
 //
 // Ownership: `worker_state` belongs to its rank (rank_context::as). Thread-safety: everything
@@ -104,7 +104,7 @@ void require_resident_optimizer(const worker_state& st, const char* op);
 
 caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::message& args);
 caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> export_hf(rank_context& ctx, const caf::message& args);
+caf::expected<caf::message> save_hf_model(rank_context& ctx, const caf::message& args);
 caf::expected<caf::message> offload(rank_context& ctx, const caf::message& args);
 caf::expected<caf::message> onload(rank_context& ctx, const caf::message& args);
 caf::expected<caf::message> memory(rank_context& ctx, const caf::message& args);

@@ -267,8 +267,8 @@ TEST_F(WorkerOffload, ParametersRoundTripBitForBit) {
   onload(g, {"model"});
   EXPECT_TRUE(at::equal(logprobs(g, batch), before));
   test::temp_dir dir("offload");
-  expect_ok(run(g, "export_hf", caf::make_message(dir.str() + "/a")));
-  expect_ok(run(control, "export_hf", caf::make_message(dir.str() + "/b")));
+  expect_ok(run(g, "save_hf_model", caf::make_message(dir.str() + "/a")));
+  expect_ok(run(control, "save_hf_model", caf::make_message(dir.str() + "/b")));
   auto a = be::causal_lm::load(dir.str() + "/a")->state_dict();
   auto b = be::causal_lm::load(dir.str() + "/b")->state_dict();
   ASSERT_EQ(a.size(), b.size());
@@ -343,8 +343,8 @@ TEST_F(WorkerOffload, ComputeOpsAreRefusedWhileOffloadedAndWorkAfterOnload) {
   ASSERT_FALSE(fb);
   expect_refused(fb.error(), with(why, "forward_backward"));
   expect_refused(run(g, "optim_step", caf::make_message(adam(1e-2))), with(why, "optim_step"));
-  expect_refused(run(g, "export_hf", caf::make_message(dir.str() + "/hf")),
-                 with(why, "export_hf"));
+  expect_refused(run(g, "save_hf_model", caf::make_message(dir.str() + "/hf")),
+                 with(why, "save_hf_model"));
   expect_refused(run(g, "save_checkpoint", caf::make_message(dir.str(), int64_t{1})),
                  with(why, "save_checkpoint"));
   expect_refused(run(g, "load_checkpoint", caf::make_message(dir.str(), int64_t{0})),
@@ -367,7 +367,7 @@ TEST_F(WorkerOffload, ComputeOpsAreRefusedWhileOffloadedAndWorkAfterOnload) {
   step(g);
   step(control);
   EXPECT_TRUE(at::equal(logprobs(g, batch), logprobs(control, batch)));
-  expect_ok(run(g, "export_hf", caf::make_message(dir.str() + "/hf")));
+  expect_ok(run(g, "save_hf_model", caf::make_message(dir.str() + "/hf")));
   expect_ok(run(g, "load_checkpoint", caf::make_message(dir.str(), int64_t{0})));
 }
 
