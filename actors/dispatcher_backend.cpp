@@ -63,7 +63,7 @@ struct dispatcher_backend::impl {
 };
 
 void dispatcher_backend::impl::make_current(tinker_model& m) {
-  if (m.built && m.generation == groups->placement().second)
+  if (m.built && m.generation == groups->generation())
     return;
   const auto t0 = std::chrono::steady_clock::now();
   models->rebuild(m);

@@ -42,6 +42,11 @@ std::pair<placement_group_info, uint64_t> tinker_groups::placement() const {
   return {placement_, generation_};
 }
 
+uint64_t tinker_groups::generation() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return generation_;
+}
+
 void tinker_groups::replace_placement(placement_group_info pg) {
   pg.bundles.resize(1); // every group: one rank on bundle 0
   std::lock_guard<std::mutex> guard(mutex_);

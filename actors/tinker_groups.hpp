@@ -52,6 +52,10 @@ public:
   /// each `replace_placement`): a group spawned under an older generation may be on a lost node.
   std::pair<placement_group_info, uint64_t> placement() const;
 
+  /// The current placement generation alone (what every call compares; no copy of the
+  /// placement).
+  uint64_t generation() const;
+
   /// Makes `pg` the placement of every group spawned from now on and starts a new generation.
   void replace_placement(placement_group_info pg);
 

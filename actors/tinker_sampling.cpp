@@ -104,7 +104,7 @@ tinker_sampling::make_engine(const std::string& dir, const std::string& what, bo
 }
 
 bool tinker_sampling::stale(const engine& e) const {
-  return e.generation < groups_.placement().second;
+  return e.generation < groups_.generation();
 }
 
 void tinker_sampling::drop_if_stale(model_engine& me) {
