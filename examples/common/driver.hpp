@@ -195,8 +195,9 @@ inline bool configure(runtime::system_config& cfg, int gpus, const char* prog,
   return true;
 }
 
-/// The examples' model: a 2-layer Llama (hidden 64, 4 heads, 2 KV heads) with `vocab_size` tokens.
-inline nlohmann::json llama_config(int64_t vocab_size) {
+/// The examples' model: a 2-layer Llama (hidden 64, 4 heads, 2 KV heads) with `vocab_size` tokens
+/// and `context` positions.
+inline nlohmann::json llama_config(int64_t vocab_size, int64_t context = 64) {
   return nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
                         {"model_type", "llama"},
                         {"vocab_size", vocab_size},
@@ -205,7 +206,7 @@ inline nlohmann::json llama_config(int64_t vocab_size) {
                         {"num_hidden_layers", 2},
                         {"num_attention_heads", 4},
                         {"num_key_value_heads", 2},
-                        {"max_position_embeddings", 64},
+                        {"max_position_embeddings", context},
                         {"rms_norm_eps", 1e-6},
                         {"tie_word_embeddings", false}};
 }

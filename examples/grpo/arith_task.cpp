@@ -202,18 +202,61 @@ double reward(const problem& p, const std::vector<int64_t>& response, double for
   return parse_answer(response) ? format_reward : 0.0;
 }
 
-double accuracy(const std::vector<problem>& problems,
-                const std::vector<std::vector<int64_t>>& responses) {
-  if (problems.size() != responses.size())
-    throw std::invalid_argument("accuracy: " + std::to_string(problems.size()) +
-                                " problems but " + std::to_string(responses.size()) +
-                                " responses");
-  if (problems.empty())
-    throw std::invalid_argument("accuracy: no problems");
-  double correct = 0;
-  for (size_t i = 0; i < problems.size(); ++i)
-    correct += reward(problems[i], responses[i]) == 1.0 ? 1.0 : 0.0;
-  return correct / static_cast<double>(problems.size());
+problem parse_prompt(const std::vector<int64_t>& ids) {
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("arith: the prompt " + tokenizer::decode(ids) + " is not a "
+                                 "problem of the task: " + why);
+  };
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= tokenizer::vocab_size())
+      throw std::invalid_argument("arith: the prompt's id " + std::to_string(ids[i]) +
+                                  " at position " + std::to_string(i) +
+                                  " is outside the vocabulary");
+  if (ids.empty() || ids.front() != tokenizer::bos_id)
+    throw bad("it does not start with <bos>");
+  if (ids.back() != tokenizer::encode("=").front())
+    throw bad("it does not end with '='");
+  const auto text = tokenizer::decode(std::vector<int64_t>(ids.begin() + 1, ids.end() - 1));
+  const auto at = text.find_first_of("+-*", 1);
+  const auto digits_only = [](const std::string& t) {
+    return !t.empty() && t.size() <= 10 &&
+           t.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (at == std::string::npos || at + 1 >= text.size() || !digits_only(text.substr(0, at)) ||
+      !digits_only(text.substr(at + 1)))
+    throw bad("it is not a<op>b= with operands of 1-10 digits");
+  return problem{std::stoll(text.substr(0, at)), std::stoll(text.substr(at + 1)), text[at]};
+}
+
+std::string task::description() const {
+  std::string what = cfg_.ops == "+" ? "addition" : "arithmetic (" + cfg_.ops + ")";
+  return std::to_string(cfg_.digits) + "-digit " + what;
+}
+
+int64_t task::context() const {
+  // <bos>, two operands, the operator and '=', then the answer.
+  return 2 * cfg_.digits + 3 + max_answer_tokens();
+}
+
+std::vector<int64_t> task::sample_prompt(std::mt19937_64& rng) const {
+  return prompt_tokens(sample_train(rng));
+}
+
+std::vector<std::vector<int64_t>> task::held_out_prompts() const {
+  std::vector<std::vector<int64_t>> out;
+  out.reserve(held_out_.size());
+  for (const auto& p : held_out_)
+    out.push_back(prompt_tokens(p));
+  return out;
+}
+
+std::vector<int64_t> task::target(const std::vector<int64_t>& prompt) const {
+  return target_tokens(parse_prompt(prompt));
+}
+
+double task::reward(const std::vector<int64_t>& prompt,
+                    const std::vector<int64_t>& response) const {
+  return arith::reward(parse_prompt(prompt), response);
 }
 
 } // namespace rlforge::examples::arith

@@ -1,5 +1,5 @@
 #pragma once
-// The GRPO example's verifiable task: multi-digit arithmetic ("37+48=" -> "85") with a
+// The GRPO job's default task (--task arith): multi-digit arithmetic ("37+48=" -> "85") with a
 // character-level tokenizer, a seeded problem generator whose held-out problems never appear in
 // training, answer parsing and the reward. Plain C++: no torch, no CAF.
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "examples/grpo/verifiable_task.hpp"
 
 namespace rlforge::examples::arith {
 
@@ -66,7 +68,9 @@ struct task_config {
 
 /// The problem distribution, split into a fixed held-out set and the training problems (all the
 /// others). Immutable after construction; `sample_train` only touches the caller's generator.
-class task {
+/// As a `verifiable_task` its prompts are `prompt_tokens` of its problems, its targets
+/// `target_tokens`, its reward `reward` without format credit, and its goal +20 points.
+class task final : public grpo::verifiable_task {
 public:
   /// Draws the held-out set from `cfg.seed`. Throws std::invalid_argument naming the field and
   /// value for digits outside 1..4, an empty or unknown operator list or a repeated operator,
@@ -88,7 +92,19 @@ public:
   int64_t total_problems() const;
 
   /// Most tokens a correct answer takes, end-of-sequence included (the generation budget).
-  int64_t max_answer_tokens() const;
+  int64_t max_answer_tokens() const override;
+
+  // verifiable_task
+  std::string description() const override;
+  int64_t vocab_size() const override { return tokenizer::vocab_size(); }
+  int64_t eos_id() const override { return tokenizer::eos_id; }
+  int64_t context() const override;
+  std::vector<int64_t> sample_prompt(std::mt19937_64& rng) const override;
+  std::vector<std::vector<int64_t>> held_out_prompts() const override;
+  std::vector<int64_t> target(const std::vector<int64_t>& prompt) const override;
+  double reward(const std::vector<int64_t>& prompt,
+                const std::vector<int64_t>& response) const override;
+  double required_gain() const override { return 0.20; }
 
 private:
   problem draw(std::mt19937_64& rng) const;
@@ -100,6 +116,10 @@ private:
 
 /// `<bos>` followed by the ids of "a<op>b=".
 std::vector<int64_t> prompt_tokens(const problem& p);
+
+/// The problem `ids` states: `<bos>` then "a<op>b=" with operands of at most 10 digits and one
+/// operator of "+-*". Throws std::invalid_argument saying what is wrong otherwise.
+problem parse_prompt(const std::vector<int64_t>& ids);
 
 /// The ids of the answer followed by `<eos>`: the supervised target of the warm start.
 std::vector<int64_t> target_tokens(const problem& p);
@@ -114,10 +134,5 @@ std::optional<int64_t> parse_answer(const std::vector<int64_t>& response);
 /// `<eos>`; `format_reward` when it is well-formed (see `parse_answer`) but wrong; 0 otherwise.
 /// Throws std::invalid_argument for a `format_reward` outside [0, 1).
 double reward(const problem& p, const std::vector<int64_t>& response, double format_reward = 0.0);
-
-/// Fraction of `responses[i]` that answer `problems[i]` exactly (reward 1). Throws
-/// std::invalid_argument naming both sizes when they differ, or when both are empty.
-double accuracy(const std::vector<problem>& problems,
-                const std::vector<std::vector<int64_t>>& responses);
 
 } // namespace rlforge::examples::arith

@@ -142,12 +142,40 @@ TEST(ArithTask, RewardIsOneOnlyForTheExactAnswerWithEos) {
   EXPECT_THAT(error_of([&] { reward(p, ids("85", true), -0.5); }), HasSubstr("-0.5"));
 }
 
+TEST(ArithTask, AsAVerifiableTaskItsPromptsCarryTheirProblem) {
+  task t{task_config{2, "+-", 10, 1}};
+  const problem p{37, 48, '-'};
+  EXPECT_EQ(parse_prompt(prompt_tokens(p)), p);
+  EXPECT_EQ(t.target(prompt_tokens(p)), ids("-11", true));
+  EXPECT_DOUBLE_EQ(t.reward(prompt_tokens(p), ids("-11", true)), 1.0);
+  EXPECT_DOUBLE_EQ(t.reward(prompt_tokens(p), ids("11", true)), 0.0);
+  std::mt19937_64 a(4), b(4);
+  EXPECT_EQ(t.sample_prompt(a), prompt_tokens(t.sample_train(b))); // the same draws
+  ASSERT_EQ(t.held_out_prompts().size(), 10u);
+  EXPECT_EQ(t.held_out_prompts()[3], prompt_tokens(t.held_out()[3]));
+  EXPECT_EQ(t.description(), "2-digit arithmetic (+-)");
+  EXPECT_EQ((task{task_config{2, "+", 10, 1}}.description()), "2-digit addition");
+  EXPECT_EQ(t.context(), 2 * 2 + 3 + 4); // <bos>37-48= then "-99<eos>"
+  EXPECT_THAT(error_of([] { parse_prompt(ids("1+2=", false)); }),
+              HasSubstr("does not start with <bos>"));
+  EXPECT_THAT(error_of([] { parse_prompt({1, 4, 13, 5}); }), HasSubstr("does not end with '='"));
+  EXPECT_THAT(error_of([] { parse_prompt({1, 4, 4, 16}); }), HasSubstr("is not a<op>b="));
+  EXPECT_THAT(error_of([] { parse_prompt({1, 4, 13, 17, 16}); }),
+              HasSubstr("id 17 at position 3 is outside the vocabulary"));
+}
+
 TEST(ArithTask, AccuracyCountsExactAnswers) {
+  task t{task_config{2, "+", 1, 1}};
   std::vector<problem> ps{{1, 2, '+'}, {10, 20, '+'}, {5, 5, '+'}, {9, 9, '+'}};
+  std::vector<std::vector<int64_t>> prompts;
+  for (const auto& p : ps)
+    prompts.push_back(prompt_tokens(p));
   std::vector<std::vector<int64_t>> rs{ids("3", true), ids("30", true), ids("11", true),
                                        ids("18", false)};
-  EXPECT_DOUBLE_EQ(accuracy(ps, rs), 0.5);
+  using rlforge::examples::grpo::mean_accuracy;
+  EXPECT_DOUBLE_EQ(mean_accuracy(t, prompts, rs), 0.5);
   rs.pop_back();
-  EXPECT_THAT(error_of([&] { accuracy(ps, rs); }), HasSubstr("4 problems but 3 responses"));
-  EXPECT_THAT(error_of([] { accuracy({}, {}); }), HasSubstr("no problems"));
+  EXPECT_THAT(error_of([&] { mean_accuracy(t, prompts, rs); }),
+              HasSubstr("4 prompts but 3 responses"));
+  EXPECT_THAT(error_of([&] { mean_accuracy(t, {}, {}); }), HasSubstr("no prompts"));
 }

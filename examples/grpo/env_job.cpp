@@ -32,7 +32,7 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
   process.handshake_timeout = process.call_timeout;
   const size_t per_step = static_cast<size_t>(opt.prompts) * static_cast<size_t>(opt.group);
   env::environment_pool pool(env::subprocess_factory(process), per_step);
-  const auto task = nlohmann::json::parse(opt.task);
+  const auto task = nlohmann::json::parse(opt.env_task);
   const auto stops = stop_ids(chat);
   rollout_options ro;
   ro.max_turns = opt.max_turns;

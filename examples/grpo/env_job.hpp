@@ -25,7 +25,7 @@ struct env_job_result {
   std::map<std::string, int64_t> errors; ///< distinct failures (first line) and their counts
 };
 
-/// Runs `opt.steps` GRPO steps: each resets `opt.prompts` tasks (a fresh seed each, `opt.task`)
+/// Runs `opt.steps` GRPO steps: each resets `opt.prompts` tasks (a fresh seed each, `opt.env_task`)
 /// `opt.group` times over in processes started from `opt.env_argv` (a pool of prompts x group,
 /// reused across steps), plays the episodes in lockstep with turns sampled on the engines
 /// (`opt.temperature`, a seed per turn, stopping on the chat template's end-of-turn token, at most

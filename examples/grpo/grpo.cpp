@@ -1,5 +1,6 @@
 // The main job (scripts/main): GRPO on multi-digit addition ("37+48=" -> "85<eos>") with a
 // colocated policy, reference model and two inference engines on one node with virtual GPUs.
+// --task sort runs the same job on sorting lists of two-digit numbers, whose answers are long.
 //
 // One placement group of two 1-GPU bundles holds everything, SkyRL's `colocate_all` layout: the
 // policy (2 data-parallel ranks), the reference model (2 ranks) and the engines (2 ranks) take
@@ -11,14 +12,15 @@
 //  2. syncs the weights to the engines and measures greedy accuracy on the held-out problems
 //     (never seen in training);
 //  3. runs GRPO: per step the engines sample --group answers for each of --prompts training
-//     problems, the reward is 1 for the exact answer followed by <eos> (else 0), advantages are
+//     problems, the reward is 1 for the exact answer followed by <eos> (else 0; sort: partial
+//     credit for the numbers in place before the first mistake), advantages are
 //     GRPO's group-normalised scores (token-mean reduction), the policy's log-probs before the
 //     update are the PPO "old" ones, the reference's feed the k3 KL loss, the policy takes
 //     --epochs PPO-clip steps on the samples (learning rate: cosine decay from --lr to --lr/10)
 //     and its weights are synced to the engines;
 //  4. measures held-out accuracy again, writes the metrics JSONL and the reward-curve PNG
-//     (gnuplot), and checks the gain (full run: at least 20 points; --quick: that the outputs
-//     are valid).
+//     (gnuplot), and checks the gain (full run: at least the task's goal, 20 points for arith;
+//     --quick: that the outputs are valid).
 //
 // With --env CMD --model DIR the task is instead an environment program's multi-turn episodes
 // (examples/grpo/env_job.hpp): the model in DIR, its tokenizer and chat template, the same
@@ -60,8 +62,6 @@
 #include "runtime/system_config.hpp"
 
 #include "../common/driver.hpp"
-#include "examples/grpo/arith_job.hpp"
-#include "examples/grpo/arith_task.hpp"
 #include "examples/grpo/engine_recovery.hpp"
 #include "examples/grpo/trainer_recovery.hpp"
 #include "examples/grpo/env_job.hpp"
@@ -69,6 +69,8 @@
 #include "examples/grpo/options.hpp"
 #include "examples/grpo/policy_update.hpp"
 #include "examples/grpo/report.hpp"
+#include "examples/grpo/task_choice.hpp"
+#include "examples/grpo/task_job.hpp"
 #include "prompt/chat_prompt.hpp"
 #include "rl/rl_loop.hpp"
 
@@ -76,16 +78,14 @@ using namespace rlforge;
 using namespace rlforge::actors;
 using namespace std::chrono_literals;
 namespace be = rlforge::backends;
-namespace arith = rlforge::examples::arith;
 namespace report = rlforge::examples::report;
 namespace fs = std::filesystem;
-using rlforge::examples::grpo::arith_result;
-using rlforge::examples::grpo::run_arithmetic;
+using rlforge::examples::grpo::run_task;
+using rlforge::examples::grpo::task_result;
 
 namespace {
 
 constexpr const char* prog = "grpo";
-constexpr double required_gain = 0.20;   ///< the full run's goal: +20 accuracy points
 
 using clock_type = std::chrono::steady_clock;
 
@@ -238,7 +238,7 @@ int run(int argc, char** argv) {
   }
   const auto opt = parsed.opts;
   const bool env_mode = !opt.env_command.empty();
-  std::unique_ptr<arith::task> task_ptr;
+  std::unique_ptr<examples::grpo::verifiable_task> task_ptr;
   env_model envm;
   if (env_mode) {
     if (auto why = load_env_model(opt, envm); !why.empty()) {
@@ -246,12 +246,8 @@ int run(int argc, char** argv) {
       return 2;
     }
   } else {
-    arith::task_config tcfg;
-    tcfg.digits = opt.digits;
-    tcfg.held_out = opt.held_out;
-    tcfg.seed = opt.seed;
     try {
-      task_ptr = std::make_unique<arith::task>(tcfg);
+      task_ptr = examples::grpo::make_task(opt);
     } catch (const std::invalid_argument& e) {
       std::fprintf(stderr, "%s: %s\n", prog, e.what());
       return 2;
@@ -337,14 +333,16 @@ int run(int argc, char** argv) {
     or_die(client.register_group("ref", ref), "register ref");
     or_die(client.register_engines(engines), "register engines");
 
-    // Every role gets a model before colocation starts moving them. The arithmetic task's
+    // Every role gets a model before colocation starts moving them. A built-in task's
     // reference model is replaced by the warm-started weights later and the engines get them by
     // weight sync; with --env all three start from the model directory.
     model_spec model;
     if (env_mode)
       model.hf_dir = opt.model;
     else
-      model.config_json = examples::llama_config(arith::tokenizer::vocab_size()).dump();
+      model.config_json = examples::llama_config(task_ptr->vocab_size(),
+                                                 std::max<int64_t>(64, task_ptr->context()))
+                              .dump();
     model.seed = opt.seed;
     model.compute_dtype = opt.compute_dtype;
     model.batch_invariant = opt.batch_invariant;
@@ -366,7 +364,7 @@ int run(int argc, char** argv) {
 
     std::vector<double> rewards;
     std::string title;
-    arith_result arith_res;
+    task_result task_res;
     examples::grpo::env_job_result env_res;
     if (env_mode) {
       std::printf("grpo: %lld-parameter model from %s; %s; task: episodes of '%s', %d x %d "
@@ -382,20 +380,20 @@ int run(int argc, char** argv) {
       rewards = env_res.rewards;
       title = "GRPO on the episodes of " + opt.env_argv.back();
     } else {
-      std::printf("grpo: %lld-parameter Llama; %s; task: %d-digit addition, %d held-out "
-                  "problems\n",
-                  static_cast<long long>(params), layout_text.c_str(), opt.digits, opt.held_out);
+      std::printf("grpo: %lld-parameter Llama; %s; task: %s, %d held-out problems\n",
+                  static_cast<long long>(params), layout_text.c_str(),
+                  task_ptr->description().c_str(), opt.held_out);
       examples::grpo::restart_budget restarts{opt.max_restarts};
       examples::grpo::engine_recovery engine_recovery{or_die, client, pgs,  manager, engines,
                                                       model,  opt,    restarts};
       examples::grpo::trainer_recovery trainer_recovery{or_die, client, pgs, manager, policy,
                                                         ref,    model,  opt, restarts};
-      arith_res = run_arithmetic(or_die, client, opt, *task_ptr, model, engine_recovery,
-                                 trainer_recovery, metrics);
-      rewards = arith_res.rewards;
-      title = "GRPO on " + std::to_string(opt.digits) + "-digit addition: held-out accuracy " +
-              std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_before))) + "% -> " +
-              std::to_string(static_cast<int>(std::lround(100 * arith_res.acc_after))) + "%";
+      task_res = run_task(or_die, client, opt, *task_ptr, model, engine_recovery,
+                          trainer_recovery, metrics);
+      rewards = task_res.rewards;
+      title = "GRPO on " + task_ptr->description() + ": held-out accuracy " +
+              std::to_string(static_cast<int>(std::lround(100 * task_res.acc_before))) + "% -> " +
+              std::to_string(static_cast<int>(std::lround(100 * task_res.acc_after))) + "%";
     }
     metrics.close();
 
@@ -462,22 +460,22 @@ int run(int argc, char** argv) {
 
     std::printf("grpo: mean reward %.3f -> %.3f; held-out accuracy %.1f%% (after SFT) -> %.1f%% "
                 "(after GRPO), %+.1f points; %.0f s in all\n",
-                first, last, 100 * arith_res.acc_before, 100 * arith_res.acc_after,
-                100 * (arith_res.acc_after - arith_res.acc_before),
+                first, last, 100 * task_res.acc_before, 100 * task_res.acc_after,
+                100 * (task_res.acc_after - task_res.acc_before),
                 examples::seconds_since(job_start));
     // What the RL loop did: throughput and staleness (docs/PERFORMANCE.md compares the modes).
     {
       std::string hist;
-      for (size_t k = 0; k < arith_res.staleness_counts.size(); ++k)
+      for (size_t k = 0; k < task_res.staleness_counts.size(); ++k)
         hist += (k ? " " : "") + std::to_string(k) + ":" +
-                std::to_string(arith_res.staleness_counts[k]);
+                std::to_string(task_res.staleness_counts[k]);
       std::printf("grpo: mode %s: %lld samples in %.1f s of GRPO = %.1f samples/s; rollouts by "
                   "staleness {%s}, %lld dropped, %lld requeued\n",
-                  opt.mode.c_str(), static_cast<long long>(arith_res.samples),
-                  arith_res.grpo_seconds,
-                  arith_res.grpo_seconds > 0 ? arith_res.samples / arith_res.grpo_seconds : 0.0,
-                  hist.c_str(), static_cast<long long>(arith_res.dropped),
-                  static_cast<long long>(arith_res.requeued));
+                  opt.mode.c_str(), static_cast<long long>(task_res.samples),
+                  task_res.grpo_seconds,
+                  task_res.grpo_seconds > 0 ? task_res.samples / task_res.grpo_seconds : 0.0,
+                  hist.c_str(), static_cast<long long>(task_res.dropped),
+                  static_cast<long long>(task_res.requeued));
     }
     // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
     if (int bad = check_outputs(opt, drawn))
@@ -487,7 +485,8 @@ int run(int argc, char** argv) {
                   drawn.written ? " and plot" : "");
       return 0;
     }
-    const double gain = arith_res.acc_after - arith_res.acc_before;
+    const double gain = task_res.acc_after - task_res.acc_before;
+    const double required_gain = task_ptr->required_gain();
     if (!opt.accuracy_goal) {
       std::printf("grpo: ok: full run finished, held-out accuracy %+.1f points (not judged: "
                   "--no-goal)\n",

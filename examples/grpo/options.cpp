@@ -33,6 +33,21 @@ void apply_quick(options& o) {
   o.group = 4;
 }
 
+// The sorting task: answers of 24-160 tokens (generation is a large share of a step), so fewer
+// prompts per step than the arithmetic task; a longer warm start to a lower target (exact
+// answers to long lists are rare at first), and a goal of +10 points.
+void apply_sort_defaults(options& o) {
+  o.task = "sort";
+  o.steps = 60;
+  o.prompts = 16;
+  o.group = 8;
+  o.epochs = 1;
+  o.sft_steps = 3000;
+  o.sft_target = 0.3;
+  o.sft_batch = 32;
+  o.held_out = 100;
+}
+
 // The environment run: fewer, longer episodes (each step talks to prompts x group processes).
 void apply_env_defaults(options& o) {
   o.steps = 20;
@@ -49,12 +64,15 @@ void apply_env_quick(options& o) {
   o.turn_tokens = 8;
 }
 
-// Flags that belong to one mode only.
-const std::set<std::string> arithmetic_flags{
-    "--digits",     "--held-out",       "--sft-steps",      "--sft-batch", "--sft-lr",
-    "--sft-target", "--checkpoint-dir", "--checkpoint-every", "--resume", "--no-goal",
-    "--max-restarts", "--recovery-timeout"};
-const std::set<std::string> env_flags{"--model",       "--task",        "--max-turns",
+// Flags that belong to the built-in tasks, to one of them, or to --env only.
+const std::set<std::string> task_flags{
+    "--task",       "--digits",         "--min-numbers",      "--max-numbers", "--held-out",
+    "--sft-steps",  "--sft-batch",      "--sft-lr",           "--sft-target",  "--checkpoint-dir",
+    "--checkpoint-every", "--resume",   "--no-goal",          "--max-restarts",
+    "--recovery-timeout"};
+const std::map<std::string, std::string> flag_task{
+    {"--digits", "arith"}, {"--min-numbers", "sort"}, {"--max-numbers", "sort"}};
+const std::set<std::string> env_flags{"--model",       "--env-task",    "--max-turns",
                                       "--turn-tokens", "--env-timeout", "--min-final-reward"};
 
 } // namespace
@@ -123,9 +141,14 @@ const std::vector<flag_doc>& flag_docs() {
       {"--plot", "FILE", "reward curve (PNG, with gnuplot)"},
       {"--quiet", "", "no progress bar"},
       {"--quick", "", "a small run (a few steps), end to end; sets the defaults below"},
-      {"--digits", "D", "digits of each operand (1..4)"},
+      {"--task", "T", "the built-in task: arith (multi-digit addition, 2-4 token answers) or sort "
+                      "(sorting lists of distinct numbers, 24-160 token answers)"},
+      {"--digits", "D", "digits of each operand (1..4; arith)"},
+      {"--min-numbers", "N", "shortest list to sort (2..100; sort)"},
+      {"--max-numbers", "N", "longest list to sort (--min-numbers..100; sort)"},
       {"--held-out", "N", "held-out problems for the accuracy"},
-      {"--no-goal", "", "report the accuracy gain without failing under +20 points"},
+      {"--no-goal", "", "report the accuracy gain without failing under the task's goal (+20 "
+                        "points for arith, +10 for sort)"},
       {"--sft-steps", "N", "most warm-start (supervised) steps (0 = none)"},
       {"--sft-batch", "B", "warm-start batch"},
       {"--sft-lr", "X", "warm-start learning rate (> 0)"},
@@ -163,7 +186,7 @@ const std::vector<flag_doc>& flag_docs() {
       {"--log-format", "F", "log lines: text, or json (one object per line)"},
       {"--env", "CMD", "GRPO on an environment program's episodes (docs/ENVIRONMENTS.md)"},
       {"--model", "DIR", "model directory with a tokenizer and a chat template (--env)"},
-      {"--task", "JSON", "JSON object sent with every reset (--env)"},
+      {"--env-task", "JSON", "JSON object sent with every reset (--env)"},
       {"--max-turns", "N", "turns before the driver stops an episode (--env)"},
       {"--turn-tokens", "N", "most tokens sampled per turn (--env)"},
       {"--env-timeout", "S", "seconds an environment may take per call (--env)"},
@@ -177,6 +200,8 @@ const char* about =
     "GRPO on multi-digit addition: SFT warm start, then GRPO with colocated policy, ref and\n"
     "inference engines on virtual GPUs; prints held-out accuracy before and after. A full\n"
     "run fails unless it gains 20 points (--no-goal: report the gain without judging it).\n"
+    "--task sort: the same on sorting lists of 12-80 distinct numbers in 0..99, whose answers\n"
+    "are long (24-160 tokens, a heavy tail of lengths), with partial credit; goal +10 points.\n"
     "With --env CMD: GRPO on the multi-turn episodes of an environment program speaking\n"
     "rlforge's JSON-lines protocol (docs/ENVIRONMENTS.md), with the tokenizer and chat template\n"
     "of the model in --model DIR (rlforge init-model writes them); defaults --steps 20\n"
@@ -187,7 +212,7 @@ const char* about =
     "from up to N node losses: lost engines are placed again, get the policy's weights, and\n"
     "the rollouts they held are generated again; a lost trainer is placed again, restored from\n"
     "the last checkpoint, and the steps after it are replayed.\n"
-    "Defaults below are those of the mode the other flags select (--quick, --env).\n"
+    "Defaults below are those of the mode the other flags select (--task, --quick, --env).\n"
     "`grpo_example --compare BASELINE.jsonl RUN.jsonl...` compares the metrics of runs.";
 
 using strings::number_text;
@@ -216,6 +241,8 @@ struct flag_targets {
         {"--eval-every", {&o.eval_every, 0, big}},
         {"--checkpoint-every", {&o.checkpoint_every, 0, big}},
         {"--max-restarts", {&o.max_restarts, 0, 1000}},
+        {"--min-numbers", {&o.min_numbers, 2, 100}},
+        {"--max-numbers", {&o.max_numbers, 2, 100}},
     };
     reals = {
         {"--sft-lr", {&o.sft_lr, false}},
@@ -232,7 +259,8 @@ struct flag_targets {
              {"--placement", &o.placement}, {"--mode", &o.mode},
              {"--pause", &o.pause},       {"--tis", &o.tis},
              {"--env", &o.env_command},   {"--checkpoint-dir", &o.checkpoint_dir},
-             {"--model", &o.model},       {"--task", &o.task},
+             {"--model", &o.model},       {"--env-task", &o.env_task},
+             {"--task", &o.task},
              {"--log-level", &o.log_level}, {"--log-format", &o.log_format},
              {"--weight-transport", &o.weight_transport},
              {"--compute-dtype", &o.compute_dtype}};
@@ -253,13 +281,20 @@ struct flag_targets {
   }
 };
 
-/// The options with the defaults of the mode `args` select (--env, --quick), before any flag.
+/// The options with the defaults of the mode `args` select (--env, --task sort, --quick),
+/// before any flag. The last --task given counts, as with every flag.
 options mode_defaults(const std::vector<std::string>& args, bool& env_mode) {
   options o;
   env_mode = std::find(args.begin(), args.end(), "--env") != args.end();
   const bool quick = std::find(args.begin(), args.end(), "--quick") != args.end();
+  bool sort = false;
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--task")
+      sort = args[i + 1] == "sort";
   if (env_mode)
     apply_env_defaults(o);
+  else if (sort)
+    apply_sort_defaults(o);
   if (quick)
     env_mode ? apply_env_quick(o) : apply_quick(o);
   return o;
@@ -308,6 +343,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
   const auto& paths = t.texts;
   // Flags whose value is one of a few words.
   const std::map<std::string, std::vector<std::string>> choices{
+      {"--task", {"arith", "sort"}},
       {"--placement", {"colocated", "split"}},
       {"--mode", {"sync", "one_step_off", "fully_async"}},
       {"--pause", {"keep", "abort"}},
@@ -373,9 +409,10 @@ parse_result parse_options(const std::vector<std::string>& args) {
       *rt->second.first = x;
     } else if (auto pt = paths.find(a); pt != paths.end()) {
       if (v.empty()) {
-        r.error = a + (a == "--env"    ? " needs a command"
-                       : a == "--task" ? " needs a JSON object"
-                                       : " needs a non-empty path");
+        r.error = a + (a == "--env"        ? " needs a command"
+                     : a == "--env-task" ? " needs a JSON object"
+                     : a == "--task"     ? " needs a task name (arith or sort)"
+                                         : " needs a non-empty path");
         return r;
       }
       if (auto c = choices.find(a); c != choices.end() &&
@@ -404,8 +441,12 @@ parse_result parse_options(const std::vector<std::string>& args) {
     }
   }
   for (const auto& flag : given) {
-    if (env_mode && arithmetic_flags.count(flag)) {
-      r.error = flag + " belongs to the arithmetic task and does not apply with --env";
+    if (env_mode && task_flags.count(flag)) {
+      r.error = flag + " belongs to the built-in tasks (--task) and does not apply with --env";
+      return r;
+    }
+    if (auto t = flag_task.find(flag); t != flag_task.end() && t->second != o.task) {
+      r.error = flag + " belongs to --task " + t->second + ", not to --task " + o.task;
       return r;
     }
     if (!env_mode && env_flags.count(flag)) {
@@ -418,6 +459,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
   if (o.delta_sync && o.weight_transport != "auto" && o.weight_transport != "gloo") {
     r.error = "--delta-sync goes through Gloo; --weight-transport " + o.weight_transport +
               " moves whole weights";
+    return r;
+  }
+  if (o.max_numbers < o.min_numbers) {
+    r.error = "--max-numbers must be >= --min-numbers (" + std::to_string(o.min_numbers) +
+              "), got " + std::to_string(o.max_numbers);
     return r;
   }
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
@@ -442,8 +488,8 @@ parse_result parse_options(const std::vector<std::string>& args) {
     return r;
   }
   if (env_mode && o.mode != "sync") {
-    r.error = "--mode " + o.mode + " runs the arithmetic task; --env episodes are multi-turn "
-              "and run in sync mode only";
+    r.error = "--mode " + o.mode + " runs the built-in tasks (--task); --env episodes are "
+              "multi-turn and run in sync mode only";
     return r;
   }
   if (!env_mode)
@@ -457,9 +503,9 @@ parse_result parse_options(const std::vector<std::string>& args) {
               "e.g. written by rlforge init-model)";
     return r;
   }
-  const auto task = nlohmann::json::parse(o.task, nullptr, /*allow_exceptions=*/false);
-  if (!task.is_object()) {
-    r.error = "--task must be a JSON object, got '" + o.task + "'";
+  const auto env_task = nlohmann::json::parse(o.env_task, nullptr, /*allow_exceptions=*/false);
+  if (!env_task.is_object()) {
+    r.error = "--env-task must be a JSON object, got '" + o.env_task + "'";
     return r;
   }
   if (static_cast<long long>(o.prompts) * o.group > max_environments) {

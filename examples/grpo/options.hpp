@@ -7,8 +7,8 @@
 namespace rlforge::examples::grpo {
 
 /// Every setting of the job. The defaults are the tuned full run of the arithmetic task (a few
-/// minutes on 2 cores); `--env` switches to the environment defaults and `--quick` to a small run
-/// for the ctest entries, both before the other flags apply.
+/// minutes on 2 cores); `--task sort` and `--env` switch to their own defaults and `--quick` to
+/// a small run for the ctest entries, all before the other flags apply.
 struct options {
   // The job.
   int steps = 150;                ///< GRPO steps (--steps)
@@ -17,8 +17,11 @@ struct options {
   std::string plot = "grpo_reward.png";       ///< reward curve PNG (--plot)
   bool quiet = false;             ///< no progress bar (--quiet)
   bool quick = false;             ///< small end-to-end run (--quick)
-  // The task.
-  int digits = 2;                 ///< operand digits (--digits)
+  // The task: a built-in one (--task), or an environment's episodes (--env, below).
+  std::string task = "arith";     ///< arith (multi-digit addition) or sort (--task)
+  int digits = 2;                 ///< operand digits (--digits; arith)
+  int min_numbers = 12;           ///< shortest list to sort (--min-numbers; sort)
+  int max_numbers = 80;           ///< longest list to sort (--max-numbers; sort)
   int held_out = 200;             ///< held-out problems (--held-out)
   /// A full run fails unless held-out accuracy rises by the job's goal (+20 points); with
   /// --no-goal it reports the accuracy without judging it. Tests compare two runs of the job
@@ -79,11 +82,11 @@ struct options {
   /// back to it and replays the steps after it.
   int max_restarts = 0;
   double recovery_timeout = 60;   ///< seconds a recovery waits for room (--recovery-timeout)
-  // An environment instead of the arithmetic task (--env CMD).
-  std::string env_command;        ///< as given (--env); empty = the arithmetic task
+  // An environment instead of a built-in task (--env CMD).
+  std::string env_command;        ///< as given (--env); empty = a built-in task
   std::vector<std::string> env_argv; ///< `env_command` split into words (see `split_command`)
   std::string model;              ///< model directory with a tokenizer (--model; --env only)
-  std::string task = "{}";        ///< JSON object sent with every reset (--task)
+  std::string env_task = "{}";    ///< JSON object sent with every reset (--env-task)
   int max_turns = 5;              ///< turns before the driver stops an episode (--max-turns)
   int turn_tokens = 24;           ///< most tokens the model samples per turn (--turn-tokens)
   double env_timeout = 30;        ///< seconds an environment may take per call (--env-timeout)
@@ -114,13 +117,16 @@ struct parse_result {
 /// numbers or are out of range (steps, sft-batch, prompts, held-out, epochs, max-turns,
 /// turn-tokens >= 1; sft-steps >= 0; group >= 2; digits 1..4; learning rates, temperature and
 /// env-timeout > 0 and finite; kl-coef >= 0; sft-target in [0, 1]; max-staleness in 0..1000;
-/// eval-every >= 0; --placement, --mode, --pause and --tis one of their words) give an error
+/// eval-every >= 0; min-numbers 2..100, max-numbers min-numbers..100; --task, --placement, --mode,
+/// --pause and --tis one of their words) give an error
 /// naming the flag and the value; an asynchronous --mode without --placement split or with --env
 /// is refused, and so are --checkpoint-every or --resume without --checkpoint-dir; empty --metrics / --plot / --cluster / --tls
-/// values are refused too. With --env: --model is required, --task must be a JSON object,
-/// --prompts x --group at most `max_environments`, and the flags of the arithmetic task
-/// (--digits, --held-out, --sft-*, --no-goal) are refused; without it the environment flags (--model,
-/// --task, --max-turns, --turn-tokens, --env-timeout, --min-final-reward) are refused.
+/// values are refused too. With --env: --model is required, --env-task must be a JSON object,
+/// --prompts x --group at most `max_environments`, and the flags of the built-in tasks (--task,
+/// --digits, --held-out, --sft-*, --no-goal, ...) are refused; without it the environment flags
+/// (--model, --env-task, --max-turns, --turn-tokens, --env-timeout, --min-final-reward) are
+/// refused. A task's own flags (--digits: arith; --min-numbers, --max-numbers: sort) are refused
+/// with the other task.
 parse_result parse_options(const std::vector<std::string>& args);
 
 /// The help: a usage line, what the job does, then each flag with its value, meaning and the

@@ -119,7 +119,7 @@ TEST(GrpoOptions, ModesAndPlacement) {
   EXPECT_TRUE(parse_options({}).opts.accuracy_goal);
   EXPECT_FALSE(parse_options({"--no-goal"}).opts.accuracy_goal);
   EXPECT_THAT(err({"--no-goal", "--env", "x", "--model", "m"}),
-              HasSubstr("--no-goal belongs to the arithmetic task"));
+              HasSubstr("--no-goal belongs to the built-in tasks (--task)"));
   EXPECT_THAT(err({"--mode", "one_step_off", "--placement", "split", "--env", "x", "--model",
                    "m"}),
               HasSubstr("run in sync mode only"));
@@ -136,7 +136,7 @@ TEST(GrpoOptions, ModesAndPlacement) {
   EXPECT_THAT(err({"--placement", "split", "--recovery-timeout", "0"}),
               HasSubstr("--recovery-timeout must be a finite number > 0"));
   EXPECT_THAT(err({"--max-restarts", "1", "--env", "x", "--model", "m"}),
-              HasSubstr("--max-restarts belongs to the arithmetic task"));
+              HasSubstr("--max-restarts belongs to the built-in tasks (--task)"));
 }
 
 TEST(GrpoOptions, HelpAndUsage) {
@@ -161,13 +161,13 @@ TEST(GrpoOptions, HelpAndUsage) {
 
 TEST(GrpoOptions, EnvModeTakesItsOwnDefaultsAndFlags) {
   auto r = parse_options({"--env", "python3 'my envs/guess.py' --level\\ 2", "--model", "m",
-                          "--task", R"({"max_turns": 3})", "--max-turns", "4", "--turn-tokens",
+                          "--env-task", R"({"max_turns": 3})", "--max-turns", "4", "--turn-tokens",
                           "12", "--env-timeout", "2.5", "--min-final-reward", "0.5"});
   ASSERT_TRUE(r.error.empty()) << r.error;
   const auto& o = r.opts;
   EXPECT_EQ(o.env_argv, (std::vector<std::string>{"python3", "my envs/guess.py", "--level 2"}));
   EXPECT_EQ(o.model, "m");
-  EXPECT_EQ(o.task, R"({"max_turns": 3})");
+  EXPECT_EQ(o.env_task, R"({"max_turns": 3})");
   EXPECT_EQ(o.max_turns, 4);
   EXPECT_EQ(o.turn_tokens, 12);
   EXPECT_DOUBLE_EQ(o.env_timeout, 2.5);
@@ -189,22 +189,57 @@ TEST(GrpoOptions, RefusesFlagsOfTheOtherMode) {
   EXPECT_THAT(err({"--max-turns", "3"}), HasSubstr("--max-turns applies only with --env"));
   EXPECT_THAT(err({"--min-final-reward", "1"}), HasSubstr("applies only with --env"));
   EXPECT_THAT(err({"--env", "e", "--model", "m", "--digits", "3"}),
-              HasSubstr("--digits belongs to the arithmetic task"));
+              HasSubstr("--digits belongs to the built-in tasks (--task)"));
   EXPECT_THAT(err({"--env", "e", "--model", "m", "--sft-steps", "3"}),
-              HasSubstr("--sft-steps belongs to the arithmetic task"));
+              HasSubstr("--sft-steps belongs to the built-in tasks (--task)"));
   EXPECT_THAT(err({"--env", "e"}), HasSubstr("--env needs --model DIR"));
   EXPECT_THAT(err({"--env", "", "--model", "m"}), HasSubstr("--env needs a command"));
   EXPECT_THAT(err({"--env", "  ", "--model", "m"}), HasSubstr("--env: the command is empty"));
   EXPECT_THAT(err({"--env", "python3 'x", "--model", "m"}),
               HasSubstr("unterminated ' quote"));
-  EXPECT_THAT(err({"--env", "e", "--model", "m", "--task", "[1]"}),
-              HasSubstr("--task must be a JSON object, got '[1]'"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--env-task", "[1]"}),
+              HasSubstr("--env-task must be a JSON object, got '[1]'"));
+  EXPECT_THAT(err({"--env", "e", "--model", "m", "--task", "sort"}),
+              HasSubstr("--task belongs to the built-in tasks (--task)"));
+  EXPECT_THAT(err({"--env-task", "{}"}), HasSubstr("--env-task applies only with --env"));
   EXPECT_THAT(err({"--env", "e", "--model", "m", "--prompts", "100", "--group", "3"}),
               HasSubstr("--prompts x --group = 300 environments at once; at most 256"));
   EXPECT_THAT(err({"--env", "e", "--model", "m", "--turn-tokens", "0"}),
               HasSubstr("--turn-tokens must be an integer in [1,"));
   EXPECT_THAT(err({"--env", "e", "--model", "m", "--env-timeout", "0"}),
               HasSubstr("--env-timeout must be a finite number > 0"));
+}
+
+TEST(GrpoOptions, TheSortTaskTakesItsOwnDefaultsAndFlags) {
+  auto r = parse_options({"--task", "sort", "--min-numbers", "4", "--max-numbers", "12"});
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  const auto& o = r.opts;
+  EXPECT_EQ(o.task, "sort");
+  EXPECT_EQ(o.min_numbers, 4);
+  EXPECT_EQ(o.max_numbers, 12);
+  EXPECT_EQ(options{}.task, "arith");
+  // Long answers: fewer prompts per step than the arithmetic task.
+  EXPECT_LT(o.prompts, options{}.prompts);
+  EXPECT_THAT(usage("grpo", {"--task", "sort"}), HasSubstr("--prompts P=16"));
+  EXPECT_THAT(usage("grpo", {"--task", "sort"}), HasSubstr("--task T=sort"));
+  auto q = parse_options({"--quick", "--task", "sort"});
+  ASSERT_TRUE(q.error.empty()) << q.error;
+  EXPECT_TRUE(q.opts.quick);
+  EXPECT_EQ(q.opts.task, "sort");
+  EXPECT_EQ(q.opts.steps, 4);
+  // The last --task counts, with its defaults.
+  EXPECT_EQ(parse_options({"--task", "sort", "--task", "arith"}).opts.prompts, options{}.prompts);
+  auto err = [](std::vector<std::string> args) { return parse_options(args).error; };
+  EXPECT_THAT(err({"--task", "chess"}), HasSubstr("--task must be one of arith, sort; got 'chess'"));
+  EXPECT_THAT(err({"--task", ""}), HasSubstr("--task needs a task name (arith or sort)"));
+  EXPECT_THAT(err({"--digits", "3", "--task", "sort"}),
+              HasSubstr("--digits belongs to --task arith, not to --task sort"));
+  EXPECT_THAT(err({"--max-numbers", "30"}),
+              HasSubstr("--max-numbers belongs to --task sort, not to --task arith"));
+  EXPECT_THAT(err({"--task", "sort", "--min-numbers", "1"}),
+              HasSubstr("--min-numbers must be an integer in [2, 100], got '1'"));
+  EXPECT_THAT(err({"--task", "sort", "--min-numbers", "20", "--max-numbers", "10"}),
+              HasSubstr("--max-numbers must be >= --min-numbers (20), got 10"));
 }
 
 TEST(GrpoOptions, SplitsCommandsLikeASimpleShell) {

@@ -1,6 +1,6 @@
 #pragma once
-// One GRPO update of the policy through the dispatcher, shared by the job's two tasks (the
-// arithmetic task and --env): advantages, old and reference log-probs, PPO-clip updates, then
+// One GRPO update of the policy through the dispatcher, shared by the job's two kinds of task (the
+// built-in tasks and --env): advantages, old and reference log-probs, PPO-clip updates, then
 // the weight sync to the engines, the metrics record and the progress line.
 #include <cstdint>
 #include <ostream>

@@ -4,7 +4,7 @@
 // again in a fresh "training" placement group (waiting up to --recovery-timeout for room),
 // registered with the dispatcher under their roles and restored from the last committed
 // checkpoint: the policy with its optimizer, the reference from the model written next to the
-// checkpoints. The job then rolls its own state back to that checkpoint (arith_job.cpp: the RL
+// checkpoints. The job then rolls its own state back to that checkpoint (task_job.cpp: the RL
 // loop's rollouts, its generator, its metrics) and replays the steps after it from the same
 // data. The engines keep running; they get the restored policy's weights by a sync.
 //

@@ -12,7 +12,7 @@ endforeach()
 foreach(tag a b)
   execute_process(
     COMMAND ${GRPO} --quiet --model ${MODEL} --seed 1 --steps 6 --lr 5e-3 --turn-tokens 8
-            --task "{\"secret\": 7, \"max_turns\": 3}" --env "${PYTHON} ${ENV_SCRIPT}"
+            --env-task "{\"secret\": 7, \"max_turns\": 3}" --env "${PYTHON} ${ENV_SCRIPT}"
             --metrics ${OUT}_${tag}.jsonl --plot ${OUT}_${tag}.png
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)

@@ -1,5 +1,5 @@
-// The GRPO job's arithmetic task (arith_job.hpp).
-#include "examples/grpo/arith_job.hpp"
+// The GRPO job on a built-in task (task_job.hpp).
+#include "examples/grpo/task_job.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -34,7 +34,6 @@
 #include "runtime/system_config.hpp"
 
 #include "../common/driver.hpp"
-#include "examples/grpo/arith_task.hpp"
 #include "examples/grpo/engine_recovery.hpp"
 #include "examples/grpo/env_job.hpp"
 #include "examples/grpo/mode_comparison.hpp"
@@ -64,23 +63,24 @@ double unix_seconds() {
       .count();
 }
 
-/// Greedy answers of the engines to `problems`, as the share answered exactly.
+/// Greedy answers of the engines to `prompts`, as their mean accuracy (`verifiable_task::accuracy`).
 double greedy_accuracy(const examples::fatal_errors& or_die, trainer_client& client,
-                       const std::vector<arith::problem>& problems, int64_t max_tokens) {
+                       const verifiable_task& task,
+                       const std::vector<std::vector<int64_t>>& prompts) {
   std::vector<sample_request> requests;
-  for (const auto& p : problems) {
+  for (const auto& p : prompts) {
     sample_request r;
-    r.prompt = arith::prompt_tokens(p);
-    r.max_tokens = max_tokens;
+    r.prompt = p;
+    r.max_tokens = task.max_answer_tokens();
     r.temperature = 0;
-    r.stop_token_ids = {arith::tokenizer::eos_id};
+    r.stop_token_ids = {task.eos_id()};
     requests.push_back(std::move(r));
   }
   auto out = or_die(client.generate(requests), "generate (greedy evaluation)");
   std::vector<std::vector<int64_t>> responses;
   for (auto& o : out)
     responses.push_back(std::move(o.tokens));
-  return arith::accuracy(problems, responses);
+  return mean_accuracy(task, prompts, responses);
 }
 
 /// How the warm start ended.
@@ -92,8 +92,8 @@ struct warm_start_result {
 
 /// Supervised warm start.
 warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_client& client,
-               const examples::grpo::options& opt, const arith::task& task,
-               const std::vector<arith::problem>& validation, std::mt19937_64& rng) {
+               const examples::grpo::options& opt, const verifiable_task& task,
+               const std::vector<std::vector<int64_t>>& validation, std::mt19937_64& rng) {
   be::adam_params adam;
   adam.learning_rate = opt.sft_lr;
   adam.grad_clip_norm = 1.0;
@@ -101,9 +101,8 @@ warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_clien
   for (int s = 1; s <= opt.sft_steps; ++s) {
     std::vector<std::vector<int64_t>> prompts, targets;
     for (int i = 0; i < opt.sft_batch; ++i) {
-      auto p = task.sample_train(rng);
-      prompts.push_back(arith::prompt_tokens(p));
-      targets.push_back(arith::target_tokens(p));
+      prompts.push_back(task.sample_prompt(rng));
+      targets.push_back(task.target(prompts.back()));
     }
     auto batch = be::from_sequences(prompts, targets);
     // Losses are masked sums: weighting each answer token by 1/tokens makes it a token mean.
@@ -116,7 +115,7 @@ warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_clien
     double val = -1;
     if (check) {
       or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
-      val = greedy_accuracy(or_die, client, validation, task.max_answer_tokens());
+      val = greedy_accuracy(or_die, client, task, validation);
     }
     if (!opt.quiet && (check || s % 10 == 0 || s == opt.sft_steps)) {
       std::printf("\rwarm start %4d/%d  loss %.4f", s, opt.sft_steps, out.metric("loss:sum"));
@@ -139,13 +138,14 @@ warm_start_result warm_start(const examples::fatal_errors& or_die, trainer_clien
 
 } // namespace
 
-arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client& client,
-                            const examples::grpo::options& opt, const arith::task& task,
-                            const model_spec& model, examples::grpo::engine_recovery& engines,
-                            examples::grpo::trainer_recovery& trainer, std::ostream& metrics) {
+task_result run_task(const examples::fatal_errors& or_die, trainer_client& client,
+                     const examples::grpo::options& opt, const verifiable_task& task,
+                     const model_spec& model, examples::grpo::engine_recovery& engines,
+                     examples::grpo::trainer_recovery& trainer, std::ostream& metrics) {
   std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 17);
-  arith_result res;
+  task_result res;
   const auto max_tokens = task.max_answer_tokens();
+  const auto held_out = task.held_out_prompts();
   int64_t resumed_step = 0;
   nlohmann::json resumed; // the checkpoint's trainer state (--resume)
   if (opt.resume) {
@@ -163,11 +163,11 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     }
   } else {
     // 1. Warm start.
-    std::vector<arith::problem> validation;
+    std::vector<std::vector<int64_t>> validation;
     {
       std::mt19937_64 vrng(opt.seed + 1000003);
       for (int i = 0; i < validation_problems; ++i)
-        validation.push_back(task.sample_train(vrng));
+        validation.push_back(task.sample_prompt(vrng));
     }
     auto t_sft = clock_type::now();
     auto sft = warm_start(or_die, client, opt, task, validation, rng);
@@ -180,7 +180,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     // 2. Engines get the warm-started weights; the reference model is a copy of them.
     res.first_version =
         or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
-    res.acc_before = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+    res.acc_before = greedy_accuracy(or_die, client, task, held_out);
     std::printf("grpo: warm start %d steps (%.1f s); held-out accuracy after SFT: %.1f%%\n",
                 sft.steps, sft_seconds, 100 * res.acc_before);
     auto export_dir =
@@ -209,19 +209,17 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   lo.batch_rollouts = opt.prompts;
   lo.max_staleness = opt.max_staleness;
   lo.pause_mode = opt.pause;
-  std::map<int64_t, arith::problem> problem_of; // the problem of each rollout id
-  auto source = [&](int64_t id) {
+  auto source = [&](int64_t) {
     // Drawn in id order from the job's generator: sync mode asks for each step's requests just
-    // before the step, as the loop did before it had modes.
-    auto p = task.sample_train(rng);
-    problem_of[id] = p;
+    // before the step, as the loop did before it had modes. A rollout carries its prompt, which
+    // is all its reward needs.
     sample_request r;
-    r.prompt = arith::prompt_tokens(p);
+    r.prompt = task.sample_prompt(rng);
     r.max_tokens = max_tokens;
     r.temperature = opt.temperature;
     r.has_seed = true;
     r.seed = rng();
-    r.stop_token_ids = {arith::tokenizer::eos_id};
+    r.stop_token_ids = {task.eos_id()};
     r.num_samples = opt.group;
     return r;
   };
@@ -232,7 +230,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   // The job's state back from a checkpoint's trainer state (--resume, a trainer recovery): a
   // fresh loop holding the rollouts waiting and finished at the checkpoint, with their
   // accounting (the waiting ones are generated again, the finished ones are trained on as if
-  // nothing happened), the generator, the problems of those rollouts and the figures so far;
+  // nothing happened), the generator and the figures so far;
   // then the engines get the policy's weights. The new weight version.
   auto restore_job = [&](const nlohmann::json& state, const char* what) {
     loop.reset();
@@ -244,11 +242,6 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
     }
     try {
       std::istringstream(restored->at("rng").get<std::string>()) >> rng;
-      problem_of.clear();
-      for (const auto& p : restored->at("problems"))
-        problem_of[p.at(0).get<int64_t>()] =
-            arith::problem{p.at(1).get<int64_t>(), p.at(2).get<int64_t>(),
-                           p.at(3).get<std::string>().at(0)};
       res.acc_before = restored->at("acc_before").get<double>();
       res.rewards = restored->at("rewards").get<std::vector<double>>();
       samples_trained = restored->value("samples", int64_t{0});
@@ -275,16 +268,12 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
                 static_cast<long long>(res.first_version));
   }
   // A checkpoint: the policy's state (the frozen ref was written once, as ref_model/), then
-  // (committed last) the loop's rollouts and the job's own state: its generator, the problems of
-  // the rollouts held, the figures so far.
+  // (committed last) the loop's rollouts and the job's own state: its generator and the figures
+  // so far.
   auto checkpoint = [&](int step) {
     std::ostringstream rng_text;
     rng_text << rng;
-    nlohmann::json problems = nlohmann::json::array();
-    for (const auto& [id, p] : problem_of)
-      problems.push_back({id, p.a, p.b, std::string(1, p.op)});
     auto snap = or_die(loop->snapshot({{"rng", rng_text.str()},
-                                      {"problems", problems},
                                       {"acc_before", res.acc_before},
                                       {"rewards", res.rewards},
                                       {"samples", samples_trained}}),
@@ -446,7 +435,6 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
         n_rows += r.samples.size();
       for (size_t g = 0; g < batch.rollouts.size(); ++g) {
         auto& ro = batch.rollouts[g];
-        const auto& problem = problem_of.at(ro.id);
         staleness_max = std::max(staleness_max, batch.staleness[g]);
         staleness_sum += static_cast<double>(batch.staleness[g]);
         const auto k = static_cast<size_t>(batch.staleness[g]);
@@ -454,7 +442,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
           staleness_counts.resize(k + 1, 0);
         ++staleness_counts[k];
         for (auto& sample : ro.samples) {
-          double r = arith::reward(problem, sample.tokens);
+          double r = task.reward(ro.request.prompt, sample.tokens);
           st.reward += r / static_cast<double>(n_rows);
           correct += r == 1.0 ? 1.0 : 0.0;
           st.tokens += static_cast<int64_t>(sample.tokens.size());
@@ -468,7 +456,6 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
           rows.responses.push_back(std::move(sample.tokens));
           rows.group_ids.push_back(static_cast<int64_t>(g));
         }
-        problem_of.erase(ro.id);
       }
       samples_trained += static_cast<int64_t>(n_rows);
       st.accuracy = correct / static_cast<double>(n_rows);
@@ -498,7 +485,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
       }
       if (opt.eval_every > 0 && (step % opt.eval_every == 0 || step == opt.steps)) {
         auto t_eval = clock_type::now();
-        extra["held_out_accuracy"] = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+        extra["held_out_accuracy"] = greedy_accuracy(or_die, client, task, held_out);
         eval_seconds += examples::seconds_since(t_eval);
       }
       extra["wall_seconds"] = examples::seconds_since(t_grpo) - eval_seconds;
@@ -521,7 +508,7 @@ arith_result run_arithmetic(const examples::fatal_errors& or_die, trainer_client
   }
 
   // 4. Held-out accuracy after GRPO.
-  res.acc_after = greedy_accuracy(or_die, client, task.held_out(), max_tokens);
+  res.acc_after = greedy_accuracy(or_die, client, task, held_out);
   return res;
 }
 
