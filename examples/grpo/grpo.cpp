@@ -371,12 +371,10 @@ int run(int argc, char** argv) {
                   "per step, at most %d turns of %d tokens\n",
                   static_cast<long long>(params), opt.model.c_str(), layout_text.c_str(),
                   opt.env_command.c_str(), opt.prompts, opt.group, opt.max_turns, opt.turn_tokens);
-      algorithm_config pcfg;
-      pcfg.use_kl_loss = opt.kl_coef > 0;
-      pcfg.kl_loss_coef = opt.kl_coef;
-      or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+      or_die(examples::grpo::configure_training(client, opt), "set_algorithm_config");
       env_res = examples::grpo::run_env_job(or_die, client, opt, *envm.chat, envm.context,
-                                            pcfg.use_kl_loss, metrics);
+                                            examples::grpo::training_config(opt).use_kl_loss,
+                                            metrics);
       rewards = env_res.rewards;
       title = "GRPO on the episodes of " + opt.env_argv.back();
     } else {

@@ -42,6 +42,7 @@ void apply_sort_defaults(options& o) {
   o.prompts = 16;
   o.group = 8;
   o.epochs = 1;
+  o.micro_batch_tokens = 4096; // a heavy tail of lengths: padding to the longest would triple the work
   o.sft_steps = 3000;
   o.sft_target = 0.3;
   o.sft_batch = 32;
@@ -157,6 +158,9 @@ const std::vector<flag_doc>& flag_docs() {
       {"--group", "G", "samples per prompt (>= 2)"},
       {"--lr", "X", "policy learning rate, cosine-decayed to lr/10 (> 0)"},
       {"--epochs", "E", "PPO-clip updates on each step's samples (1..100)"},
+      {"--micro-batch-tokens", "N", "padding-free micro-batches of at most N tokens in the "
+                                    "policy and ref passes (0 = one pass padded to the longest "
+                                    "row)"},
       {"--temperature", "T", "sampling temperature (> 0)"},
       {"--kl-coef", "C", "KL-to-reference loss coefficient (>= 0; 0 = off)"},
       {"--placement", "P", "colocated (roles share the devices) or split (two groups)"},
@@ -241,6 +245,7 @@ struct flag_targets {
         {"--eval-every", {&o.eval_every, 0, big}},
         {"--checkpoint-every", {&o.checkpoint_every, 0, big}},
         {"--max-restarts", {&o.max_restarts, 0, 1000}},
+        {"--micro-batch-tokens", {&o.micro_batch_tokens, 0, big}},
         {"--min-numbers", {&o.min_numbers, 2, 100}},
         {"--max-numbers", {&o.max_numbers, 2, 100}},
     };

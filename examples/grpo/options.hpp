@@ -40,6 +40,10 @@ struct options {
   int group = 8;                  ///< samples per prompt (--group), >= 2
   double lr = 1e-3;               ///< initial policy learning rate, cosine-decayed to lr/10 (--lr)
   int epochs = 2;                 ///< PPO-clip updates on each step's samples (--epochs)
+  /// Padding-free micro-batches of the policy and ref passes: rows sorted by length, packed into
+  /// passes of at most this many tokens each trimmed to its longest row (--micro-batch-tokens;
+  /// 0 = the whole batch in one pass padded to its longest row).
+  int micro_batch_tokens = 0;
   double temperature = 0.7;       ///< sampling temperature (--temperature), > 0
   double kl_coef = 0.001;         ///< KL-to-reference loss coefficient (--kl-coef; 0 = off)
   // Where the job runs.

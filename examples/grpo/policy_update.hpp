@@ -29,6 +29,13 @@ struct grpo_rows {
 /// The policy's learning rate at `step` (1-based): cosine decay from --lr to a tenth of it.
 double learning_rate(const options& opt, int step);
 
+/// The training settings of the policy and the reference model: the KL loss (--kl-coef) and
+/// padding-free micro-batches of at most --micro-batch-tokens tokens (0 = one padded pass).
+algorithm_config training_config(const options& opt);
+
+/// Gives the policy and the reference model `training_config(opt)` (the first error ends it).
+caf::expected<void> configure_training(actors::trainer_client& client, const options& opt);
+
 /// How far the engines' log-probs were from the trainer's, over the response tokens of a step
 /// that had "rollout_logprobs" (else all 0).
 struct logprob_gap {

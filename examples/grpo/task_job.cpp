@@ -193,10 +193,8 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
     if (opt.checkpoint_every > 0)
       or_die(client.save_hf_model("ref", ref_model_dir(opt)), "save_hf_model ref (checkpoints)");
   }
-  algorithm_config pcfg;
-  pcfg.use_kl_loss = opt.kl_coef > 0;
-  pcfg.kl_loss_coef = opt.kl_coef;
-  or_die(client.set_algorithm_config("policy", pcfg), "set_algorithm_config");
+  const auto pcfg = examples::grpo::training_config(opt);
+  or_die(examples::grpo::configure_training(client, opt), "set_algorithm_config");
 
   // 3. GRPO through the RL loop (rl/rl_loop.hpp): the engines generate each step's rollouts
   //    (--mode: before the step, or batches ahead while the policy trains), the policy trains

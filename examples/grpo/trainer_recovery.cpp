@@ -83,8 +83,9 @@ caf::expected<trainer_recovery::replaced> trainer_recovery::replace(
   auto loaded = client_.load_checkpoint(opt_.checkpoint_dir, *step, {"policy"});
   if (!loaded)
     return failed("loading the checkpoint of step " + std::to_string(*step), loaded.error());
-  if (auto n = client_.set_algorithm_config("policy", algorithm); !n)
-    return failed("configuring the policy", n.error());
+  for (const char* role : {"policy", "ref"})
+    if (auto n = client_.set_algorithm_config(role, algorithm); !n)
+      return failed(std::string{"configuring the "} + role, n.error());
   return replaced{placed->node, *step};
 }
 

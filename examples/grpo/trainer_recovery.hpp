@@ -65,7 +65,7 @@ public:
   /// Replaces the trainer: stops both groups, places and spawns them again (group_replacement),
   /// registers them, initializes the policy with the job's model and the reference from
   /// `ref_model_dir`, loads the latest committed checkpoint into the policy and sets
-  /// `algorithm`. An error names what failed (no committed checkpoint: the job cannot roll
+  /// `algorithm` on both. An error names what failed (no committed checkpoint: the job cannot roll
   /// back, and says --checkpoint-every). Spends a restart of the budget either way.
   caf::expected<replaced> replace(const algorithm_config& algorithm);
 
