@@ -159,10 +159,16 @@ int check_outputs(const examples::grpo::options& opt, const report::plot_result&
     double sync_s = median_of(field("sync_seconds"));
     double tps = median_of(field("tokens_per_second"));
     auto share = [&](double x) { return step_s > 0 ? 100 * x / step_s : 0.0; };
-    std::printf("grpo: step time (medians of %zu steps) %.3f s: generate %.3f s (%.0f%%), train "
-                "%.3f s (%.0f%%), sync %.4f s (%.1f%%); generation %.0f tok/s\n",
-                records.size(), step_s, gen_s, share(gen_s), train_s, share(train_s), sync_s,
-                share(sync_s), tps);
+    // In the asynchronous modes the engines generate while the trainer trains: a step's
+    // "generate" is only its wait for finished rollouts, and tokens over that wait mean nothing.
+    const bool sync_mode = opt.mode == "sync";
+    std::printf("grpo: step time (medians of %zu steps) %.3f s: %s %.3f s (%.0f%%), train "
+                "%.3f s (%.0f%%), sync %.4f s (%.1f%%)",
+                records.size(), step_s, sync_mode ? "generate" : "wait for rollouts", gen_s,
+                share(gen_s), train_s, share(train_s), sync_s, share(sync_s));
+    if (sync_mode)
+      std::printf("; generation %.0f tok/s", tps);
+    std::printf("\n");
   } catch (const std::exception& e) {
     std::printf("grpo: FAILED: %s\n", e.what());
     return 1;

@@ -221,6 +221,10 @@ TEST(GrpoOptions, TheSortTaskTakesItsOwnDefaultsAndFlags) {
   // Long answers: fewer prompts per step than the arithmetic task.
   EXPECT_LT(o.prompts, options{}.prompts);
   EXPECT_THAT(usage("grpo", {"--task", "sort"}), HasSubstr("--prompts P=16"));
+  // Padding-free passes by default: a heavy tail of lengths.
+  EXPECT_EQ(o.micro_batch_tokens, 4096);
+  EXPECT_EQ(options{}.micro_batch_tokens, 0);
+  EXPECT_EQ(parse_options({"--micro-batch-tokens", "512"}).opts.micro_batch_tokens, 512);
   EXPECT_THAT(usage("grpo", {"--task", "sort"}), HasSubstr("--task T=sort"));
   auto q = parse_options({"--quick", "--task", "sort"});
   ASSERT_TRUE(q.error.empty()) << q.error;
@@ -230,6 +234,8 @@ TEST(GrpoOptions, TheSortTaskTakesItsOwnDefaultsAndFlags) {
   // The last --task counts, with its defaults.
   EXPECT_EQ(parse_options({"--task", "sort", "--task", "arith"}).opts.prompts, options{}.prompts);
   auto err = [](std::vector<std::string> args) { return parse_options(args).error; };
+  EXPECT_THAT(err({"--micro-batch-tokens", "-1"}),
+              HasSubstr("--micro-batch-tokens must be an integer in [0,"));
   EXPECT_THAT(err({"--task", "chess"}), HasSubstr("--task must be one of arith, sort; got 'chess'"));
   EXPECT_THAT(err({"--task", ""}), HasSubstr("--task needs a task name (arith or sort)"));
   EXPECT_THAT(err({"--digits", "3", "--task", "sort"}),
