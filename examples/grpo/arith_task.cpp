@@ -48,25 +48,10 @@ std::vector<int64_t> tokenizer::encode(const std::string& text) {
 }
 
 std::string tokenizer::decode(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    auto id = ids[i];
-    if (id < 0 || id >= vocab_size())
-      throw std::invalid_argument("tokenizer: id " + std::to_string(id) + " at position " +
-                                  std::to_string(i) + " is outside the vocabulary [0, " +
-                                  std::to_string(vocab_size()) + ")");
-    if (id == pad_id)
-      out += "<pad>";
-    else if (id == bos_id)
-      out += "<bos>";
-    else if (id == eos_id)
-      out += "<eos>";
-    else if (id < digit0_id + 10)
-      out += static_cast<char>('0' + (id - digit0_id));
-    else
-      out += symbols[id - digit0_id - 10];
-  }
-  return out;
+  return grpo::decode_ids(ids, vocab_size(), "tokenizer", [](int64_t id) {
+    return id < digit0_id + 10 ? std::string(1, static_cast<char>('0' + (id - digit0_id)))
+                               : std::string(1, symbols[id - digit0_id - 10]);
+  });
 }
 
 int64_t problem::answer() const {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "examples/grpo/task_tokens.hpp"
 #include "examples/grpo/verifiable_task.hpp"
 
 namespace rlforge::examples::arith {
@@ -21,9 +22,9 @@ namespace rlforge::examples::arith {
 /// 13 = '+', 14 = '-', 15 = '*', 16 = '='. Stateless; every member is reentrant.
 class tokenizer {
 public:
-  static constexpr int64_t pad_id = 0;
-  static constexpr int64_t bos_id = 1;
-  static constexpr int64_t eos_id = 2;
+  static constexpr int64_t pad_id = grpo::pad_id;
+  static constexpr int64_t bos_id = grpo::bos_id;
+  static constexpr int64_t eos_id = grpo::eos_id;
 
   /// Number of token ids (17).
   static constexpr int64_t vocab_size() { return 17; }

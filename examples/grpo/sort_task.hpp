@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/grpo/task_tokens.hpp"
 #include "examples/grpo/verifiable_task.hpp"
 
 namespace rlforge::examples::sorting {
@@ -22,9 +23,9 @@ namespace rlforge::examples::sorting {
 /// 5..104 = the numbers 0..99. Stateless; every member is reentrant.
 class tokenizer {
 public:
-  static constexpr int64_t pad_id = 0;
-  static constexpr int64_t bos_id = 1;
-  static constexpr int64_t eos_id = 2;
+  static constexpr int64_t pad_id = grpo::pad_id;
+  static constexpr int64_t bos_id = grpo::bos_id;
+  static constexpr int64_t eos_id = grpo::eos_id;
   static constexpr int64_t comma_id = 3;
   static constexpr int64_t equals_id = 4;
   static constexpr int64_t number0_id = 5;

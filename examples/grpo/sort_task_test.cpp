@@ -1,4 +1,5 @@
 #include "examples/grpo/sort_task.hpp"
+#include "examples/grpo/testing/task_test_support.hpp"
 
 #include <algorithm>
 #include <random>
@@ -14,20 +15,10 @@ using testing::HasSubstr;
 
 namespace {
 
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "no exception";
-}
+using rlforge::examples::grpo::testing::error_of;
 
 std::vector<int64_t> ids(const std::string& text, bool eos) {
-  auto out = tokenizer::encode(text);
-  if (eos)
-    out.push_back(tokenizer::eos_id);
-  return out;
+  return rlforge::examples::grpo::testing::token_ids<tokenizer>(text, eos);
 }
 
 std::vector<int64_t> prompt(const std::string& text) {
