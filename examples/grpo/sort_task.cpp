@@ -46,27 +46,11 @@ std::vector<int64_t> tokenizer::encode(const std::string& text) {
 }
 
 std::string tokenizer::decode(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const auto id = ids[i];
-    if (id < 0 || id >= vocab_size())
-      throw std::invalid_argument("sort tokenizer: id " + std::to_string(id) + " at position " +
-                                  std::to_string(i) + " is outside the vocabulary [0, " +
-                                  std::to_string(vocab_size()) + ")");
-    if (id == pad_id)
-      out += "<pad>";
-    else if (id == bos_id)
-      out += "<bos>";
-    else if (id == eos_id)
-      out += "<eos>";
-    else if (id == comma_id)
-      out += ',';
-    else if (id == equals_id)
-      out += '=';
-    else
-      out += std::to_string(id - number0_id);
-  }
-  return out;
+  return grpo::decode_ids(ids, vocab_size(), "sort tokenizer", [](int64_t id) {
+    return id == comma_id ? std::string(",")
+         : id == equals_id ? std::string("=")
+                           : std::to_string(id - number0_id);
+  });
 }
 
 task::task(task_config cfg) : cfg_(cfg) {
@@ -163,10 +147,11 @@ std::vector<int64_t> task::target(const std::vector<int64_t>& prompt) const {
 double task::reward(const std::vector<int64_t>& prompt,
                     const std::vector<int64_t>& response) const {
   const auto list = parse_prompt(prompt);
-  if (response == target_tokens(list))
+  // Every number in place is exactly the target (numbers_in_place).
+  const auto in_place = numbers_in_place(list, response);
+  if (in_place == static_cast<int64_t>(list.size()))
     return 1.0;
-  return cfg_.partial_credit * static_cast<double>(numbers_in_place(list, response)) /
-         static_cast<double>(list.size());
+  return cfg_.partial_credit * static_cast<double>(in_place) / static_cast<double>(list.size());
 }
 
 double task::accuracy(const std::vector<int64_t>& prompt,
