@@ -1,6 +1,6 @@
 // The main job (scripts/main): GRPO on multi-digit addition ("37+48=" -> "85<eos>") with a
 // colocated policy, reference model and two inference engines on one node with virtual GPUs.
-// --task sort runs the same job on sorting lists of two-digit numbers, whose answers are long.
+// --task sort runs the same job on sorting lists of distinct numbers, whose answers are long.
 //
 // One placement group of two 1-GPU bundles holds everything, SkyRL's `colocate_all` layout: the
 // policy (2 data-parallel ranks), the reference model (2 ranks) and the engines (2 ranks) take
@@ -346,6 +346,7 @@ int run(int argc, char** argv) {
     if (env_mode)
       model.hf_dir = opt.model;
     else
+      // At least the examples' usual 64 positions: the arithmetic task's model stays as it was.
       model.config_json = examples::llama_config(task_ptr->vocab_size(),
                                                  std::max<int64_t>(64, task_ptr->context()))
                               .dump();

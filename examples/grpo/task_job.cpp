@@ -193,7 +193,7 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
     if (opt.checkpoint_every > 0)
       or_die(client.save_hf_model("ref", ref_model_dir(opt)), "save_hf_model ref (checkpoints)");
   }
-  const auto pcfg = examples::grpo::training_config(opt);
+  const bool use_kl = examples::grpo::training_config(opt).use_kl_loss;
   or_die(examples::grpo::configure_training(client, opt), "set_algorithm_config");
 
   // 3. GRPO through the RL loop (rl/rl_loop.hpp): the engines generate each step's rollouts
@@ -357,7 +357,7 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
                 step, failure.what.c_str(), lost.c_str(), trainer.budget().used + 1,
                 opt.max_restarts, opt.recovery_timeout);
     loop.reset(); // its producer's rollouts belong to steps that are rolled back
-    auto back = or_die(trainer.replace(pcfg), "trainer recovery");
+    auto back = or_die(trainer.replace(), "trainer recovery");
     const auto end = record_end.find(static_cast<int>(back.step));
     if (end == record_end.end()) {
       std::fprintf(stderr, "grpo: trainer recovery: the latest checkpoint (step %lld) is older "
@@ -459,7 +459,7 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
       st.accuracy = correct / static_cast<double>(n_rows);
       res.rewards.push_back(st.reward);
       auto gap =
-          examples::grpo::update_policy(or_die, client, rows, adam, pcfg.use_kl_loss, opt, st);
+          examples::grpo::update_policy(or_die, client, rows, adam, use_kl, opt, st);
       auto t_sync = clock_type::now();
       auto updated = loop->update_weights();
       if (!updated && recover(updated.error(), step))

@@ -11,6 +11,7 @@
 
 #include "../common/driver.hpp"
 #include "examples/grpo/group_replacement.hpp"
+#include "examples/grpo/policy_update.hpp"
 
 namespace rlforge::examples::grpo {
 
@@ -38,8 +39,7 @@ bool trainer_recovery::trainer_lost(std::chrono::milliseconds patience) {
          !ref_.call_all("ping", caf::message{}, patience);
 }
 
-caf::expected<trainer_recovery::replaced> trainer_recovery::replace(
-    const algorithm_config& algorithm) {
+caf::expected<trainer_recovery::replaced> trainer_recovery::replace() {
   ++budget_.used;
   auto& sys = or_die_.sys;
   auto failed = [&](const std::string& doing, const caf::error& err) {
@@ -83,9 +83,8 @@ caf::expected<trainer_recovery::replaced> trainer_recovery::replace(
   auto loaded = client_.load_checkpoint(opt_.checkpoint_dir, *step, {"policy"});
   if (!loaded)
     return failed("loading the checkpoint of step " + std::to_string(*step), loaded.error());
-  for (const char* role : {"policy", "ref"})
-    if (auto n = client_.set_algorithm_config(role, algorithm); !n)
-      return failed(std::string{"configuring the "} + role, n.error());
+  if (auto n = configure_training(client_, opt_); !n)
+    return failed("configuring the policy and the reference", n.error());
   return replaced{placed->node, *step};
 }
 

@@ -65,9 +65,9 @@ public:
   /// Replaces the trainer: stops both groups, places and spawns them again (group_replacement),
   /// registers them, initializes the policy with the job's model and the reference from
   /// `ref_model_dir`, loads the latest committed checkpoint into the policy and sets
-  /// `algorithm` on both. An error names what failed (no committed checkpoint: the job cannot roll
+  /// the job's training settings on both (`configure_training`). An error names what failed (no committed checkpoint: the job cannot roll
   /// back, and says --checkpoint-every). Spends a restart of the budget either way.
-  caf::expected<replaced> replace(const algorithm_config& algorithm);
+  caf::expected<replaced> replace();
 
 private:
   const fatal_errors& or_die_;
