@@ -333,8 +333,10 @@ bool engine_step(rank_context& ctx) {
   st.last_key = key;
   const int64_t version = key == 0 ? st.weights.current() : key;
   std::vector<be::engine_output> outputs;
+  const auto started = clock_type::now();
   try {
     outputs = st.weights.with(key, [&] { return st.engine->step(key, version); });
+    st.busy_seconds += std::chrono::duration<double>(clock_type::now() - started).count();
   } catch (...) {
     // Fail the requests of this key rather than retrying a step that cannot run.
     auto err = current_exception_to_error("engine rank " + std::to_string(st.rank) +

@@ -110,7 +110,9 @@ namespace rlforge::actors {
 ///    `paused`, `weight_version`, and counters since the engine was built: `prompt_tokens`
 ///    (prompt positions prefilled; a prompt shared by n samples counts once),
 ///    `recompute_tokens`, `decode_tokens`, `generated_tokens`, `prefix_query_tokens`,
-///    `prefix_hit_tokens`, `prefix_hit_rate`, `preemptions`, `copies`, `steps`.
+///    `prefix_hit_tokens`, `prefix_hit_rate`, `preemptions`, `copies`, `steps`; `busy_seconds`
+///    (wall time in forward passes since the rank started) and `in_flight_tokens` (tokens the
+///    queued and running requests sampled so far: the partial rows).
 ///  - `weight_version` → int64: 0 after `init_model`, then the version of the last accepted
 ///    `set_weights` / `receive_weights`.
 ///  - `set_weights` (tensor_map weights, int64 version) → (): the map must hold exactly the

@@ -438,6 +438,8 @@ caf::expected<caf::message> stats(rank_context& ctx, const caf::message&) {
       {"recompute_tokens", c.recompute_tokens},
       {"decode_tokens", c.decode_tokens},
       {"generated_tokens", s.generated_tokens},
+      {"in_flight_tokens", s.in_flight_tokens},
+      {"busy_seconds", st.busy_seconds},
       {"prefix_query_tokens", c.prefix_query_tokens},
       {"prefix_hit_tokens", c.prefix_hit_tokens},
       {"prefix_hit_rate", s.prefix_hit_rate()},

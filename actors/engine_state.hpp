@@ -103,6 +103,9 @@ struct engine_state {
   int64_t last_key = -1;
   /// The Gloo channel to the trainer, kept between weight syncs (weight_sync.hpp).
   weight_channels channels;
+  /// Wall seconds this rank spent in forward passes (`engine_step`) since it started: the
+  /// engine's busy time; a caller measuring an interval takes the difference.
+  double busy_seconds = 0;
   /// When the pending deadline timer fires (none pending: nullopt).
   std::optional<clock_type::time_point> timer_at;
 };

@@ -412,6 +412,9 @@ engine_stats continuous_engine::stats() const {
   s.running = static_cast<int64_t>(scheduler_->num_running());
   s.waiting = static_cast<int64_t>(scheduler_->num_groups()) - s.running;
   s.generated_tokens = generated_tokens_;
+  for (auto& [id, r] : requests_)
+    for (auto& sample : r->samples)
+      s.in_flight_tokens += static_cast<int64_t>(sample.tokens.size());
   return s;
 }
 

@@ -78,6 +78,9 @@ struct engine_stats {
   int64_t running = 0;       ///< requests admitted
   int64_t waiting = 0;       ///< requests queued
   int64_t generated_tokens = 0;
+  /// Tokens sampled so far by the requests still queued or running (continuations included):
+  /// the partial rows in flight.
+  int64_t in_flight_tokens = 0;
   /// Prefix-cache hit rate over prompt positions looked up (0 when none was).
   double prefix_hit_rate() const {
     return counters.prefix_query_tokens == 0

@@ -1,5 +1,5 @@
 // The continuous-batching engine rank on a real actor system: calls joining the running batch
-// and leaving it when done, streaming (`submit`: each request delivered when it finishes, in
+// and leaving it when done (the tokens in flight and busy time its stats report), streaming (`submit`: each request delivered when it finishes, in
 // finishing order), one prefill per prompt for n samples (counted), preemption under a small
 // KV budget with unchanged results, the KV cache freed and restored mid-run, per-token weight
 // versions across pause(keep) and a pinned version across an update, pause(abort) handing back
@@ -188,6 +188,10 @@ TEST_F(ContinuousEngines, ACallJoinsTheRunningBatchAndLeavesItWhenDone) {
   auto s = stats();
   EXPECT_EQ(s.at("running").get<int64_t>(), 1) << s.dump();
   EXPECT_LT(s.at("generated_tokens").get<int64_t>(), 300 + 4) << s.dump();
+  // In flight: the long row so far, which is everything generated but the short row.
+  EXPECT_EQ(s.at("in_flight_tokens").get<int64_t>(), s.at("generated_tokens").get<int64_t>() - 4)
+      << s.dump();
+  EXPECT_GT(s.at("busy_seconds").get<double>(), 0.0) << s.dump();
   first.receive(
       [&](op_result& r) {
         expect_row(r.value.get_as<std::vector<sample_output>>(0).at(0),
@@ -195,6 +199,9 @@ TEST_F(ContinuousEngines, ACallJoinsTheRunningBatchAndLeavesItWhenDone) {
       },
       [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
   EXPECT_EQ(stats().at("free_blocks"), stats().at("num_blocks")); // every block came back
+  auto after = stats();
+  EXPECT_EQ(after.at("in_flight_tokens").get<int64_t>(), 0) << after.dump();
+  EXPECT_GE(after.at("busy_seconds").get<double>(), s.at("busy_seconds").get<double>());
 }
 
 TEST_F(ContinuousEngines, StreamedRequestsArriveAsTheyFinishInFinishingOrder) {

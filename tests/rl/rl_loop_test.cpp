@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
@@ -90,6 +91,16 @@ public:
     p.learning_rate = 1e-2;
     ok(client_->optim_step("policy", p));
     return out.metric("loss:sum");
+  }
+
+  /// `role`'s log-prob of each response token after `prompt` (a forward without gradients).
+  std::vector<double> logprobs_of(const std::string& role, const std::vector<int64_t>& prompt,
+                                  const std::vector<int64_t>& response) {
+    auto out = ok(client_->forward(role, be::from_sequences({prompt}, {response})));
+    auto lp = out.outputs.at("logprobs").to(at::kDouble)[0];
+    const auto n = static_cast<int64_t>(response.size());
+    lp = lp.narrow(0, lp.size(0) - n, n).contiguous();
+    return {lp.data_ptr<double>(), lp.data_ptr<double>() + n};
   }
 
   /// Engine op `op` on the engine ranks; rank 0's reply.
@@ -220,6 +231,53 @@ TEST_F(RlLoop, StalenessStaysWithinItsBoundUnderASlowTrainerAndUnderSlowEngines)
   }
 }
 
+TEST_F(RlLoop, StreamingTakesRolloutsInCompletionOrderSoALongOneHoldsNoStepBack) {
+  setup(1);
+  std::mt19937_64 rng(12);
+  // Every fifth rollout is long (a long tail inside the stream); the rest are short.
+  auto long_one = [](int64_t id) { return id % 5 == 0; };
+  auto o = options(rl_mode::fully_async, 2, 2);
+  rl_loop loop(*sys_, *client_, o,
+               [&](int64_t id) { return draw(rng, long_one(id) ? 400 : 6, 1); });
+  loop.set_version(1);
+  std::set<int64_t> trained;
+  int64_t dropped = 0;
+  const int steps = 8;
+  for (int s = 0; s < steps; ++s) {
+    auto b = ok(loop.next_batch());
+    ASSERT_EQ(b.rollouts.size(), 2u);
+    if (s == 0) {
+      for (auto& r : b.rollouts) {
+        // Rollout 0 was asked for first but needs 400 tokens; the step starts on two short
+        // ones that finished while it generates.
+        EXPECT_FALSE(long_one(r.id)) << "the first step waited for long rollout " << r.id;
+      }
+    }
+    for (size_t i = 0; i < b.rollouts.size(); ++i) {
+      EXPECT_LE(b.staleness[i], 2) << "step " << s;
+      EXPECT_TRUE(trained.insert(b.rollouts[i].id).second)
+          << "rollout " << b.rollouts[i].id << " trained twice";
+    }
+    dropped += b.dropped;
+    train_on(b);
+    ok(loop.update_weights());
+  }
+  // Nothing is lost: every rollout asked for was trained, dropped as too stale (counted), or is
+  // still held by the loop.
+  auto snap = ok(loop.snapshot());
+  const auto next_id = snap.at("next_id").get<int64_t>();
+  std::set<int64_t> held;
+  for (const char* part : {"waiting", "done"})
+    for (auto& r : snap.at("rollouts").at(part))
+      EXPECT_TRUE(held.insert(r.at("id").get<int64_t>()).second);
+  for (auto id : held)
+    EXPECT_EQ(trained.count(id), 0u) << "rollout " << id << " trained and still held";
+  auto acc = ok(loop.accounting());
+  EXPECT_EQ(acc.dropped, dropped);
+  EXPECT_EQ(acc.taken, static_cast<int64_t>(trained.size()));
+  EXPECT_EQ(static_cast<int64_t>(trained.size() + held.size()) + dropped, next_id);
+}
+
 /// One sequence at a time: the second rollout starts when the first is done. The engine is
 /// paused (keep) once the second has some tokens and is still running, so the weight update
 /// after the first lands in the middle of the second one's row however slow the trainer is.
@@ -259,14 +317,40 @@ TEST_F(RlLoop, PauseKeepTagsTheTokensOfARolloutSpanningAnUpdateWithBothVersions)
   auto o = options(rl_mode::one_step_off, 1, 2);
   o.pause_mode = "keep";
   rl_loop loop(*sys_, *client_, o, [&](int64_t) { return draw(rng, 300, 1); });
+  // A frozen copy of version 1 (the policy's initial weights, which the engines got as
+  // version 1), to score the row with after the policy has moved on to version 2.
+  auto frozen = ok(spawn_group("frozen", "policy", 1));
+  ok(client_->register_group("frozen", frozen));
+  ok(client_->init_model("frozen", tiny(11)));
   auto second = update_mid_rollout(this, loop);
-  const auto& versions = second.rollouts.at(0).samples.at(0).token_versions;
+  const auto& row = second.rollouts.at(0).samples.at(0);
+  const auto& versions = row.token_versions;
   ASSERT_FALSE(versions.empty());
   EXPECT_EQ(versions.front(), 1);
   EXPECT_EQ(versions.back(), 2);
   EXPECT_EQ(second.staleness.at(0), 1);
   EXPECT_EQ(second.requeued, 0);
   EXPECT_EQ(second.rollouts[0].submissions, 1);
+  // Each token carries the behaviour log-prob of the weights that sampled it. The version-1
+  // tokens are exactly version 1's scores. The version-2 tokens were sampled by the new
+  // weights over the keys and values version 1 computed for the prefix (the cache is kept, as
+  // in PipelineRL's in-flight updates), so neither version alone reproduces them; they are
+  // not version 1's scores.
+  const auto prompt = second.rollouts[0].request.prompt;
+  const auto v1 = logprobs_of("frozen", prompt, row.tokens);
+  ASSERT_EQ(v1.size(), row.logprobs.size());
+  double v2_tokens_gap = 0;
+  int64_t v1_tokens = 0;
+  for (size_t t = 0; t < row.tokens.size(); ++t) {
+    if (versions[t] == 1) {
+      ++v1_tokens;
+      EXPECT_NEAR(row.logprobs[t], v1[t], 1e-4) << "version-1 token " << t;
+    } else {
+      v2_tokens_gap = std::max(v2_tokens_gap, std::abs(row.logprobs[t] - v1[t]));
+    }
+  }
+  EXPECT_GT(v1_tokens, 0);
+  EXPECT_GT(v2_tokens_gap, 1e-2) << "the version-2 tokens carry version 1's log-probs";
 }
 
 TEST_F(RlLoop, PauseAbortRequeuesTheRolloutSpanningAnUpdate) {
@@ -284,6 +368,12 @@ TEST_F(RlLoop, PauseAbortRequeuesTheRolloutSpanningAnUpdate) {
   EXPECT_EQ(second.staleness.at(0), 0);
   EXPECT_GE(second.requeued, 1);
   EXPECT_EQ(second.rollouts[0].submissions, 2);
+  // Generated again from scratch on version 2 alone: its log-probs are the policy's (version 2).
+  const auto& row = second.rollouts[0].samples[0];
+  const auto v2 = logprobs_of("policy", second.rollouts[0].request.prompt, row.tokens);
+  ASSERT_EQ(v2.size(), row.logprobs.size());
+  for (size_t t = 0; t < v2.size(); ++t)
+    EXPECT_NEAR(row.logprobs[t], v2[t], 1e-4) << "token " << t;
 }
 
 TEST_F(RlLoop, AResumeFromASnapshotLosesNoRollout) {
