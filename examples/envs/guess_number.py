@@ -6,14 +6,20 @@ model answers in text, the environment reads the last integer of the answer and 
 "Higher than N." / "Lower than N." / "Correct! ...". Reward 1.0 on the turn the number is named,
 0 otherwise; the episode ends on success or after task["max_turns"] guesses (default 5).
 
+task["tool_latency_ms"] = [lo, hi] makes each step take lo..hi milliseconds of wall time
+(uniform, drawn from the seed and the turn), as a tool call or a sandbox would: the async modes
+of the GRPO job keep the engines busy with other episodes meanwhile. The replies do not change.
+
 The same game (same texts, same secrets) is implemented in C++ by env/number_guess.hpp.
 
     python3 guess_number.py      # then speak the protocol on stdin/stdout
 """
 
 import os
+import random
 import re
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rlforge_env import Environment, serve  # noqa: E402
@@ -57,12 +63,22 @@ class GuessNumber(Environment):
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
             raise ValueError("task.max_turns must be a positive integer")
         self.max_turns = max_turns
+        latency = task.get("tool_latency_ms", [0, 0])
+        if (not isinstance(latency, list) or len(latency) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in latency)
+                or not 0 <= latency[0] <= latency[1] <= 60000):
+            raise ValueError("task.tool_latency_ms must be [lo, hi] with 0 <= lo <= hi <= 60000")
+        self.latency = latency
+        self.seed = seed if seed is not None else 0
         self.turn = 0
         return ("I am thinking of a number between 1 and 100. You have %d guesses. "
                 "Answer with a number." % max_turns, {"max_turns": max_turns})
 
     def step(self, action):
         self.turn += 1
+        lo, hi = self.latency
+        if hi > 0:
+            time.sleep(random.Random(self.seed * 1000 + self.turn).randint(lo, hi) / 1000.0)
         guess = last_integer(action)
         reward, done = 0.0, False
         if guess is None:

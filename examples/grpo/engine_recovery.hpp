@@ -39,6 +39,9 @@ public:
   /// The job's restarts (--max-restarts), shared by both recoveries.
   const restart_budget& budget() const { return budget_; }
 
+  /// The engines now (the job's handle; `replace` points it at the new group).
+  actors::actor_group& group() const { return engines_; }
+
   /// True when the engines no longer answer: their ranks died or their node was declared dead
   /// (a call to them fails at once then; a live engine answers within `patience`).
   bool engines_lost(std::chrono::milliseconds patience = std::chrono::seconds(10));

@@ -1,13 +1,21 @@
 #include "examples/grpo/env_job.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <stdexcept>
+
+#include <caf/all.hpp>
 
 #include "env/pool.hpp"
+#include "examples/grpo/engine_reading.hpp"
 #include "examples/grpo/env_rollout.hpp"
+#include "examples/grpo/episode_producer.hpp"
 #include "examples/grpo/policy_update.hpp"
 #include "examples/grpo/report.hpp"
+#include "rl/rl_loop.hpp"
 
 namespace rlforge::examples::grpo {
 
@@ -16,22 +24,103 @@ namespace {
 namespace be = rlforge::backends;
 using clock_type = std::chrono::steady_clock;
 
+/// Tries of one turn's sampling: a turn lost with an engine or handed back by `pause(abort)` is
+/// sampled again on the engines left, at most this many times in all.
+constexpr int turn_tries = 4;
 
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+/// Samples a group's turns on the engines from a worker thread: one request per turn, seeds
+/// from the group's own generator (so a group's episodes do not depend on what else runs), each
+/// sampled token's log-prob and version kept. Rows handed back unfinished ("abort") and calls
+/// that fail are sampled again; `resampled` counts those turns.
+class turn_sampler {
+public:
+  turn_sampler(caf::actor_system& sys, actors::trainer_client& client, const options& opt,
+               std::vector<int64_t> stops, uint64_t seed, std::atomic<int64_t>& resampled)
+      : sys_(sys), client_(client), opt_(opt), stops_(std::move(stops)), rng_(seed),
+        resampled_(resampled) {}
+
+  std::vector<sampled_turn> operator()(const std::vector<turn_request>& turns) {
+    std::vector<rlforge::sample_request> batch;
+    for (const auto& t : turns) {
+      rlforge::sample_request r;
+      r.prompt = t.prompt;
+      r.max_tokens = t.max_tokens;
+      r.temperature = opt_.temperature;
+      r.has_seed = true;
+      r.seed = rng_();
+      r.stop_token_ids = stops_;
+      batch.push_back(std::move(r));
+    }
+    std::vector<sampled_turn> out(turns.size());
+    std::vector<size_t> todo(turns.size());
+    for (size_t i = 0; i < todo.size(); ++i)
+      todo[i] = i;
+    std::string last_error;
+    for (int attempt = 0; attempt < turn_tries && !todo.empty(); ++attempt) {
+      if (attempt > 0)
+        resampled_ += static_cast<int64_t>(todo.size());
+      std::vector<rlforge::sample_request> requests;
+      for (auto i : todo)
+        requests.push_back(batch[i]);
+      auto outs = client_.generate(requests);
+      if (!outs) {
+        last_error = sys_.render(outs.error());
+        continue;
+      }
+      std::vector<size_t> again;
+      for (size_t k = 0; k < todo.size(); ++k) {
+        auto& o = (*outs)[k];
+        if (o.stop_reason == "abort") {
+          again.push_back(todo[k]);
+          last_error = "the engines handed the turn back";
+          continue;
+        }
+        out[todo[k]] = sampled_turn{std::move(o.tokens), std::move(o.logprobs),
+                                    std::move(o.token_versions)};
+      }
+      todo = std::move(again);
+    }
+    if (!todo.empty())
+      throw std::runtime_error(std::to_string(todo.size()) + " turns failed " +
+                               std::to_string(turn_tries) + " times; the last error: " +
+                               last_error);
+    return out;
+  }
+
+private:
+  caf::actor_system& sys_;
+  actors::trainer_client& client_;
+  const options& opt_;
+  std::vector<int64_t> stops_;
+  std::mt19937_64 rng_;
+  std::atomic<int64_t>& resampled_;
+};
+
 } // namespace
 
 env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& client,
-                           const options& opt, const prompt::chat_prompt& chat, int64_t context,
-                           bool use_kl, std::ostream& metrics) {
+                           actors::actor_group& engines, const options& opt,
+                           const prompt::chat_prompt& chat, int64_t context, bool use_kl,
+                           std::ostream& metrics) {
+  rl::loop_options mode;
+  rl::parse_rl_mode(opt.mode, mode.mode);
+  mode.max_staleness = opt.max_staleness;
+  const bool sync = mode.mode == rl::rl_mode::sync;
+  const int64_t max_staleness = rl::effective_max_staleness(mode);
+  // The groups held at each take: this step's and the batches the mode generates ahead, each on
+  // a worker thread with `group` environments of its own.
+  const auto groups_held = static_cast<size_t>((rl::batches_ahead(mode) + 1) * opt.prompts);
+
   env::subprocess_options process;
   process.process.argv = opt.env_argv;
   process.call_timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.env_timeout * 1000));
   process.handshake_timeout = process.call_timeout;
-  const size_t per_step = static_cast<size_t>(opt.prompts) * static_cast<size_t>(opt.group);
-  env::environment_pool pool(env::subprocess_factory(process), per_step);
+  env::environment_pool pool(env::subprocess_factory(process),
+                             groups_held * static_cast<size_t>(opt.group));
   const auto task = nlohmann::json::parse(opt.env_task);
   const auto stops = stop_ids(chat);
   rollout_options ro;
@@ -40,104 +129,136 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
   ro.context = context;
   std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 29);
 
+  std::atomic<int64_t> resampled{0};
+  auto run_group = [&](const episode_group& g) {
+    // A client per call: a trainer_client serves one thread at a time.
+    actors::trainer_client own{or_die.sys, client.dispatcher(), std::chrono::seconds(300)};
+    turn_sampler sample{or_die.sys, own, opt, stops, static_cast<uint64_t>(*g.request.seed),
+                        resampled};
+    return run_rollout(pool, std::vector<env::reset_request>(static_cast<size_t>(opt.group),
+                                                             g.request),
+                       chat, std::ref(sample), ro);
+  };
+  episode_producer producer(run_group, groups_held);
+  int64_t next_id = 0;
+
   env_job_result result;
   int64_t weight_version = 0; // the engines start on the model directory's weights
   be::adam_params adam;
   adam.grad_clip_norm = 1.0;
+  const auto t_start = clock_type::now();
   for (int step = 1; step <= opt.steps; ++step) {
     adam.learning_rate = learning_rate(opt, step);
     report::step_stats st;
     st.step = step;
     st.total_steps = opt.steps;
-    // GRPO groups: the same task and seed `group` times.
-    std::vector<env::reset_request> requests;
-    std::vector<int64_t> group_of;
-    for (int p = 0; p < opt.prompts; ++p) {
-      env::reset_request r;
-      r.seed = static_cast<int64_t>(rng() >> 1);
-      r.task = task;
-      for (int g = 0; g < opt.group; ++g) {
-        requests.push_back(r);
-        group_of.push_back(p);
-      }
+    // Top the groups up (drawn in id order from the job's generator): sync mode asks for each
+    // step's groups just before the step.
+    while (producer.held() < groups_held) {
+      episode_group g;
+      g.id = next_id++;
+      g.request.seed = static_cast<int64_t>(rng() >> 1);
+      g.request.task = task;
+      producer.add(std::move(g));
     }
-    turn_generator generate = [&](const std::vector<turn_request>& turns) {
-      std::vector<rlforge::sample_request> batch;
-      for (const auto& t : turns) {
-        rlforge::sample_request r;
-        r.prompt = t.prompt;
-        r.max_tokens = t.max_tokens;
-        r.temperature = opt.temperature;
-        r.has_seed = true;
-        r.seed = rng();
-        r.stop_token_ids = stops;
-        batch.push_back(std::move(r));
-      }
-      auto t0 = clock_type::now();
-      auto outs = or_die(client.generate(batch), "generate");
-      st.generate_seconds += seconds_since(t0);
-      std::vector<std::vector<int64_t>> ids;
-      for (auto& o : outs)
-        ids.push_back(std::move(o.tokens));
-      return ids;
-    };
-    const auto episodes = run_rollout(pool, requests, chat, generate, ro);
+    const auto engines_at_start = read_engine_activity(engines);
+    taken_groups taken;
+    try {
+      taken = producer.take(static_cast<size_t>(opt.prompts), weight_version, max_staleness,
+                            std::chrono::minutes(10));
+    } catch (const std::runtime_error& e) {
+      std::fprintf(stderr, "\ngrpo: step %d: episodes: %s\n", step, e.what());
+      throw fatal_exit{1};
+    }
+    // Waiting for episodes is this step's generation time (all of it in sync mode).
+    st.generate_seconds = taken.wait_seconds;
+    const auto engines_at_take = read_engine_activity(engines);
 
     grpo_rows rows;
-    int64_t ran = 0, positive = 0, failed = 0, done = 0, stopped = 0, turns = 0;
+    int64_t episodes = 0, ran = 0, positive = 0, failed = 0, done = 0, stopped = 0, turns = 0;
     double reward_sum = 0;
     std::map<std::string, int64_t> step_errors;
-    for (size_t i = 0; i < episodes.size(); ++i) {
-      const auto& e = episodes[i];
-      turns += e.turns;
-      if (e.error) {
-        ++failed;
-        ++step_errors[first_line(*e.error)];
-        continue;
+    std::vector<int64_t> staleness_counts;
+    for (size_t g = 0; g < taken.groups.size(); ++g) {
+      const auto k = static_cast<size_t>(taken.staleness[g]);
+      if (staleness_counts.size() <= k)
+        staleness_counts.resize(k + 1, 0);
+      ++staleness_counts[k];
+      for (const auto& e : taken.groups[g].episodes) {
+        ++episodes;
+        turns += e.turns;
+        if (e.error) {
+          ++failed;
+          ++step_errors[first_line(*e.error)];
+          continue;
+        }
+        ++ran;
+        done += e.done ? 1 : 0;
+        stopped += e.stopped ? 1 : 0;
+        reward_sum += e.reward;
+        positive += e.reward > 0 ? 1 : 0;
+        if (!e.trainable())
+          continue;
+        for (float s : e.sampled)
+          st.tokens += s == 1.0f ? 1 : 0;
+        std::vector<float> reward(e.response.size(), 0.0f);
+        reward.back() = static_cast<float>(e.reward);
+        rows.prompts.push_back(e.prompt);
+        rows.responses.push_back(e.response);
+        rows.per_token["rewards"].push_back(std::move(reward));
+        rows.per_token["loss_mask"].push_back(e.sampled);
+        if (!sync)
+          rows.per_token["rollout_logprobs"].emplace_back(e.logprobs.begin(), e.logprobs.end());
+        rows.group_ids.push_back(static_cast<int64_t>(g));
       }
-      ++ran;
-      done += e.done ? 1 : 0;
-      stopped += e.stopped ? 1 : 0;
-      reward_sum += e.reward;
-      positive += e.reward > 0 ? 1 : 0;
-      if (!e.trainable())
-        continue;
-      for (float s : e.sampled)
-        st.tokens += s == 1.0f ? 1 : 0;
-      std::vector<float> reward(e.response.size(), 0.0f);
-      reward.back() = static_cast<float>(e.reward);
-      rows.prompts.push_back(e.prompt);
-      rows.responses.push_back(e.response);
-      rows.per_token["rewards"].push_back(std::move(reward));
-      rows.per_token["loss_mask"].push_back(e.sampled);
-      rows.group_ids.push_back(group_of[i]);
     }
     st.reward = ran > 0 ? reward_sum / static_cast<double>(ran) : 0.0;
     st.accuracy = ran > 0 ? static_cast<double>(positive) / static_cast<double>(ran) : 0.0;
     result.rewards.push_back(st.reward);
-    result.episodes += static_cast<int64_t>(episodes.size());
+    result.episodes += episodes;
     result.done += done;
     result.stopped += stopped;
     result.failed += failed;
+    result.trained += static_cast<int64_t>(rows.prompts.size());
     for (const auto& [message, count] : step_errors)
       result.errors[message] += count;
 
     const bool train = !rows.prompts.empty();
-    if (train)
-      update_policy(or_die, client, rows, adam, use_kl, opt, st);
-    else
-      st.weight_version = weight_version;
+    logprob_gap gap;
+    st.weight_version = weight_version;
+    if (train) {
+      gap = update_policy(or_die, client, rows, adam, use_kl, opt, st);
+      // In the asynchronous modes the engines keep generating: the new weights go to them
+      // without draining (--pause). In sync mode nothing is in flight.
+      const auto t_sync = clock_type::now();
+      st.weight_version = or_die(client.save_weights_for_sampler("policy", sync ? "" : opt.pause),
+                                 "save_weights_for_sampler");
+      st.sync_seconds = seconds_since(t_sync);
+    }
+    const auto engines_at_end = read_engine_activity(engines);
     nlohmann::json extra{
-        {"episodes", episodes.size()},
+        {"mode", opt.mode},
+        {"episodes", episodes},
         {"episodes_done", done},
         {"episodes_stopped", stopped},
         {"episodes_failed", failed},
-        {"mean_turns", static_cast<double>(turns) / static_cast<double>(episodes.size())}};
-    finish_step(or_die, client, opt, st, metrics, train, extra);
+        {"mean_turns", episodes > 0 ? static_cast<double>(turns) / static_cast<double>(episodes)
+                                    : 0.0},
+        {"samples", static_cast<int64_t>(rows.prompts.size())},
+        {"staleness_counts", staleness_counts},
+        {"dropped", taken.dropped},
+        {"requeued", resampled.exchange(0)},
+        {"logprob_gap", gap.raw},
+        {"logprob_gap_corrected", gap.corrected},
+        {"tis_clipped", gap.tis_clipped}};
+    extra.update(step_activity(engines_at_start, engines_at_take, engines_at_end));
+    result.resampled += extra["requeued"].get<int64_t>();
+    extra["wall_seconds"] = seconds_since(t_start);
+    finish_step(opt, st, metrics, extra);
     weight_version = st.weight_version;
     if (!step_errors.empty()) {
-      std::printf("\ngrpo: step %d: %lld of %zu episodes failed%s\n", step,
-                  static_cast<long long>(failed), episodes.size(),
+      std::printf("\ngrpo: step %d: %lld of %lld episodes failed%s\n", step,
+                  static_cast<long long>(failed), static_cast<long long>(episodes),
                   train ? "" : "; nothing to train on, the policy is unchanged");
       for (const auto& [message, count] : step_errors)
         std::printf("grpo:   %lld x %s\n", static_cast<long long>(count), message.c_str());
@@ -146,6 +267,10 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
   }
   if (!opt.quiet)
     std::printf("\n");
+  result.grpo_seconds = seconds_since(t_start);
+  const auto acc = producer.accounting();
+  result.staleness_counts = acc.staleness_counts;
+  result.dropped = acc.dropped;
   return result;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The GRPO job's --env mode: GRPO on the multi-turn episodes of an environment program (any
 // language, rlforge's JSON-lines protocol; docs/ENVIRONMENTS.md), sampled on the engines with the
-// model's tokenizer and chat template. A failing environment fails its episode, not the job.
+// model's tokenizer and chat template, in any of the RL loop's modes. A failing environment
+// fails its episode, not the job.
 #include <cstdint>
 #include <map>
 #include <ostream>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "../common/driver.hpp"
+#include "actors/actor_group.hpp"
 #include "actors/trainer_client.hpp"
 #include "examples/grpo/options.hpp"
 #include "prompt/chat_prompt.hpp"
@@ -23,19 +25,32 @@ struct env_job_result {
   int64_t stopped = 0;                   ///< ended by the driver (turn limit, context full)
   int64_t failed = 0;                    ///< failed (not trained on)
   std::map<std::string, int64_t> errors; ///< distinct failures (first line) and their counts
+  int64_t trained = 0;                   ///< episodes trained on
+  double grpo_seconds = 0;               ///< wall time of the steps
+  std::vector<int64_t> staleness_counts; ///< groups trained on, by staleness
+  int64_t dropped = 0;                   ///< groups dropped as too stale
+  int64_t resampled = 0;                 ///< turns sampled again (an engine lost, pause abort)
 };
 
-/// Runs `opt.steps` GRPO steps: each resets `opt.prompts` tasks (a fresh seed each, `opt.env_task`)
-/// `opt.group` times over in processes started from `opt.env_argv` (a pool of prompts x group,
-/// reused across steps), plays the episodes in lockstep with turns sampled on the engines
-/// (`opt.temperature`, a seed per turn, stopping on the chat template's end-of-turn token, at most
-/// `opt.turn_tokens` tokens and the model's `context` in all), and updates the policy on the
+/// Runs `opt.steps` GRPO steps in `opt.mode` (sync, one_step_off, fully_async: rl/rl_loop.hpp).
+/// Each step trains on `opt.prompts` GRPO groups: a task (`opt.env_task`, a fresh seed each)
+/// reset `opt.group` times in processes started from `opt.env_argv`, its episodes stepped in
+/// lockstep with turns sampled on the engines (`opt.temperature`, seeds drawn from the group's
+/// seed, stopping on the chat template's end-of-turn token, at most `opt.turn_tokens` tokens and
+/// the model's `context` in all). The groups run on worker threads of an episode_producer
+/// (episode_producer.hpp): in sync mode a step's groups, in the asynchronous modes as many more
+/// as the mode keeps ahead, while the policy trains. A turn the engines fail (an engine lost) or
+/// hand back (`--pause abort`) is sampled again, up to 4 times. The policy is updated on the
 /// episodes that did not fail: each episode's total reward on its last sampled token, only
-/// sampled tokens in the loss, GRPO groups of the same task. Steps without a trainable episode
-/// update nothing. Prints the failures of each step (one line per distinct error) and writes one
-/// JSONL record per step with the episode counts. Fatal dispatcher errors exit via `or_die`.
+/// sampled tokens in the loss, GRPO groups of the same task, and in the asynchronous modes the
+/// engines' log-prob of each sampled token for the off-policy correction (--tis). Steps without a
+/// trainable episode update nothing. Prints the failures of each step (one line per distinct
+/// error) and writes one JSONL record per step with the episode counts, the staleness and where
+/// the time went (`engines`' readings, engine_reading.hpp). Fatal dispatcher errors and a group
+/// whose turns failed for good exit via `or_die`.
 env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& client,
-                           const options& opt, const prompt::chat_prompt& chat, int64_t context,
-                           bool use_kl, std::ostream& metrics);
+                           actors::actor_group& engines, const options& opt,
+                           const prompt::chat_prompt& chat, int64_t context, bool use_kl,
+                           std::ostream& metrics);
 
 } // namespace rlforge::examples::grpo

@@ -16,6 +16,14 @@ json message(const char* role, const std::string& content) {
 
 } // namespace
 
+int64_t episode_sample::oldest_version() const {
+  int64_t oldest = -1;
+  for (size_t t = 0; t < versions.size(); ++t)
+    if (sampled[t] == 1.0f && versions[t] >= 0 && (oldest < 0 || versions[t] < oldest))
+      oldest = versions[t];
+  return oldest;
+}
+
 std::vector<int64_t> stop_ids(const prompt::chat_prompt& chat) {
   if (auto eot = chat.end_of_turn_id())
     return {*eot};
@@ -80,16 +88,32 @@ std::vector<episode_sample> run_rollout(env::environment_pool& pool,
     if (sampled.size() != turns.size())
       throw std::runtime_error("the turn generator answered " + std::to_string(sampled.size()) +
                                " of " + std::to_string(turns.size()) + " turns");
+    for (const auto& turn : sampled)
+      if ((!turn.logprobs.empty() && turn.logprobs.size() != turn.ids.size()) ||
+          (!turn.versions.empty() && turn.versions.size() != turn.ids.size()))
+        throw std::runtime_error("the turn generator answered " +
+                                 std::to_string(turn.ids.size()) + " ids with " +
+                                 std::to_string(turn.logprobs.size()) + " log-probs and " +
+                                 std::to_string(turn.versions.size()) + " versions");
     std::vector<std::string> actions(n);
     for (size_t k = 0; k < sampled_for.size(); ++k) {
       const size_t i = sampled_for[k];
-      const auto& ids = sampled[k];
+      const auto& turn = sampled[k];
+      const auto& ids = turn.ids;
       ended_with_eot[i] = eot && !ids.empty() && ids.back() == *eot;
       std::vector<int64_t> body(ids.begin(), ids.end() - (ended_with_eot[i] ? 1 : 0));
       actions[i] = chat.decode_generated(body, /*skip_special_tokens=*/true);
       auto& s = out[i];
       s.response.insert(s.response.end(), ids.begin(), ids.end());
       s.sampled.insert(s.sampled.end(), ids.size(), 1.0f);
+      if (turn.logprobs.empty())
+        s.logprobs.insert(s.logprobs.end(), ids.size(), 0.0);
+      else
+        s.logprobs.insert(s.logprobs.end(), turn.logprobs.begin(), turn.logprobs.end());
+      if (turn.versions.empty())
+        s.versions.insert(s.versions.end(), ids.size(), int64_t{-1});
+      else
+        s.versions.insert(s.versions.end(), turn.versions.begin(), turn.versions.end());
       history[i].push_back(message("assistant", actions[i]));
     }
     batch.step(actions);
@@ -110,6 +134,8 @@ std::vector<episode_sample> run_rollout(env::environment_pool& pool,
         const auto next = chat.continuation(history[i], ended_with_eot[i], observation);
         s.response.insert(s.response.end(), next.begin(), next.end());
         s.sampled.insert(s.sampled.end(), next.size(), 0.0f);
+        s.logprobs.insert(s.logprobs.end(), next.size(), 0.0);
+        s.versions.insert(s.versions.end(), next.size(), int64_t{-1});
         history[i].push_back(observation);
       } catch (const std::exception& e) {
         fail(i, std::string("the chat template cannot continue the conversation: ") + e.what());
@@ -129,6 +155,8 @@ std::vector<episode_sample> run_rollout(env::environment_pool& pool,
       --keep;
     s.response.resize(keep);
     s.sampled.resize(keep);
+    s.logprobs.resize(keep);
+    s.versions.resize(keep);
   }
   return out;
 }

@@ -21,10 +21,19 @@ struct turn_request {
   int64_t max_tokens = 1;
 };
 
-/// Samples one turn per request and returns each turn's sampled ids, in request order, with the
-/// stop token (when one ended the turn) last. Called from the thread that runs the rollout.
-using turn_generator =
-    std::function<std::vector<std::vector<int64_t>>(const std::vector<turn_request>&)>;
+/// One sampled turn: the ids, with the stop token (when one ended the turn) last, and per id
+/// the log-prob of the weights that sampled it and their version (the engines' `sample_output`
+/// `logprobs` / `token_versions`). Either list may be empty when the generator has none (a
+/// scripted one); otherwise each has one entry per id.
+struct sampled_turn {
+  std::vector<int64_t> ids;
+  std::vector<double> logprobs;
+  std::vector<int64_t> versions;
+};
+
+/// Samples one turn per request and returns them in request order. Called from the thread that
+/// runs the rollout.
+using turn_generator = std::function<std::vector<sampled_turn>(const std::vector<turn_request>&)>;
 
 struct rollout_options {
   int max_turns = 5;        ///< turns before the driver stops a running episode, >= 1
@@ -40,6 +49,10 @@ struct episode_sample {
   std::vector<int64_t> prompt;
   std::vector<int64_t> response;
   std::vector<float> sampled;       ///< per response token: 1 = sampled by the model, 0 = not
+  /// Per response token: the behaviour log-prob and the weight version of a sampled token (as
+  /// the generator reported them; 0 and -1 when it reported none), 0 and -1 for the others.
+  std::vector<double> logprobs;
+  std::vector<int64_t> versions;
   double reward = 0;                ///< the episode's total reward
   int turns = 0;                    ///< actions sent to the environment
   bool done = false;                ///< the environment ended the episode
@@ -48,6 +61,9 @@ struct episode_sample {
 
   /// Whether the episode can be trained on: not failed, and at least one sampled token.
   bool trainable() const { return !error && !response.empty(); }
+
+  /// The oldest weight version among its sampled tokens; -1 when none has one.
+  int64_t oldest_version() const;
 };
 
 /// Runs one episode per request in lockstep on environments of `pool` (which must hold at
@@ -58,7 +74,9 @@ struct episode_sample {
 /// An episode ends when its environment says done, after `max_turns` turns, when its next turn
 /// would not fit the context, or when it fails: an environment error (crash, timeout, garbage,
 /// an error it reports) or a conversation the chat template cannot continue is recorded in that
-/// episode only. Exceptions of `generate` propagate (the engines failing is the job's failure).
+/// episode only. Exceptions of `generate` propagate (the engines failing is the job's failure),
+/// and so does std::runtime_error for a generator that answers the wrong number of turns or a
+/// turn whose log-probs or versions do not match its ids.
 std::vector<episode_sample> run_rollout(env::environment_pool& pool,
                                         const std::vector<env::reset_request>& requests,
                                         const prompt::chat_prompt& chat,

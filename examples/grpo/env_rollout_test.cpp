@@ -57,14 +57,20 @@ struct scripted {
   turn_generator fn() {
     return [this](const std::vector<turn_request>& turns) {
       calls.push_back(turns);
-      std::vector<std::vector<int64_t>> out;
+      std::vector<sampled_turn> out;
       for (const auto& t : turns) {
         auto ids = chat.tokenizer().encode(text, false);
         if (!cut)
           ids.push_back(*chat.end_of_turn_id());
         if (static_cast<int64_t>(ids.size()) > t.max_tokens)
           ids.resize(static_cast<size_t>(t.max_tokens));
-        out.push_back(ids);
+        // Behaviour log-probs and versions that name the call and the position.
+        sampled_turn turn{ids, {}, {}};
+        for (size_t k = 0; k < ids.size(); ++k) {
+          turn.logprobs.push_back(-0.5 * static_cast<double>(k + 1));
+          turn.versions.push_back(static_cast<int64_t>(calls.size()));
+        }
+        out.push_back(std::move(turn));
       }
       return out;
     };
@@ -120,6 +126,21 @@ TEST(EnvRollout, RunsEachEpisodeToItsEndKeepingTheSampledTokens) {
        {{"role", "assistant"}, {"content", "I guess 50"}}});
   EXPECT_EQ(chat.tokenizer().decode(concat(out[1].prompt, out[1].response)) + "\n",
             chat.render(conversation, false));
+  // Each sampled token keeps the log-prob and version its turn was sampled with (the scripted
+  // generator tags round k with version k); the observation's tokens have none.
+  ASSERT_EQ(out[1].logprobs.size(), out[1].response.size());
+  ASSERT_EQ(out[1].versions.size(), out[1].response.size());
+  EXPECT_EQ(out[1].versions.front(), 1);
+  EXPECT_EQ(out[1].versions.back(), 2);
+  EXPECT_EQ(out[1].logprobs.front(), -0.5);
+  EXPECT_EQ(out[1].logprobs.back(), -0.5 * static_cast<double>(turn.size()));
+  for (size_t t = 0; t < out[1].response.size(); ++t)
+    if (out[1].sampled[t] == 0.0f) {
+      EXPECT_EQ(out[1].versions[t], -1) << t;
+      EXPECT_EQ(out[1].logprobs[t], 0.0) << t;
+    }
+  EXPECT_EQ(out[1].oldest_version(), 1);
+  EXPECT_EQ(out[2].oldest_version(), 1);
 
   // The driver's limit: stopped after three turns, not done.
   EXPECT_TRUE(out[2].stopped && !out[2].done && !out[2].error);
@@ -197,12 +218,30 @@ TEST(EnvRollout, IdsWithoutATokenAreLeftOutOfTheAction) {
     auto ids = chat.tokenizer().encode("I guess 42", false);
     ids.insert(ids.begin() + 1, 4000);
     ids.push_back(*chat.end_of_turn_id());
-    return std::vector<std::vector<int64_t>>(turns.size(), ids);
+    return std::vector<sampled_turn>(turns.size(), sampled_turn{ids, {}, {}});
   };
   const auto out = run_rollout(pool, {task({{"secret", 42}})}, chat, gen, {});
   ASSERT_FALSE(out[0].error) << *out[0].error;
   EXPECT_EQ(out[0].reward, 1.0);
   EXPECT_NE(std::find(out[0].response.begin(), out[0].response.end(), 4000), out[0].response.end());
+  // A generator without log-probs or versions: the episode has none either.
+  EXPECT_EQ(out[0].oldest_version(), -1);
+  EXPECT_EQ(out[0].logprobs, std::vector<double>(out[0].response.size(), 0.0));
+}
+
+TEST(EnvRollout, AGeneratorWhoseLogProbsDoNotMatchItsIdsIsAnError) {
+  const auto chat = model_chat();
+  auto pool = guessing_pool(1);
+  turn_generator gen = [&](const std::vector<turn_request>& turns) {
+    auto ids = chat.tokenizer().encode("I guess 42", false);
+    return std::vector<sampled_turn>(turns.size(), sampled_turn{ids, {-1.0}, {}});
+  };
+  try {
+    run_rollout(pool, {task({{"secret", 42}})}, chat, gen, {});
+    ADD_FAILURE() << "accepted one log-prob for several ids";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("with 1 log-probs and 0 versions"));
+  }
 }
 
 #ifdef RLFORGE_PYTHON

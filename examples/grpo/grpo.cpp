@@ -180,6 +180,22 @@ int check_outputs(const examples::grpo::options& opt, const report::plot_result&
   return 0;
 }
 
+/// The RL loop's line at the end of a job, e.g. `grpo: mode fully_async: 960 samples in 12.0 s
+/// of GRPO = 80.0 samples/s; rollouts by staleness {0:10 1:110}, 0 dropped, 2 requeued`.
+void print_loop_summary(const std::string& mode, int64_t trained, const char* trained_what,
+                        double seconds, const char* units,
+                        const std::vector<int64_t>& staleness_counts, int64_t dropped,
+                        const std::string& resubmitted) {
+  std::string hist;
+  for (size_t k = 0; k < staleness_counts.size(); ++k)
+    hist += (k ? " " : "") + std::to_string(k) + ":" + std::to_string(staleness_counts[k]);
+  std::printf("grpo: mode %s: %lld %s in %.1f s of GRPO = %.1f/s; %s by staleness {%s}, %lld "
+              "dropped, %s\n",
+              mode.c_str(), static_cast<long long>(trained), trained_what, seconds,
+              seconds > 0 ? static_cast<double>(trained) / seconds : 0.0, units, hist.c_str(),
+              static_cast<long long>(dropped), resubmitted.c_str());
+}
+
 /// `grpo --compare BASELINE.jsonl OTHER.jsonl... [--plot PNG]`: compares runs of the modes
 /// (examples/grpo/mode_comparison.hpp) and draws held-out accuracy against wall time.
 int compare(const std::vector<std::string>& args) {
@@ -379,7 +395,8 @@ int run(int argc, char** argv) {
                   static_cast<long long>(params), opt.model.c_str(), layout_text.c_str(),
                   opt.env_command.c_str(), opt.prompts, opt.group, opt.max_turns, opt.turn_tokens);
       or_die(examples::grpo::configure_training(client, opt), "set_algorithm_config");
-      env_res = examples::grpo::run_env_job(or_die, client, opt, *envm.chat, envm.context,
+      env_res = examples::grpo::run_env_job(or_die, client, engines, opt, *envm.chat,
+                                            envm.context,
                                             examples::grpo::training_config(opt).use_kl_loss,
                                             metrics);
       rewards = env_res.rewards;
@@ -440,6 +457,9 @@ int run(int argc, char** argv) {
       for (const auto& [message, count] : env_res.errors)
         std::printf("grpo: failed episodes: %lld x %s\n", static_cast<long long>(count),
                     message.c_str());
+      print_loop_summary(opt.mode, env_res.trained, "episodes trained on", env_res.grpo_seconds,
+                         "groups", env_res.staleness_counts, env_res.dropped,
+                         std::to_string(env_res.resampled) + " turns sampled again");
       if (int bad = check_outputs(opt, drawn))
         return bad;
       // The environment's failures are its episodes'; a job none of whose episodes ran has
@@ -469,19 +489,9 @@ int run(int argc, char** argv) {
                 100 * (task_res.acc_after - task_res.acc_before),
                 examples::seconds_since(job_start));
     // What the RL loop did: throughput and staleness (docs/PERFORMANCE.md compares the modes).
-    {
-      std::string hist;
-      for (size_t k = 0; k < task_res.staleness_counts.size(); ++k)
-        hist += (k ? " " : "") + std::to_string(k) + ":" +
-                std::to_string(task_res.staleness_counts[k]);
-      std::printf("grpo: mode %s: %lld samples in %.1f s of GRPO = %.1f samples/s; rollouts by "
-                  "staleness {%s}, %lld dropped, %lld requeued\n",
-                  opt.mode.c_str(), static_cast<long long>(task_res.samples),
-                  task_res.grpo_seconds,
-                  task_res.grpo_seconds > 0 ? task_res.samples / task_res.grpo_seconds : 0.0,
-                  hist.c_str(), static_cast<long long>(task_res.dropped),
-                  static_cast<long long>(task_res.requeued));
-    }
+    print_loop_summary(opt.mode, task_res.samples, "samples", task_res.grpo_seconds, "rollouts",
+                       task_res.staleness_counts, task_res.dropped,
+                       std::to_string(task_res.requeued) + " requeued");
     // The outputs must be valid in every mode; the accuracy goal applies to full runs only.
     if (int bad = check_outputs(opt, drawn))
       return bad;

@@ -29,6 +29,9 @@ run_summary summarize(const std::vector<nlohmann::json>& records) {
     throw std::invalid_argument("metrics: no records");
   run_summary s;
   double gap = 0, gap_corrected = 0;
+  double step_seconds = 0, wait_seconds = 0;
+  double engine_busy = 0, engine_capacity = 0, in_flight = 0;
+  int64_t busy_steps = 0, in_flight_steps = 0;
   try {
     s.mode = field(records.front(), "mode").get<std::string>();
     for (const auto& r : records) {
@@ -44,6 +47,21 @@ run_summary summarize(const std::vector<nlohmann::json>& records) {
       gap_corrected += field(r, "logprob_gap_corrected").get<double>() * static_cast<double>(n);
       s.dropped += field(r, "dropped").get<int64_t>();
       s.requeued += field(r, "requeued").get<int64_t>();
+      const auto seconds = field(r, "seconds").get<double>();
+      step_seconds += seconds;
+      wait_seconds += field(r, "generate_seconds").get<double>();
+      const auto& ranks = field(r, "engine_ranks");
+      const auto& busy = field(r, "engine_busy_seconds");
+      if (!ranks.is_null() && !busy.is_null()) {
+        engine_busy += busy.get<double>();
+        engine_capacity += ranks.get<double>() * seconds;
+        ++busy_steps;
+      }
+      const auto& tokens = field(r, "tokens_in_flight");
+      if (!tokens.is_null()) {
+        in_flight += tokens.get<double>();
+        ++in_flight_steps;
+      }
       if (r.contains("held_out_accuracy"))
         s.accuracy.emplace_back(s.wall_seconds, r.at("held_out_accuracy").get<double>());
     }
@@ -57,6 +75,11 @@ run_summary summarize(const std::vector<nlohmann::json>& records) {
   s.logprob_gap = gap;
   s.logprob_gap_corrected = gap_corrected;
   s.samples_per_second = s.wall_seconds > 0 ? s.samples / s.wall_seconds : 0.0;
+  if (busy_steps > 0 && engine_capacity > 0)
+    s.engine_busy_share = engine_busy / engine_capacity;
+  s.trainer_wait_share = step_seconds > 0 ? wait_seconds / step_seconds : 0.0;
+  if (in_flight_steps > 0)
+    s.tokens_in_flight = in_flight / static_cast<double>(in_flight_steps);
   return s;
 }
 
@@ -101,7 +124,13 @@ std::string compare_runs(const std::vector<run_summary>& runs) {
     line += "; staleness {" + hist + "}, |engine - trainer log-prob| " +
             fmt("%.4f", r.logprob_gap) + " raw, " + fmt("%.4f", r.logprob_gap_corrected) +
             " corrected; " + std::to_string(r.dropped) + " dropped, " +
-            std::to_string(r.requeued) + " requeued\n";
+            std::to_string(r.requeued) + " requeued; trainer waiting " +
+            fmt("%.0f", 100 * r.trainer_wait_share) + "% of the steps";
+    if (r.engine_busy_share >= 0)
+      line += ", engines busy " + fmt("%.0f", 100 * r.engine_busy_share) + "%";
+    if (r.tokens_in_flight >= 0)
+      line += ", " + fmt("%.0f", r.tokens_in_flight) + " tokens in flight at a take";
+    line += "\n";
     out += line;
   }
   return out;

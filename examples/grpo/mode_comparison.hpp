@@ -25,11 +25,20 @@ struct run_summary {
   double logprob_gap_corrected = 0; ///< the same after the truncated importance weights
   int64_t dropped = 0;
   int64_t requeued = 0;
+  /// Where the time went, over the steps whose engine readings answered (-1 when none did):
+  /// the engines' busy share (busy seconds / (ranks × step seconds)) and the trainer's share of
+  /// step time spent waiting for rollouts; the mean tokens in flight on the engines when a step
+  /// took its batch.
+  double engine_busy_share = -1;
+  double trainer_wait_share = 0;
+  double tokens_in_flight = -1;
 };
 
 /// Sums up the records of one run. Throws std::invalid_argument naming the step and field when
-/// a record lacks `mode`, `samples`, `wall_seconds`, `staleness_counts`, `logprob_gap`,
-/// `logprob_gap_corrected`, `dropped` or `requeued`, or when there are no records.
+/// a record lacks `mode`, `samples`, `wall_seconds`, `seconds`, `generate_seconds`,
+/// `staleness_counts`, `logprob_gap`, `logprob_gap_corrected`, `dropped`, `requeued`,
+/// `engine_ranks`, `engine_busy_seconds` or `tokens_in_flight` (the last three may be null:
+/// not measured that step), or when there are no records.
 run_summary summarize(const std::vector<nlohmann::json>& records);
 
 /// Wall seconds at which `run` first reached held-out accuracy `target`; negative when never.
@@ -37,7 +46,8 @@ double seconds_to_reach(const run_summary& run, double target);
 
 /// The comparison table: each run's samples/s and its ratio to the first run (the baseline),
 /// final accuracy, wall time, time to the baseline's final accuracy, staleness histogram,
-/// log-prob gap (raw and corrected), dropped and requeued rollouts. Throws
+/// log-prob gap (raw and corrected), dropped and requeued rollouts, and where the time went
+/// (engines busy, trainer waiting, tokens in flight). Throws
 /// std::invalid_argument for no runs.
 std::string compare_runs(const std::vector<run_summary>& runs);
 

@@ -1,6 +1,7 @@
 // The comparison of GRPO runs by mode: sums and weighted means over the records, the time to
-// the baseline's final accuracy, the printed table, the accuracy-vs-time plot script, and
-// records that lack a field.
+// the baseline's final accuracy, the shares of step time per resource (steps without engine
+// readings left out), the printed table, the accuracy-vs-time plot script, and records that lack
+// a field.
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
@@ -20,7 +21,10 @@ nlohmann::json record(const std::string& mode, int step, int64_t samples, double
                    {"samples", samples},  {"wall_seconds", wall},
                    {"staleness_counts", staleness}, {"logprob_gap", gap},
                    {"logprob_gap_corrected", gap / 10}, {"dropped", step == 2 ? 1 : 0},
-                   {"requeued", 0}};
+                   {"requeued", 0},
+                   {"seconds", wall / step},       {"generate_seconds", wall / step / 4},
+                   {"engine_ranks", 1},            {"engine_busy_seconds", wall / step / 2},
+                   {"tokens_in_flight", 100 * step}};
   if (acc >= 0)
     r["held_out_accuracy"] = acc;
   return r;
@@ -45,6 +49,28 @@ TEST(ModeComparison, SummarizesAndComparesRuns) {
   EXPECT_THAT(text, HasSubstr("reached sync's final 60.0% at 12.0 s"));
   EXPECT_THAT(text, HasSubstr("staleness {0:12% 1:88%}"));
   EXPECT_THROW(compare_runs({}), std::invalid_argument);
+  // Step times 10 and 10 s for sync, a quarter of each spent waiting, the engine busy half.
+  EXPECT_DOUBLE_EQ(sync.trainer_wait_share, 0.25);
+  EXPECT_DOUBLE_EQ(sync.engine_busy_share, 0.5);
+  EXPECT_DOUBLE_EQ(sync.tokens_in_flight, 150);
+  EXPECT_THAT(text, HasSubstr("trainer waiting 25% of the steps, engines busy 50%, 150 tokens "
+                              "in flight at a take"));
+}
+
+TEST(ModeComparison, StepsWithoutEngineReadingsAreLeftOutOfTheShares) {
+  auto a = record("fully_async", 1, 10, 4, {1}, 0);
+  auto b = record("fully_async", 2, 10, 10, {1}, 0);
+  b["engine_busy_seconds"] = nullptr; // the engines did not answer this step
+  b["tokens_in_flight"] = nullptr;
+  auto s = summarize({a, b});
+  EXPECT_DOUBLE_EQ(s.engine_busy_share, 0.5); // step 1 alone: 2 s busy of 4
+  EXPECT_DOUBLE_EQ(s.tokens_in_flight, 100);
+  a["engine_busy_seconds"] = nullptr;
+  a["tokens_in_flight"] = nullptr;
+  auto none = summarize({a, b});
+  EXPECT_EQ(none.engine_busy_share, -1);
+  EXPECT_EQ(none.tokens_in_flight, -1);
+  EXPECT_THAT(compare_runs({none}), ::testing::Not(HasSubstr("engines busy")));
 }
 
 TEST(ModeComparison, RefusesRecordsWithoutTheLoopsFields) {
@@ -56,6 +82,16 @@ TEST(ModeComparison, RefusesRecordsWithoutTheLoopsFields) {
     ADD_FAILURE() << "accepted a record without wall_seconds";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("step 3 has no 'wall_seconds'"));
+  }
+  for (const char* key : {"generate_seconds", "engine_busy_seconds", "tokens_in_flight"}) {
+    auto without = record("sync", 4, 1, 1, {1}, 0);
+    without.erase(key);
+    try {
+      summarize({without});
+      ADD_FAILURE() << "accepted a record without " << key;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::string{"step 4 has no '"} + key + "'"));
+    }
   }
   auto bad = record("sync", 1, 1, 1, {1}, 0);
   bad["samples"] = "many";

@@ -70,7 +70,7 @@ const std::set<std::string> task_flags{
     "--task",       "--digits",         "--min-numbers",      "--max-numbers", "--held-out",
     "--sft-steps",  "--sft-batch",      "--sft-lr",           "--sft-target",  "--checkpoint-dir",
     "--checkpoint-every", "--resume",   "--no-goal",          "--max-restarts",
-    "--recovery-timeout"};
+    "--recovery-timeout", "--eval-every"};
 const std::map<std::string, std::string> flag_task{
     {"--digits", "arith"}, {"--min-numbers", "sort"}, {"--max-numbers", "sort"}};
 const std::set<std::string> env_flags{"--model",       "--env-task",    "--max-turns",
@@ -212,7 +212,8 @@ const char* about =
     "--prompts 8 --group 4. A failing environment fails its episode, not the job.\n"
     "--placement split puts the policy and ref in one placement group and the engines in\n"
     "another; --mode one_step_off generates the next batch while this one trains, fully_async\n"
-    "keeps the engines generating --max-staleness batches ahead. --max-restarts N recovers\n"
+    "keeps the engines generating --max-staleness batches ahead (with --env: GRPO groups of\n"
+    "episodes, so the engines sample while environments think). --max-restarts N recovers\n"
     "from up to N node losses: lost engines are placed again, get the policy's weights, and\n"
     "the rollouts they held are generated again; a lost trainer is placed again, restored from\n"
     "the last checkpoint, and the steps after it are replayed.\n"
@@ -490,11 +491,6 @@ parse_result parse_options(const std::vector<std::string>& args) {
   if (o.max_restarts > 0 && o.placement != "split") {
     r.error = "--max-restarts needs --placement split: the engines are replaced in a placement "
               "group of their own";
-    return r;
-  }
-  if (env_mode && o.mode != "sync") {
-    r.error = "--mode " + o.mode + " runs the built-in tasks (--task); --env episodes are "
-              "multi-turn and run in sync mode only";
     return r;
   }
   if (!env_mode)

@@ -120,9 +120,17 @@ TEST(GrpoOptions, ModesAndPlacement) {
   EXPECT_FALSE(parse_options({"--no-goal"}).opts.accuracy_goal);
   EXPECT_THAT(err({"--no-goal", "--env", "x", "--model", "m"}),
               HasSubstr("--no-goal belongs to the built-in tasks (--task)"));
-  EXPECT_THAT(err({"--mode", "one_step_off", "--placement", "split", "--env", "x", "--model",
-                   "m"}),
-              HasSubstr("run in sync mode only"));
+  EXPECT_THAT(err({"--eval-every", "5", "--env", "x", "--model", "m"}),
+              HasSubstr("--eval-every belongs to the built-in tasks (--task)"));
+  // --env runs in every mode; the asynchronous ones need split placement as for the tasks.
+  auto env_async = parse_options({"--mode", "fully_async", "--placement", "split",
+                                  "--max-staleness", "2", "--env", "x", "--model", "m"});
+  ASSERT_TRUE(env_async.error.empty()) << env_async.error;
+  EXPECT_EQ(env_async.opts.mode, "fully_async");
+  EXPECT_EQ(env_async.opts.max_staleness, 2);
+  EXPECT_EQ(env_async.opts.tis, "token");
+  EXPECT_THAT(err({"--mode", "one_step_off", "--env", "x", "--model", "m"}),
+              HasSubstr("--mode one_step_off needs --placement split"));
   // Recovering lost engines: split placement, the arithmetic task.
   EXPECT_EQ(parse_options({}).opts.max_restarts, 0);
   auto h = parse_options({"--placement", "split", "--max-restarts", "2", "--recovery-timeout",

@@ -61,8 +61,9 @@ logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& cl
   algo::loss_config correction;
   const bool off_policy = batch.tensors.count("rollout_logprobs") > 0;
   if (off_policy) {
-    // What the engines computed against what the trainer computes for the same tokens.
-    const auto mask = batch.get("response_mask").to(at::kFloat);
+    // What the engines computed against what the trainer computes for the same tokens (the
+    // trained ones: an episode's observations were not sampled).
+    const auto mask = batch.get("loss_mask").to(at::kFloat);
     const auto diff = (batch.get("action_log_probs") - batch.get("rollout_logprobs")) * mask;
     const double tokens = std::max(1.0, mask.sum().item<double>());
     gap.raw = diff.abs().sum().item<double>() / tokens;
@@ -97,15 +98,8 @@ logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& cl
   return gap;
 }
 
-void finish_step(const fatal_errors& or_die, actors::trainer_client& client, const options& opt,
-                 report::step_stats& st, std::ostream& metrics, bool sync,
+void finish_step(const options& opt, const report::step_stats& st, std::ostream& metrics,
                  const nlohmann::json& extra) {
-  if (sync) {
-    auto t2 = clock_type::now();
-    st.weight_version =
-        or_die(client.save_weights_for_sampler("policy"), "save_weights_for_sampler");
-    st.sync_seconds = seconds_since(t2);
-  }
   auto record = report::to_json(st);
   for (const auto& [key, value] : extra.items())
     record[key] = value;

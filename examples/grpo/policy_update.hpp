@@ -55,11 +55,10 @@ logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& cl
                           const grpo_rows& rows, const backends::adam_params& adam, bool use_kl,
                           const options& opt, report::step_stats& st);
 
-/// Syncs the policy's weights to the engines when `sync` (sync_seconds, weight_version; without
-/// it `st.weight_version` stays as the caller set it), appends the step's JSONL record — the
-/// members of `extra` added to `report::to_json(st)` — and prints the progress line unless quiet.
-void finish_step(const fatal_errors& or_die, actors::trainer_client& client, const options& opt,
-                 report::step_stats& st, std::ostream& metrics, bool sync = true,
+/// Appends the step's JSONL record — the members of `extra` added to `report::to_json(st)` —
+/// and prints the progress line unless quiet. The caller has synced the weights (`st`'s
+/// sync_seconds and weight_version).
+void finish_step(const options& opt, const report::step_stats& st, std::ostream& metrics,
                  const nlohmann::json& extra = nlohmann::json::object());
 
 } // namespace rlforge::examples::grpo

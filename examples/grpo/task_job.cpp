@@ -34,6 +34,7 @@
 #include "runtime/system_config.hpp"
 
 #include "../common/driver.hpp"
+#include "examples/grpo/engine_reading.hpp"
 #include "examples/grpo/engine_recovery.hpp"
 #include "examples/grpo/env_job.hpp"
 #include "examples/grpo/mode_comparison.hpp"
@@ -415,12 +416,15 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
       report::step_stats st;
       st.step = step;
       st.total_steps = opt.steps;
+      const auto engines_at_start = examples::grpo::read_engine_activity(engines.group());
       auto next = loop->next_batch();
       while (!next && recover(next.error(), step))
         next = loop->next_batch();
       auto batch = or_die(std::move(next), "rollouts");
       // Waiting for rollouts is this step's generation time (all of it in sync mode).
       st.generate_seconds = batch.wait_seconds;
+      // The partial rows the engines hold as the step starts training (0 in sync mode).
+      const auto engines_at_take = examples::grpo::read_engine_activity(engines.group());
 
       // Rewards sit on the last response token; one group per rollout.
       examples::grpo::grpo_rows rows;
@@ -466,6 +470,7 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
         updated = loop->version(); // the recovery synced the policy's new weights
       st.weight_version = or_die(std::move(updated), "weight update");
       st.sync_seconds = examples::seconds_since(t_sync);
+      const auto engines_at_end = examples::grpo::read_engine_activity(engines.group());
       nlohmann::json extra{{"mode", opt.mode},
                            {"staleness_mean",
                             staleness_sum / static_cast<double>(batch.rollouts.size())},
@@ -477,6 +482,8 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
                            {"logprob_gap", gap.raw},
                            {"logprob_gap_corrected", gap.corrected},
                            {"tis_clipped", gap.tis_clipped}};
+      extra.update(
+          examples::grpo::step_activity(engines_at_start, engines_at_take, engines_at_end));
       if (!recoveries.empty()) {
         extra["recoveries"] = recoveries;
         recoveries = nlohmann::json::array();
@@ -487,7 +494,7 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
         eval_seconds += examples::seconds_since(t_eval);
       }
       extra["wall_seconds"] = examples::seconds_since(t_grpo) - eval_seconds;
-      examples::grpo::finish_step(or_die, client, opt, st, metrics, /*sync=*/false, extra);
+      examples::grpo::finish_step(opt, st, metrics, extra);
       record_end[step] = metrics.tellp();
       if (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0)
         checkpoint(step);

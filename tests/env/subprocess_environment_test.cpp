@@ -60,6 +60,33 @@ TEST_F(EnvSubprocess, PythonExampleRoundTripMatchesTheCppGame) {
   EXPECT_EQ(py.pid(), -1);
 }
 
+TEST_F(EnvSubprocess, ThePythonExamplesToolLatencyDelaysStepsAndChangesNoReply) {
+  RLFORGE_REQUIRE_PYTHON();
+  subprocess_environment py(guess_number());
+  track(py.pid());
+  reset_request plain;
+  plain.seed = 5;
+  reset_request slow = plain;
+  slow.task = {{"tool_latency_ms", {60, 60}}};
+  const auto a = py.reset(plain);
+  const auto fast_step = py.step("50");
+  const auto b = py.reset(slow);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto slow_step = py.step("50");
+  // It sleeps at least the latency asked for (an upper bound would depend on the machine).
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(60));
+  EXPECT_EQ(a.observation, b.observation);
+  EXPECT_EQ(fast_step.observation, slow_step.observation);
+  EXPECT_EQ(fast_step.reward, slow_step.reward);
+  for (const char* bad : {R"([70, 60])", R"([-1, 5])", R"([1])", R"("fast")"}) {
+    reset_request r;
+    r.task = {{"tool_latency_ms", nlohmann::json::parse(bad)}};
+    expect_env_error([&] { py.reset(r); }, failure::environment,
+                     {"task.tool_latency_ms must be [lo, hi] with 0 <= lo <= hi <= 60000"});
+  }
+  EXPECT_TRUE(py.usable());
+}
+
 TEST_F(EnvSubprocess, EnvironmentErrorsFailTheEpisodeButNotTheProcess) {
   RLFORGE_REQUIRE_PYTHON();
   subprocess_environment py(guess_number());

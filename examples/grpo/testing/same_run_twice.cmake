@@ -1,7 +1,9 @@
 # Runs the GRPO job on an environment twice with the same seed and fails unless the two runs'
 # rewards and losses are equal step for step: an end-to-end check of the --env path (engines,
 # environment processes, training) that holds on every machine, where what the job learns
-# depends on the CPU's kernels and the dtype (the learning demonstration is in README.md).
+# depends on the CPU's kernels and the dtype (the learning demonstration is in README.md). The
+# job's GRPO groups run concurrently, so a turn's batch-mates on the engines differ from run to
+# run: --batch-invariant makes each row's numerics independent of them.
 #   cmake -DGRPO=<grpo_example> -DMODEL=<dir> -DPYTHON=<python3> -DENV_SCRIPT=<game.py>
 #         -DOUT=<path prefix> -P same_run_twice.cmake
 foreach(var GRPO MODEL PYTHON ENV_SCRIPT OUT)
@@ -12,6 +14,7 @@ endforeach()
 foreach(tag a b)
   execute_process(
     COMMAND ${GRPO} --quiet --model ${MODEL} --seed 1 --steps 6 --lr 5e-3 --turn-tokens 8
+            --batch-invariant
             --env-task "{\"secret\": 7, \"max_turns\": 3}" --env "${PYTHON} ${ENV_SCRIPT}"
             --metrics ${OUT}_${tag}.jsonl --plot ${OUT}_${tag}.png
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
