@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/json_field.hpp"
+
 namespace rlforge::rl {
 
 namespace {
@@ -48,14 +50,7 @@ json rollout_json(const rollout& r) {
 
 /// Member `key` of object `j` at `path`, converted to T; throws naming the path.
 template <class T> T get(const json& j, const std::string& path, const char* key) {
-  if (!j.is_object() || !j.contains(key))
-    throw std::invalid_argument("rollout state: " + path + "." + key + " is missing");
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    throw std::invalid_argument("rollout state: " + path + "." + key + " has the wrong type (" +
-                                j.at(key).type_name() + ")");
-  }
+  return runtime::json_field<T>(j, "rollout state", path, key);
 }
 
 /// As `get`, or `fallback` when `key` is absent (state written before the key existed).

@@ -5,13 +5,16 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 
 #include <caf/all.hpp>
 
+#include "backends/train/checkpoint.hpp"
 #include "env/pool.hpp"
 #include "examples/grpo/engine_reading.hpp"
 #include "examples/grpo/env_rollout.hpp"
+#include "examples/grpo/episode_json.hpp"
 #include "examples/grpo/episode_producer.hpp"
 #include "examples/grpo/policy_update.hpp"
 #include "examples/grpo/report.hpp"
@@ -144,10 +147,57 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
 
   env_job_result result;
   int64_t weight_version = 0; // the engines start on the model directory's weights
+  int first_step = 1;
+  if (opt.resume) {
+    // The policy (with its optimizer) from the latest checkpoint; the engines get it at the
+    // checkpoint's weight version before any group runs again; then the groups: the finished
+    // ones are trained on as if nothing happened, the unfinished ones run from their start.
+    const auto step = or_die(client.load_checkpoint(opt.checkpoint_dir, -1, {"policy"}),
+                             "load_checkpoint");
+    producer_state groups;
+    int64_t version = 0;
+    try {
+      const auto state = be::read_trainer_state(opt.checkpoint_dir, step).at("env");
+      std::istringstream(state.at("rng").get<std::string>()) >> rng;
+      next_id = state.at("next_id").get<int64_t>();
+      version = state.at("weight_version").get<int64_t>();
+      result.rewards = state.at("rewards").get<std::vector<double>>();
+      groups = producer_state_from_json(state.at("groups"));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "grpo: --resume: the checkpoint of step %lld in %s: %s\n",
+                   static_cast<long long>(step), opt.checkpoint_dir.c_str(), e.what());
+      throw fatal_exit{1};
+    }
+    weight_version = or_die(client.save_weights_for_sampler("policy", "", version),
+                            "--resume: weight sync");
+    std::printf("grpo: resumed at step %lld from %s: %zu groups run again, %zu finished kept; "
+                "%lld taken and %lld dropped before; weight version %lld\n",
+                static_cast<long long>(step), opt.checkpoint_dir.c_str(), groups.unfinished.size(),
+                groups.finished.size(), static_cast<long long>(groups.totals.taken),
+                static_cast<long long>(groups.totals.dropped),
+                static_cast<long long>(weight_version));
+    producer.restore(std::move(groups));
+    first_step = static_cast<int>(step) + 1;
+  }
+  // A checkpoint: the policy's state, then (committed last) the groups held (finished ones
+  // with their episodes, unfinished ones as their resets), the generator, the ids and version,
+  // and the rewards so far.
+  auto checkpoint = [&](int step) {
+    std::ostringstream rng_text;
+    rng_text << rng;
+    nlohmann::json state{{"rng", rng_text.str()},
+                         {"next_id", next_id},
+                         {"weight_version", weight_version},
+                         {"rewards", result.rewards},
+                         {"groups", to_json(producer.state())}};
+    or_die(client.save_checkpoint(opt.checkpoint_dir, step, {"policy"},
+                                  nlohmann::json{{"env", state}}),
+           "save_checkpoint");
+  };
   be::adam_params adam;
   adam.grad_clip_norm = 1.0;
   const auto t_start = clock_type::now();
-  for (int step = 1; step <= opt.steps; ++step) {
+  for (int step = first_step; step <= opt.steps; ++step) {
     adam.learning_rate = learning_rate(opt, step);
     report::step_stats st;
     st.step = step;
@@ -256,6 +306,8 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
     extra["wall_seconds"] = seconds_since(t_start);
     finish_step(opt, st, metrics, extra);
     weight_version = st.weight_version;
+    if (opt.checkpoint_every > 0 && step % opt.checkpoint_every == 0)
+      checkpoint(step);
     if (!step_errors.empty()) {
       std::printf("\ngrpo: step %d: %lld of %lld episodes failed%s\n", step,
                   static_cast<long long>(failed), static_cast<long long>(episodes),

@@ -46,8 +46,12 @@ struct env_job_result {
 /// engines' log-prob of each sampled token for the off-policy correction (--tis). Steps without a
 /// trainable episode update nothing. Prints the failures of each step (one line per distinct
 /// error) and writes one JSONL record per step with the episode counts, the staleness and where
-/// the time went (`engines`' readings, engine_reading.hpp). Fatal dispatcher errors and a group
-/// whose turns failed for good exit via `or_die`.
+/// the time went (`engines`' readings, engine_reading.hpp). With `opt.checkpoint_every` a
+/// checkpoint in `opt.checkpoint_dir` every so many steps holds the policy and the groups held
+/// (finished ones with their episodes, unfinished ones as their resets: episode_json.hpp);
+/// `opt.resume` goes on from the latest one, running the unfinished groups again from their
+/// start, so no episode is lost or trained on twice. Fatal dispatcher errors, a group whose
+/// turns failed for good and an unreadable checkpoint exit via `or_die`.
 env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& client,
                            actors::actor_group& engines, const options& opt,
                            const prompt::chat_prompt& chat, int64_t context, bool use_kl,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -49,7 +50,7 @@ void episode_producer::add(episode_group group) {
     auto same = [id](const episode_group& g) { return g.id == id; };
     if (std::any_of(queued_.begin(), queued_.end(), same) ||
         std::any_of(done_.begin(), done_.end(), same) ||
-        std::find(running_.begin(), running_.end(), id) != running_.end())
+        running_.count(id) > 0)
       throw std::invalid_argument("episode producer: group " + std::to_string(id) +
                                   " is held already");
     group.episodes.clear();
@@ -66,7 +67,7 @@ void episode_producer::work() {
       return;
     auto group = std::move(queued_.front());
     queued_.pop_front();
-    running_.push_back(group.id);
+    running_[group.id] = group.request;
     lock.unlock();
     std::optional<std::string> error;
     try {
@@ -75,7 +76,7 @@ void episode_producer::work() {
       error = "group " + std::to_string(group.id) + ": " + e.what();
     }
     lock.lock();
-    running_.erase(std::find(running_.begin(), running_.end(), group.id));
+    running_.erase(group.id);
     if (error) {
       if (!failed_)
         failed_ = std::move(error);
@@ -150,9 +151,46 @@ size_t episode_producer::held() const {
   return queued_.size() + running_.size() + done_.size();
 }
 
-episode_producer::totals episode_producer::accounting() const {
+producer_totals episode_producer::accounting() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return totals_;
+}
+
+producer_state episode_producer::state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  producer_state s;
+  for (const auto& g : queued_)
+    s.unfinished.push_back(episode_group{g.id, g.request, {}});
+  for (const auto& [id, request] : running_)
+    s.unfinished.push_back(episode_group{id, request, {}});
+  std::sort(s.unfinished.begin(), s.unfinished.end(),
+            [](const episode_group& a, const episode_group& b) { return a.id < b.id; });
+  s.finished.assign(done_.begin(), done_.end());
+  s.totals = totals_;
+  return s;
+}
+
+void episode_producer::restore(producer_state s) {
+  std::set<int64_t> ids;
+  for (const auto* part : {&s.unfinished, &s.finished})
+    for (const auto& g : *part)
+      if (!ids.insert(g.id).second)
+        throw std::invalid_argument("episode producer: restore: group " + std::to_string(g.id) +
+                                    " appears twice");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!queued_.empty() || !running_.empty() || !done_.empty() || totals_.taken > 0 ||
+        totals_.dropped > 0)
+      throw std::invalid_argument("episode producer: restore needs a fresh producer");
+    for (auto& g : s.unfinished) {
+      g.episodes.clear();
+      queued_.push_back(std::move(g));
+    }
+    for (auto& g : s.finished)
+      done_.push_back(std::move(g));
+    totals_ = std::move(s.totals);
+  }
+  wake_workers_.notify_all();
 }
 
 } // namespace rlforge::examples::grpo

@@ -9,7 +9,7 @@
 // single-turn rollouts (rl/rollout_buffer.hpp).
 //
 // Plain C++ (threads; no torch, no CAF): the runner hides the engines and the environments.
-// Thread-safety: `add`, `take`, `held` and `accounting` may be called from any thread; the runner is
+// Thread-safety: `add`, `take`, `held`, `accounting`, `state` and `restore` may be called from any thread; the runner is
 // called from the worker threads, several groups at once. Ownership: the producer owns its
 // threads and the groups it holds; the destructor forgets queued groups and waits for the
 // running ones (a runner is not interrupted).
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -55,6 +56,22 @@ struct taken_groups {
   double wait_seconds = 0;           ///< how long the take waited
 };
 
+/// Groups taken and dropped so far, and the taken ones by staleness (index = staleness).
+struct producer_totals {
+  int64_t taken = 0;
+  int64_t dropped = 0;
+  std::vector<int64_t> staleness_counts;
+};
+
+/// What a checkpoint keeps of a producer (episode_json.hpp writes it): the groups not finished
+/// (queued or running; their partial episodes are not kept: a resume runs them from the start)
+/// and the finished ones not yet taken, with their episodes, and the accounting.
+struct producer_state {
+  std::vector<episode_group> unfinished; ///< ascending id, episodes empty
+  std::vector<episode_group> finished;   ///< in the order they finished
+  producer_totals totals;
+};
+
 class episode_producer {
 public:
   /// Starts `workers` (>= 1) threads. Throws std::invalid_argument for 0 workers or no runner.
@@ -79,13 +96,16 @@ public:
   /// Groups queued, running, or finished and not yet taken.
   size_t held() const;
 
-  /// Groups taken and dropped so far, and the taken ones by staleness (index = staleness).
-  struct totals {
-    int64_t taken = 0;
-    int64_t dropped = 0;
-    std::vector<int64_t> staleness_counts;
-  };
-  totals accounting() const;
+  producer_totals accounting() const;
+
+  /// A snapshot for a checkpoint (see producer_state). The groups running now go on running.
+  producer_state state() const;
+
+  /// Loads `s` into a producer that holds nothing and has taken nothing yet: its finished
+  /// groups wait to be taken (in their order), its unfinished ones are queued to run from their
+  /// start, and the accounting goes on from its totals. Throws std::invalid_argument when the
+  /// producer is not fresh or an id repeats (nothing is loaded then).
+  void restore(producer_state s);
 
 private:
   void work();
@@ -95,11 +115,11 @@ private:
   std::condition_variable wake_workers_;
   std::condition_variable finished_cv_;
   std::deque<episode_group> queued_;
-  std::vector<int64_t> running_;     ///< ids
+  std::map<int64_t, env::reset_request> running_; ///< by id
   std::deque<episode_group> done_;   ///< in the order they finished
   std::optional<std::string> failed_; ///< the first runner failure
   int64_t dropped_since_take_ = 0;
-  totals totals_;
+  producer_totals totals_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

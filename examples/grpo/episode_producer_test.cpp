@@ -1,8 +1,11 @@
 // The --env job's episode producer with a runner standing in for engines and environments:
 // groups are taken in the order they finish (a slow one holds no take back), staler groups are
 // dropped and counted, every group asked for is taken, dropped or still held, a runner's
-// failure and a timeout are clear errors, and bad arguments are refused.
+// failure and a timeout are clear errors, bad arguments are refused, and a state saved through
+// JSON (episode_json.hpp) resumes in a fresh producer without losing or repeating a group.
 #include "examples/grpo/episode_producer.hpp"
+
+#include "examples/grpo/episode_json.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -190,6 +193,112 @@ TEST(EpisodeProducer, RefusesBadArguments) {
     EXPECT_THAT(e.what(), HasSubstr("2 groups asked for, 1 held"));
   }
   EXPECT_EQ(p.take(1, 0, 0, 60s).groups.at(0).id, 7); // still usable
+}
+
+TEST(EpisodeProducer, AStateRoundTripsThroughJsonAndAResumeLosesNoGroup) {
+  gate slow;
+  std::atomic<int> ran{0};
+  std::set<int64_t> trained;
+  producer_state saved;
+  {
+    episode_producer p(
+        [&](const episode_group& g) {
+          if (g.id == 1)
+            slow.wait(); // still running at the snapshot
+          auto out = std::vector<episode_sample>{episode(2), episode(3)};
+          out[1].error = "the environment crashed";
+          ++ran;
+          return out;
+        },
+        2);
+    for (int64_t id = 0; id < 5; ++id)
+      p.add(group(id));
+    trained.insert(p.take(1, 3, 1, 60s).groups.at(0).id);
+    while (ran.load() < 4) // every group but the slow one
+      std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms); // the last one is stored after its runner returns
+    const auto text = to_json(p.state()).dump();
+    saved = producer_state_from_json(nlohmann::json::parse(text));
+    EXPECT_EQ(to_json(saved).dump(), text);
+    slow.release();
+  }
+  ASSERT_EQ(saved.unfinished.size(), 1u);
+  EXPECT_EQ(saved.unfinished[0].id, 1);
+  EXPECT_TRUE(saved.unfinished[0].episodes.empty());
+  EXPECT_EQ(saved.unfinished[0].request.seed, 1);
+  ASSERT_EQ(saved.finished.size(), 3u);
+  const auto& e = saved.finished[0].episodes.at(1);
+  EXPECT_EQ(e.versions, (std::vector<int64_t>{-1, 3}));
+  EXPECT_EQ(e.logprobs, (std::vector<double>{0.0, -0.5}));
+  EXPECT_EQ(e.error, std::optional<std::string>{"the environment crashed"});
+  EXPECT_EQ(saved.totals.taken, 1);
+
+  // A fresh producer (a resumed job) runs the unfinished group again from its start and hands
+  // out the finished ones as they were: every group once, none lost.
+  std::vector<int64_t> rerun;
+  std::mutex rerun_mutex;
+  episode_producer resumed(
+      [&](const episode_group& g) {
+        std::lock_guard<std::mutex> lock(rerun_mutex);
+        rerun.push_back(g.id);
+        return std::vector<episode_sample>{episode(4)};
+      },
+      2);
+  resumed.restore(saved);
+  EXPECT_EQ(resumed.held(), 4u);
+  for (const auto& g : resumed.take(4, 4, 2, 60s).groups)
+    EXPECT_TRUE(trained.insert(g.id).second) << "group " << g.id << " taken twice";
+  EXPECT_EQ(trained, (std::set<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(rerun, (std::vector<int64_t>{1}));
+  EXPECT_EQ(resumed.accounting().taken, 5);
+  try {
+    resumed.restore(saved);
+    ADD_FAILURE() << "restored into a producer that has taken groups";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_THAT(x.what(), HasSubstr("restore needs a fresh producer"));
+  }
+  auto twice = saved;
+  twice.finished.push_back(twice.finished.front());
+  episode_producer fresh([](const episode_group&) { return std::vector<episode_sample>{}; }, 1);
+  try {
+    fresh.restore(twice);
+    ADD_FAILURE() << "restored a group twice";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_THAT(x.what(), HasSubstr("appears twice"));
+  }
+  EXPECT_EQ(fresh.held(), 0u); // nothing loaded
+}
+
+TEST(EpisodeJson, NamesWhatIsWrong) {
+  producer_state s;
+  s.finished.push_back(group(4));
+  s.finished[0].episodes.push_back(episode(1));
+  auto good = to_json(s);
+  auto error_of = [](const nlohmann::json& j) -> std::string {
+    try {
+      producer_state_from_json(j);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(error_of(good), "accepted");
+  EXPECT_THAT(error_of(nlohmann::json::array()), HasSubstr("not a JSON object"));
+  auto j = good;
+  j.erase("unfinished");
+  EXPECT_THAT(error_of(j), HasSubstr("state.unfinished must be an array"));
+  j = good;
+  j["finished"][0]["episodes"][0].erase("reward");
+  EXPECT_THAT(error_of(j), HasSubstr("state.finished[0].episodes[0].reward is missing"));
+  j = good;
+  j["finished"][0]["episodes"][0]["versions"] = {1};
+  EXPECT_THAT(error_of(j), HasSubstr("has 2 response tokens but per-token lists of 1"));
+  j = good;
+  j["finished"][0]["id"] = "four";
+  EXPECT_THAT(error_of(j), HasSubstr("state.finished[0].id has the wrong type (string)"));
+  j = good;
+  j.erase("taken");
+  EXPECT_THAT(error_of(j), HasSubstr("state.taken is missing"));
 }
 
 TEST(EpisodeGroup, StalenessIsThatOfTheOldestSampledToken) {

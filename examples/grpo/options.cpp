@@ -68,9 +68,8 @@ void apply_env_quick(options& o) {
 // Flags that belong to the built-in tasks, to one of them, or to --env only.
 const std::set<std::string> task_flags{
     "--task",       "--digits",         "--min-numbers",      "--max-numbers", "--held-out",
-    "--sft-steps",  "--sft-batch",      "--sft-lr",           "--sft-target",  "--checkpoint-dir",
-    "--checkpoint-every", "--resume",   "--no-goal",          "--max-restarts",
-    "--recovery-timeout", "--eval-every"};
+    "--sft-steps",  "--sft-batch",      "--sft-lr",           "--sft-target",  "--no-goal",
+    "--max-restarts", "--recovery-timeout", "--eval-every"};
 const std::map<std::string, std::string> flag_task{
     {"--digits", "arith"}, {"--min-numbers", "sort"}, {"--max-numbers", "sort"}};
 const std::set<std::string> env_flags{"--model",       "--env-task",    "--max-turns",

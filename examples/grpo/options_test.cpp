@@ -111,6 +111,13 @@ TEST(GrpoOptions, ModesAndPlacement) {
   EXPECT_THAT(err({"--resume"}), HasSubstr("--resume needs --checkpoint-dir DIR"));
   EXPECT_THAT(err({"--checkpoint-every", "2"}),
               HasSubstr("--checkpoint-every needs --checkpoint-dir DIR"));
+  // Checkpoints work with --env too.
+  auto env_ckpt = parse_options({"--env", "x", "--model", "m", "--checkpoint-dir", "d",
+                                 "--checkpoint-every", "2", "--resume"});
+  ASSERT_TRUE(env_ckpt.error.empty()) << env_ckpt.error;
+  EXPECT_EQ(env_ckpt.opts.checkpoint_every, 2);
+  EXPECT_THAT(err({"--env", "x", "--model", "m", "--resume"}),
+              HasSubstr("--resume needs --checkpoint-dir DIR"));
   auto c = parse_options({"--checkpoint-dir", "d", "--checkpoint-every", "3", "--resume"});
   ASSERT_TRUE(c.error.empty()) << c.error;
   EXPECT_EQ(c.opts.checkpoint_dir, "d");
