@@ -106,7 +106,31 @@ struct causal_lm::impl : model_detail::layer_stack {
     return compute == compute_dtype::bf16 ? p.compute.of(p.weight) : at::Tensor();
   }
 
+  /// Fewer rows than this are projected as this many in batch-invariant mode (see `project`):
+  /// on an AVX-512-BF16/AMX CPU 1-4 rows differed from the same rows among 12 or more, which
+  /// agreed; 16 is one AMX tile's rows.
+  static constexpr int64_t invariant_min_rows = 16;
+
   at::Tensor project(const projection& p, const at::Tensor& x) const {
+    const int64_t width = x.size(-1), rows = width > 0 ? x.numel() / width : 0;
+    if (batch_invariant && rows > 0 && rows < invariant_min_rows) {
+      // A few rows (a decode step of a few sequences): BLAS libraries switch to other kernels
+      // for them, whose sums run in another order than their matrix kernel's, so a row's
+      // projection would depend on how many rows share the call. Padded with copies of the
+      // last row to `invariant_min_rows` rows; the copies' results are dropped.
+      auto flat = x.reshape({rows, width});
+      auto padded = at::cat({flat, flat.narrow(0, rows - 1, 1).expand(
+                                       {invariant_min_rows - rows, width})},
+                            0);
+      auto y = project_rows(p, padded).narrow(0, 0, rows);
+      auto shape = x.sizes().vec();
+      shape.back() = y.size(-1);
+      return y.reshape(shape);
+    }
+    return project_rows(p, x);
+  }
+
+  at::Tensor project_rows(const projection& p, const at::Tensor& x) const {
     return lora_linear(x, p.weight, p.bias, p.lora_a, p.lora_b, lora.rank > 0 ? lora.scaling() : 0,
                        lora.dropout, training, compute_weight(p));
   }

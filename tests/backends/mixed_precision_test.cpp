@@ -344,6 +344,33 @@ TEST(MixedPrecision, SamplerMatchesTrainerInEveryModeAndExactlyWhenBatchInvarian
   }
 }
 
+// Batch-invariant mode, one sequence decoded a token at a time with the KV cache: every step's
+// hidden state equals the full pass's row bit for bit. (A decode step projects a single row; on
+// an AVX-512-BF16/AMX CPU the BLAS took another kernel for it, and position 11 of this sequence
+// came out one ulp off before `project` padded such steps.)
+TEST(MixedPrecision, BatchInvariantDecodeOfOneSequenceEqualsTheFullPassAtEveryStep) {
+  for (const char* name : {"tiny", "tiny-qwen3"}) {
+    auto model = causal_lm::random(small_config(name), 21);
+    model->set_compute_dtype(compute_dtype::bf16);
+    model->set_batch_invariant(true);
+    c10::NoGradGuard no_grad;
+    const std::vector<int64_t> seq{1,  5, 9, 33, 77, 100, 4,  8,  250, 31,
+                                   17, 400, 3, 9, 12, 60, 61, 62, 63, 64};
+    const auto n = static_cast<int64_t>(seq.size());
+    auto ids = at::tensor(at::ArrayRef<int64_t>(seq), at::kLong).unsqueeze(0);
+    auto full = model->forward_hidden(ids);
+    kv_cache cache;
+    auto prefix = ids.narrow(1, 0, 3);
+    model->forward_hidden(prefix, at::ones_like(prefix), at::arange(3, at::kLong).unsqueeze(0),
+                          &cache);
+    for (int64_t t = 3; t < n; ++t) {
+      auto step = model->forward_hidden(ids.narrow(1, t, 1), at::ones({1, t + 1}, at::kLong),
+                                        at::full({1, 1}, t, at::kLong), &cache);
+      EXPECT_TRUE(at::equal(step[0][0], full[0][t])) << name << " position " << t;
+    }
+  }
+}
+
 // Activation checkpointing recomputes each layer in backward: the same gradients, also with
 // LoRA dropout (the recomputation replays the random stream) and in bf16.
 TEST(GradientCheckpointing, GivesTheSameGradientsWithDropoutAndInBf16) {
