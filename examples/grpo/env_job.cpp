@@ -59,15 +59,15 @@ public:
       batch.push_back(std::move(r));
     }
     std::vector<sampled_turn> out(turns.size());
-    std::vector<size_t> todo(turns.size());
-    for (size_t i = 0; i < todo.size(); ++i)
-      todo[i] = i;
+    std::vector<size_t> pending(turns.size()); // turns not sampled yet, by index
+    for (size_t i = 0; i < pending.size(); ++i)
+      pending[i] = i;
     std::string last_error;
-    for (int attempt = 0; attempt < turn_tries && !todo.empty(); ++attempt) {
+    for (int attempt = 0; attempt < turn_tries && !pending.empty(); ++attempt) {
       if (attempt > 0)
-        resampled_ += static_cast<int64_t>(todo.size());
+        resampled_ += static_cast<int64_t>(pending.size());
       std::vector<rlforge::sample_request> requests;
-      for (auto i : todo)
+      for (auto i : pending)
         requests.push_back(batch[i]);
       auto outs = client_.generate(requests);
       if (!outs) {
@@ -75,20 +75,20 @@ public:
         continue;
       }
       std::vector<size_t> again;
-      for (size_t k = 0; k < todo.size(); ++k) {
+      for (size_t k = 0; k < pending.size(); ++k) {
         auto& o = (*outs)[k];
         if (o.stop_reason == "abort") {
-          again.push_back(todo[k]);
+          again.push_back(pending[k]);
           last_error = "the engines handed the turn back";
           continue;
         }
-        out[todo[k]] = sampled_turn{std::move(o.tokens), std::move(o.logprobs),
+        out[pending[k]] = sampled_turn{std::move(o.tokens), std::move(o.logprobs),
                                     std::move(o.token_versions)};
       }
-      todo = std::move(again);
+      pending = std::move(again);
     }
-    if (!todo.empty())
-      throw std::runtime_error(std::to_string(todo.size()) + " turns failed " +
+    if (!pending.empty())
+      throw std::runtime_error(std::to_string(pending.size()) + " turns failed " +
                                std::to_string(turn_tries) + " times; the last error: " +
                                last_error);
     return out;
@@ -230,10 +230,7 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
     std::map<std::string, int64_t> step_errors;
     std::vector<int64_t> staleness_counts;
     for (size_t g = 0; g < taken.groups.size(); ++g) {
-      const auto k = static_cast<size_t>(taken.staleness[g]);
-      if (staleness_counts.size() <= k)
-        staleness_counts.resize(k + 1, 0);
-      ++staleness_counts[k];
+      report::count_staleness(staleness_counts, taken.staleness[g]);
       for (const auto& e : taken.groups[g].episodes) {
         ++episodes;
         turns += e.turns;
@@ -286,6 +283,8 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
       st.sync_seconds = seconds_since(t_sync);
     }
     const auto engines_at_end = read_engine_activity(engines);
+    const int64_t resampled_now = resampled.exchange(0);
+    result.resampled += resampled_now;
     nlohmann::json extra{
         {"mode", opt.mode},
         {"episodes", episodes},
@@ -297,12 +296,11 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
         {"samples", static_cast<int64_t>(rows.prompts.size())},
         {"staleness_counts", staleness_counts},
         {"dropped", taken.dropped},
-        {"requeued", resampled.exchange(0)},
+        {"requeued", resampled_now},
         {"logprob_gap", gap.raw},
         {"logprob_gap_corrected", gap.corrected},
         {"tis_clipped", gap.tis_clipped}};
     extra.update(step_activity(engines_at_start, engines_at_take, engines_at_end));
-    result.resampled += extra["requeued"].get<int64_t>();
     extra["wall_seconds"] = seconds_since(t_start);
     finish_step(opt, st, metrics, extra);
     weight_version = st.weight_version;

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "examples/grpo/report.hpp"
+
 namespace rlforge::examples::grpo {
 
 int64_t episode_group::oldest_version() const {
@@ -134,9 +136,7 @@ taken_groups episode_producer::take(size_t count, int64_t version, int64_t max_s
   for (const auto& g : out.groups) {
     const auto s = staleness_of(g, version);
     out.staleness.push_back(s);
-    if (totals_.staleness_counts.size() <= static_cast<size_t>(s))
-      totals_.staleness_counts.resize(static_cast<size_t>(s) + 1, 0);
-    ++totals_.staleness_counts[static_cast<size_t>(s)];
+    report::count_staleness(totals_.staleness_counts, s);
   }
   totals_.taken += static_cast<int64_t>(count);
   out.dropped = dropped_since_take_;

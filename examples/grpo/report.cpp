@@ -132,6 +132,15 @@ nlohmann::json to_json(const step_stats& s) {
                         {"weight_version", s.weight_version}};
 }
 
+void count_staleness(std::vector<int64_t>& histogram, int64_t staleness) {
+  if (staleness < 0)
+    throw std::invalid_argument("staleness must be >= 0, got " + std::to_string(staleness));
+  const auto k = static_cast<size_t>(staleness);
+  if (histogram.size() <= k)
+    histogram.resize(k + 1, 0);
+  ++histogram[k];
+}
+
 std::vector<nlohmann::json> read_metrics(const std::string& path) {
   std::ifstream in(path);
   if (!in)

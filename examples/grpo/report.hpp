@@ -48,6 +48,11 @@ std::string progress_line(const step_stats& s, int bar_width = 20);
 /// `seconds`. Throws as `validate`.
 nlohmann::json to_json(const step_stats& s);
 
+/// Adds one to `histogram[staleness]` (a histogram of rollouts or groups by staleness: index =
+/// versions behind), growing it with zeros as needed. Throws std::invalid_argument for a
+/// negative staleness.
+void count_staleness(std::vector<int64_t>& histogram, int64_t staleness);
+
 /// Reads a JSONL file written with `to_json(...).dump()` lines and checks each record: an
 /// object holding the numeric fields `step`, `reward`, `loss`, `kl`, `tokens_per_second`,
 /// `generate_seconds`, `train_seconds` and `sync_seconds`. Throws std::runtime_error naming the

@@ -209,6 +209,16 @@ TEST(Report, FailingGnuplotIsReportedWithItsStatus) {
   EXPECT_THAT(r.message, HasSubstr("cannot draw"));
 }
 
+TEST(Report, CountStalenessGrowsTheHistogramAndRefusesNegatives) {
+  std::vector<int64_t> h;
+  count_staleness(h, 2);
+  count_staleness(h, 0);
+  count_staleness(h, 2);
+  EXPECT_EQ(h, (std::vector<int64_t>{1, 0, 2}));
+  EXPECT_THROW(count_staleness(h, -1), std::invalid_argument);
+  EXPECT_EQ(h, (std::vector<int64_t>{1, 0, 2}));
+}
+
 TEST(Report, IsPngChecksTheSignature) {
   temp_dir dir;
   auto p = (dir.path() / "x.png").string();

@@ -439,10 +439,7 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
         auto& ro = batch.rollouts[g];
         staleness_max = std::max(staleness_max, batch.staleness[g]);
         staleness_sum += static_cast<double>(batch.staleness[g]);
-        const auto k = static_cast<size_t>(batch.staleness[g]);
-        if (staleness_counts.size() <= k)
-          staleness_counts.resize(k + 1, 0);
-        ++staleness_counts[k];
+        report::count_staleness(staleness_counts, batch.staleness[g]);
         for (auto& sample : ro.samples) {
           double r = task.reward(ro.request.prompt, sample.tokens);
           st.reward += r / static_cast<double>(n_rows);
