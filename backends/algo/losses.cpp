@@ -55,6 +55,15 @@ struct loss_entry {
 
 constexpr double required = std::numeric_limits<double>::quiet_NaN();
 
+constexpr const char* old_logprobs_option = "old_logprobs";
+
+/// True when `cfg` takes the old log-probs from the current policy (option old_logprobs =
+/// current; validated).
+bool old_is_current(const loss_config& cfg) {
+  auto it = cfg.options.find(old_logprobs_option);
+  return it != cfg.options.end() && it->second == "current";
+}
+
 at::Tensor ratio(const at::Tensor& logp, const at::Tensor& base) {
   return (logp - base).clamp(-20.0, 20.0).exp();
 }
@@ -265,19 +274,24 @@ at::Tensor ppo_critic_body(const context& c) {
 const std::map<std::string, loss_entry>& registry() {
   static const std::map<std::string, loss_entry> entries = [] {
     const std::map<std::string, double> ppo_keys = {{"eps_clip_low", 0.2}, {"eps_clip_high", 0.2}};
+    // Where the losses that read the old policy's log-probs take them from.
+    const std::map<std::string, std::vector<std::string>> old_source = {
+        {old_logprobs_option, {"given", "current"}}};
     std::map<std::string, loss_entry> e;
     e["cross_entropy"] = {false, false, {}, {}, cross_entropy_body};
-    e["importance_sampling"] = {false, false, {}, {}, importance_sampling_body};
-    e["regular"] = {false, true, ppo_keys, {}, regular_body};
+    e["importance_sampling"] = {false, false, {}, old_source, importance_sampling_body};
+    e["regular"] = {false, true, ppo_keys, old_source, regular_body};
     auto dual = ppo_keys;
     dual["clip_ratio_c"] = 3.0;
-    e["dual_clip"] = {false, true, dual, {}, dual_clip_body};
-    e["gspo"] = {false, true, ppo_keys, {}, gspo_body};
-    e["sapo"] = {false, true, {{"tau_pos", 1.0}, {"tau_neg", 1.05}}, {}, sapo_body};
+    e["dual_clip"] = {false, true, dual, old_source, dual_clip_body};
+    e["gspo"] = {false, true, ppo_keys, old_source, gspo_body};
+    e["sapo"] = {false, true, {{"tau_pos", 1.0}, {"tau_neg", 1.05}}, old_source, sapo_body};
+    auto cispo_options = old_source;
+    cispo_options["cispo_anchor"] = {"old", "rollout"};
     e["cispo"] = {false,
                   true,
                   {{"cispo_eps_clip_low", 1.0}, {"cispo_eps_clip_high", 4.0}},
-                  {{"cispo_anchor", {"old", "rollout"}}},
+                  cispo_options,
                   cispo_body};
     e["rollout_is"] = {false, true, ppo_keys, {}, rollout_is_body};
     e["dppo"] = {false,
@@ -288,9 +302,10 @@ const std::map<std::string, loss_entry>& registry() {
     auto clip_cov = ppo_keys;
     clip_cov.insert(
         {{"clip_ratio", 2e-4}, {"clip_cov_lb", 1.0}, {"clip_cov_ub", 5.0}, {"seed", 0.0}});
-    e["clip_cov"] = {false, false, clip_cov, {}, clip_cov_body};
-    e["kl_cov"] = {false, false, {{"kl_cov_frac", 0.2}, {"ppo_kl_coef", 1.0}}, {}, kl_cov_body};
-    e["dro"] = {false, false, {{"beta", required}}, {}, dro_body};
+    e["clip_cov"] = {false, false, clip_cov, old_source, clip_cov_body};
+    e["kl_cov"] = {
+        false, false, {{"kl_cov_frac", 0.2}, {"ppo_kl_coef", 1.0}}, old_source, kl_cov_body};
+    e["dro"] = {false, false, {{"beta", required}}, old_source, dro_body};
     e["ppo_critic"] = {
         true, false, {{"value_clip", 0.2}}, {{"value_clip", {"none"}}}, ppo_critic_body};
     return e;
@@ -405,12 +420,17 @@ off_policy_config validate(const std::string& name, const loss_entry& e, const l
     op = parse_off_policy_config(cfg, what);
   if (name == "cispo") {
     auto anchor = cfg.options.find("cispo_anchor");
-    if (anchor != cfg.options.end() && anchor->second == "rollout" && op.tis_ratio_type != "none")
+    const bool rollout = anchor != cfg.options.end() && anchor->second == "rollout";
+    if (rollout && op.tis_ratio_type != "none")
       fail(error_code::invalid_argument,
            what +
                ": cispo_anchor 'rollout' already corrects against the rollout policy; "
                "tis_ratio_type '" +
                op.tis_ratio_type + "' would apply the correction twice (set it to 'none')");
+    if (rollout && old_is_current(cfg))
+      fail(error_code::invalid_argument,
+           what + ": with cispo_anchor 'rollout' the loss reads no old log-probs, so option "
+                  "'old_logprobs' = 'current' would do nothing (leave it out)");
   }
   return op;
 }
@@ -495,8 +515,15 @@ void check_inputs(const std::string& name, const loss_entry& entry, const off_po
       need.push_back({"rollout_logprobs", &in.rollout_logprobs});
     const bool needs_old =
         name != "cross_entropy" && name != "rollout_is" && name != "dppo" && !cispo_rollout;
-    if (needs_old || op_active)
+    if (old_is_current(cfg)) {
+      if (in.old_logprobs.defined())
+        fail(error_code::invalid_argument,
+             what + ": option 'old_logprobs' = 'current' takes the old log-probs from the "
+                    "current policy, so the input 'old_logprobs' must be absent (give one or "
+                    "the other)");
+    } else if (needs_old || op_active) {
       need.push_back({"old_logprobs", &in.old_logprobs});
+    }
     if (name == "dppo" && !in.rollout_logprobs.defined() && !in.old_logprobs.defined())
       fail(error_code::invalid_argument,
            what + ": missing input 'rollout_logprobs' (or, failing that, 'old_logprobs')");
@@ -551,7 +578,9 @@ loss_output compute_loss(const std::string& name, const loss_inputs& in, const l
 
   prepared p;
   p.logp = to_float(in.logprobs, true);
-  p.old = to_float(in.old_logprobs, false);
+  // The current policy as the old one: the ratio is exactly 1 and only its gradient is left,
+  // which is what a separate forward of the same weights would give.
+  p.old = old_is_current(cfg) ? p.logp.detach() : to_float(in.old_logprobs, false);
   p.roll = to_float(in.rollout_logprobs, false);
   p.adv = to_float(in.advantages, false);
   p.mask = in.loss_mask.defined() ? to_float(in.loss_mask, false)

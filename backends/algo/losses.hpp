@@ -39,6 +39,12 @@
 ///   value_clip 0.2.
 ///
 /// Details and choices:
+/// - old log-probs: every loss above that reads `old` (importance_sampling, regular, dual_clip,
+///   gspo, sapo, cispo, clip_cov, kl_cov, dro) takes the string option `old_logprobs` = `given`
+///   (default: the input `old_logprobs`) or `current`: old = sg(logp), the policy being trained
+///   as the one that produced the data. That is the on-policy case of one update per batch (the
+///   loop's --epochs 1), where a separate forward of the same weights would compute the same
+///   values; with `current` the ratio is exactly 1 and the input `old_logprobs` must be absent.
 /// - cispo: the ratio's base b is `old` by default; string option `cispo_anchor` = `rollout`
 ///   uses the rollout log-probs instead (then TIS must be off: it would correct twice).
 /// - dppo: string option `dppo_type` = `binary_tv` (default) zeroes tokens where A > 0 and

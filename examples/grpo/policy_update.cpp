@@ -55,27 +55,36 @@ logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& cl
   auto adv = algo::compute_advantages("grpo", ain);
   batch.tensors["advantages"] =
       algo::scale_advantages(adv.advantages * ain.response_mask, batch.get("loss_mask"));
-  auto old = or_die(client.forward("policy", batch), "policy forward");
-  batch.tensors["action_log_probs"] = old.outputs.at("logprobs");
-  logprob_gap gap;
+  // With one update per step the policy that is trained is the one whose log-probs are "old":
+  // the loss takes them from its own pass (option old_logprobs = current) and the separate
+  // forward, a third of a step's training, is skipped. More epochs need them fixed up front.
+  const bool old_from_pass = opt.epochs == 1;
   algo::loss_config correction;
+  if (old_from_pass) {
+    correction.options["old_logprobs"] = "current";
+  } else {
+    auto old = or_die(client.forward("policy", batch), "policy forward");
+    batch.tensors["action_log_probs"] = old.outputs.at("logprobs");
+  }
+  logprob_gap gap;
   const bool off_policy = batch.tensors.count("rollout_logprobs") > 0;
-  if (off_policy) {
-    // What the engines computed against what the trainer computes for the same tokens (the
-    // trained ones: an episode's observations were not sampled).
+  const double cap = 2.0; // token TIS weights min(ρ, cap)
+  if (off_policy && opt.tis != "none") {
+    correction.options["tis_ratio_type"] = opt.tis;
+    correction.values["token_tis_ratio_clip_high"] = cap;
+  }
+  // What the engines computed against what the trainer computes for the same tokens (the
+  // trained ones: an episode's observations were not sampled).
+  auto measure_gap = [&](const at::Tensor& trainer_logprobs) {
     const auto mask = batch.get("loss_mask").to(at::kFloat);
-    const auto diff = (batch.get("action_log_probs") - batch.get("rollout_logprobs")) * mask;
+    const auto diff = (trainer_logprobs - batch.get("rollout_logprobs")) * mask;
     const double tokens = std::max(1.0, mask.sum().item<double>());
     gap.raw = diff.abs().sum().item<double>() / tokens;
-    // Token TIS weights min(ρ, cap): the corrected engine log-prob matches the trainer's
-    // except where the weight was clipped.
-    const double cap = 2.0;
+    // The corrected engine log-prob matches the trainer's except where the weight was clipped.
     gap.corrected = (diff - diff.clamp_max(std::log(cap))).abs().sum().item<double>() / tokens;
-    if (opt.tis != "none") {
-      correction.options["tis_ratio_type"] = opt.tis;
-      correction.values["token_tis_ratio_clip_high"] = cap;
-    }
-  }
+  };
+  if (off_policy && !old_from_pass)
+    measure_gap(batch.get("action_log_probs"));
   if (use_kl) {
     auto base = or_die(client.forward("ref", batch), "ref forward");
     batch.tensors["base_action_log_probs"] = base.outputs.at("logprobs");
@@ -85,6 +94,8 @@ logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& cl
   for (int e = 0; e < opt.epochs; ++e) {
     auto out = or_die(client.forward_backward("policy", batch, "regular", correction),
                       "policy forward_backward");
+    if (off_policy && old_from_pass)
+      measure_gap(out.outputs.at("logprobs"));
     for (const char* key : {"tis_token_clip_high_ratio:mean", "tis_seq_clip_high_ratio:mean"})
       if (out.metrics.count(key))
         gap.tis_clipped += out.metrics.at(key) / opt.epochs;
