@@ -35,9 +35,11 @@ void apply_quick(options& o) {
 
 // The sorting task: answers of 24-160 tokens (generation is a large share of a step), so fewer
 // prompts per step than the arithmetic task; a longer warm start to a lower target (exact
-// answers to long lists are rare at first), and a goal of +10 points.
+// answers to long lists are rare at first), and a goal of +10 points. No KL term, as in DAPO
+// and other long-response recipes: its reference forward would be a sixth of a step.
 void apply_sort_defaults(options& o) {
   o.task = "sort";
+  o.kl_coef = 0;
   o.steps = 60;
   o.prompts = 16;
   o.group = 8;

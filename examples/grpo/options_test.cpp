@@ -236,6 +236,10 @@ TEST(GrpoOptions, TheSortTaskTakesItsOwnDefaultsAndFlags) {
   // Long answers: fewer prompts per step than the arithmetic task.
   EXPECT_LT(o.prompts, options{}.prompts);
   EXPECT_THAT(usage("grpo", {"--task", "sort"}), HasSubstr("--prompts P=16"));
+  // No KL term by default (the arithmetic task keeps one); --kl-coef still sets it.
+  EXPECT_DOUBLE_EQ(o.kl_coef, 0.0);
+  EXPECT_GT(options{}.kl_coef, 0.0);
+  EXPECT_DOUBLE_EQ(parse_options({"--task", "sort", "--kl-coef", "0.01"}).opts.kl_coef, 0.01);
   // Padding-free passes by default: a heavy tail of lengths.
   EXPECT_EQ(o.micro_batch_tokens, 4096);
   EXPECT_EQ(options{}.micro_batch_tokens, 0);
