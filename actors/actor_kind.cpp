@@ -1,5 +1,6 @@
 #include "actors/actor_kind.hpp"
 
+#include <algorithm>
 #include <mutex>
 
 #include "backends/collective_group.hpp"
@@ -19,6 +20,10 @@ uint64_t rank_context::defer_reply() {
 
 void rank_context::deliver(uint64_t ticket, caf::expected<caf::message> result) {
   deliveries.emplace_back(ticket, std::move(result));
+}
+
+kind_state* state_of(rank_context& ctx) {
+  return ctx.state.get();
 }
 
 namespace {
@@ -61,6 +66,21 @@ std::vector<std::string> kind_names() {
   std::vector<std::string> out;
   for (auto& [k, _] : t.kinds)
     out.push_back(k);
+  return out;
+}
+
+std::vector<std::string> kind_interfaces() {
+  std::vector<std::string> out;
+  for (const auto& [name, op] : builtin_ops())
+    out.push_back("rank." + name + "(" + op.signature + ")");
+  auto& t = table();
+  std::lock_guard<std::mutex> guard{t.mx};
+  for (const auto& [kind, k] : t.kinds) {
+    out.push_back(kind);
+    for (const auto& [name, op] : k.ops)
+      out.push_back(kind + "." + name + "(" + op.signature + ")");
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

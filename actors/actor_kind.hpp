@@ -15,6 +15,7 @@
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
 
+#include "actors/rank_op.hpp"
 #include "backends/error.hpp"
 #include "runtime/messages.hpp"
 
@@ -24,21 +25,14 @@ class collective_group;
 
 namespace rlforge::actors {
 
-/// The check every op makes of its arguments first: unless `args` holds exactly `Ts...`, throws
-/// `backends::error{invalid_argument}` "<op> expects (<signature>), got <args>".
-template <class... Ts>
-void expect_args(const caf::message& args, const char* op, const char* signature) {
-  if (!args.match_elements<Ts...>())
-    backends::fail(backends::error_code::invalid_argument,
-                   std::string{op} + " expects (" + signature + "), got " + caf::to_string(args));
-}
-
 /// What one rank owns while it lives: who it is, its collective group (after
 /// `init_collective`), and the kind's own state.
 struct rank_context {
   rank_info info;
   std::unique_ptr<backends::collective_group> collective;
-  std::shared_ptr<void> state; ///< the kind's state, created by `actor_kind::make_state`
+  /// The kind's state, created by `actor_kind::make_state`; its ops get it by type
+  /// (`typed_op`).
+  std::unique_ptr<kind_state> state;
   /// Set by an op to make the rank exit with this reason right after the op, without
   /// answering it (e.g. a fatal, unrecoverable device error): callers see the rank die.
   caf::error exit_reason;
@@ -69,26 +63,15 @@ struct rank_context {
   ~rank_context();
   rank_context(rank_context&&) noexcept;
   rank_context& operator=(rank_context&&) noexcept;
-
-  /// The kind's state as `T` (the type its `make_state` created).
-  template <class T>
-  T& as() {
-    return *static_cast<T*>(state.get());
-  }
 };
-
-/// One operation of a kind: gets the rank's context and the call's arguments, returns the
-/// result. May throw (a `backends::error`, a torch error): the rank turns the exception into an
-/// error naming group, rank and operation, and stays alive.
-using op_fn = std::function<caf::expected<caf::message>(rank_context&, const caf::message& args)>;
 
 /// Background work of a rank between messages: runs one bounded unit (an engine's decode step)
 /// and returns whether more remains. Must not throw (the rank logs and drops an exception).
 using step_fn = std::function<bool(rank_context&)>;
 
-/// A kind of rank actor ("worker", "policy", "engine", ...): a state factory, named ops and
-/// optional background work. Every kind also answers the built-in ops `info`, `ping`,
-/// `threads`, `init_collective`, `all_reduce` and `broadcast` (see rank_actor.hpp).
+/// A kind of rank actor ("worker", "policy", "engine", ...): a state factory, named ops, each
+/// declared with its argument types (`typed_op`, rank_op.hpp), and optional background work.
+/// Every kind also answers the built-in ops (`builtin_ops`, rank_actor.hpp).
 ///
 /// `step`, when set, is called after every op and again after every step that returned true,
 /// each time through a message the rank sends itself, so calls that arrived in the meantime are
@@ -96,8 +79,8 @@ using step_fn = std::function<bool(rank_context&)>;
 /// delivers (`rank_context::deliver`) are sent right after it.
 struct actor_kind {
   std::string name;
-  std::function<std::shared_ptr<void>(const rank_info&)> make_state;
-  std::map<std::string, op_fn> ops;
+  std::function<std::unique_ptr<kind_state>(const rank_info&)> make_state;
+  std::map<std::string, rank_op> ops;
   step_fn step;
 };
 
@@ -110,5 +93,13 @@ caf::expected<actor_kind> find_kind(const std::string& name);
 
 /// Names of all registered kinds, sorted.
 std::vector<std::string> kind_names();
+
+/// The ops every rank answers whatever its kind (rank_actor.cpp), by name.
+const std::map<std::string, rank_op>& builtin_ops();
+
+/// Every registered kind's interface, one line per op, sorted: "kind op(signature)" (the
+/// built-in ops as kind "rank"). A cluster refuses a node whose lines differ from the head's,
+/// naming them.
+std::vector<std::string> kind_interfaces();
 
 } // namespace rlforge::actors

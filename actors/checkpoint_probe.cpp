@@ -10,15 +10,11 @@
 
 namespace rlforge::actors {
 
-caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const caf::message& args) {
+caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const std::string& root,
+                                                  const int64_t& global_step,
+                                                  const std::string& role) {
   namespace be = rlforge::backends;
-  if (!args.match_elements<std::string, int64_t, std::string>())
-    be::fail(be::error_code::invalid_argument,
-             "checkpoint_visible expects (std::string root, int64 global_step, std::string "
-             "role), got " + caf::to_string(args));
-  be::checkpoint_location where{args.get_as<std::string>(0), args.get_as<int64_t>(1),
-                                args.get_as<std::string>(2), ctx.info.rank,
-                                ctx.info.world_size};
+  be::checkpoint_location where{root, global_step, role, ctx.info.rank, ctx.info.world_size};
   where.validate();
   auto meta = std::filesystem::path{be::rank_directory(where)} / "meta.json";
   std::error_code ec;

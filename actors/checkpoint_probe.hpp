@@ -1,5 +1,8 @@
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
 
@@ -15,6 +18,8 @@ struct rank_context;
 /// hold the ranks placed there). A resume asks every rank first, so a checkpoint some rank
 /// cannot see is refused before any rank loads anything. Throws `backends::error` for bad
 /// arguments.
-caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const caf::message& args);
+caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const std::string& root,
+                                                  const int64_t& global_step,
+                                                  const std::string& role);
 
 } // namespace rlforge::actors

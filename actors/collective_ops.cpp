@@ -96,56 +96,47 @@ void release_local_store(const std::string& name) {
   s.by_name.erase(name);
 }
 
-caf::expected<caf::message> run_collective_op(rank_context& ctx, const std::string& op,
-                                              const caf::message& args) {
-  if (op == "init_collective") {
-    if (args.size() != 1 || !args.match_element<collective_spec>(0))
-      fail(error_code::invalid_argument, "init_collective expects (collective_spec)");
-    auto spec = args.get_as<collective_spec>(0);
-    if (spec.timeout_ms <= 0)
-      fail(error_code::invalid_argument,
-           "collective timeout must be > 0 ms, got " + std::to_string(spec.timeout_ms));
-    backends::collective_options opts;
-    // Ranks on CUDA devices reduce their device tensors with NCCL; the others with Gloo.
-    if (compute_device(ctx.info).is_cuda())
-      opts.backend = "nccl";
-    opts.timeout = std::chrono::milliseconds{spec.timeout_ms};
-    opts.group_name = spec.name;
-    if (spec.store == "local") {
-      ctx.collective = backends::collective_group::create(local_store(spec.name), ctx.info.rank,
-                                                          ctx.info.world_size, opts);
-    } else if (spec.store == "actor") {
-      // Ranks in several processes meet through the group's store actor (in the driver's
-      // process, reached over the cluster's connections); each binds its Gloo pairs to its own
-      // node's advertised address.
-      opts.interface_host = advertised_address();
-      auto store = connect_rendezvous_store(spec.store_actor, opts.timeout);
-      ctx.collective = backends::collective_group::create(store, ctx.info.rank,
-                                                          ctx.info.world_size, opts);
-    } else {
-      fail(error_code::invalid_argument,
-           "unknown collective store '" + spec.store + "' (expected local or actor)");
-    }
-    return caf::message{};
+caf::expected<caf::message> init_collective_op(rank_context& ctx, const collective_spec& spec) {
+  if (spec.timeout_ms <= 0)
+    fail(error_code::invalid_argument,
+         "collective timeout must be > 0 ms, got " + std::to_string(spec.timeout_ms));
+  backends::collective_options opts;
+  // Ranks on CUDA devices reduce their device tensors with NCCL; the others with Gloo.
+  if (compute_device(ctx.info).is_cuda())
+    opts.backend = "nccl";
+  opts.timeout = std::chrono::milliseconds{spec.timeout_ms};
+  opts.group_name = spec.name;
+  if (spec.store == "local") {
+    ctx.collective = backends::collective_group::create(local_store(spec.name), ctx.info.rank,
+                                                        ctx.info.world_size, opts);
+  } else if (spec.store == "actor") {
+    // Ranks in several processes meet through the group's store actor (in the driver's
+    // process, reached over the cluster's connections); each binds its Gloo pairs to its own
+    // node's advertised address.
+    opts.interface_host = advertised_address();
+    auto store = connect_rendezvous_store(spec.store_actor, opts.timeout);
+    ctx.collective =
+        backends::collective_group::create(store, ctx.info.rank, ctx.info.world_size, opts);
+  } else {
+    fail(error_code::invalid_argument,
+         "unknown collective store '" + spec.store + "' (expected local or actor)");
   }
-  if (op == "all_reduce") {
-    if (args.size() != 1 || !args.match_element<tensor_list>(0))
-      fail(error_code::invalid_argument, "all_reduce expects (tensor_list)");
-    auto& group = require_group(ctx, op);
-    auto ts = on_group_device(group, ctx, to_tensors(args.get_as<tensor_list>(0)));
-    group.all_reduce_sum(ts);
-    return caf::make_message(to_blobs(on_host(ts)));
-  }
-  if (op == "broadcast") {
-    if (args.size() != 2 || !args.match_element<tensor_list>(0)
-        || !args.match_element<int32_t>(1))
-      fail(error_code::invalid_argument, "broadcast expects (tensor_list, int32 root)");
-    auto& group = require_group(ctx, op);
-    auto ts = on_group_device(group, ctx, to_tensors(args.get_as<tensor_list>(0)));
-    group.broadcast(ts, args.get_as<int32_t>(1));
-    return caf::make_message(to_blobs(on_host(ts)));
-  }
-  fail(error_code::internal, "run_collective_op called with op '" + op + "'");
+  return caf::message{};
+}
+
+caf::expected<caf::message> all_reduce_op(rank_context& ctx, const tensor_list& tensors) {
+  auto& group = require_group(ctx, "all_reduce");
+  auto ts = on_group_device(group, ctx, to_tensors(tensors));
+  group.all_reduce_sum(ts);
+  return caf::make_message(to_blobs(on_host(ts)));
+}
+
+caf::expected<caf::message> broadcast_op(rank_context& ctx, const tensor_list& tensors,
+                                         const int32_t& root) {
+  auto& group = require_group(ctx, "broadcast");
+  auto ts = on_group_device(group, ctx, to_tensors(tensors));
+  group.broadcast(ts, root);
+  return caf::make_message(to_blobs(on_host(ts)));
 }
 
 } // namespace rlforge::actors

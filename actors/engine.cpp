@@ -320,7 +320,7 @@ void enforce_deadlines(rank_context& ctx, engine_state& st, bool can_step) {
 
 /// One forward pass for one weights key (round robin over the keys with work).
 bool engine_step(rank_context& ctx) {
-  auto& st = ctx.as<engine_state>();
+  auto& st = state_as<engine_state>(ctx);
   if (!st.engine)
     return false;
   const bool can_step = !st.paused && st.asleep.empty() && st.engine->has_work();
@@ -359,26 +359,27 @@ actor_kind make_kind() {
   actor_kind k;
   k.name = "engine";
   k.make_state = [](const rank_info& info) {
-    auto st = std::make_shared<engine_state>();
+    auto st = std::make_unique<engine_state>();
     st->rank = info.rank;
     return st;
   };
-  k.ops["init_model"] = init_model;
-  k.ops["configure"] = configure;
-  k.ops["generate"] = generate;
-  k.ops["submit"] = submit;
-  k.ops["cancel"] = cancel;
-  k.ops["sleep"] = sleep_op;
-  k.ops["wake_up"] = wake_up;
-  k.ops["memory"] = memory;
-  k.ops["pause"] = pause_op;
-  k.ops["resume"] = resume;
-  k.ops["weight_version"] = weight_version;
-  k.ops["set_weights"] = set_weights;
-  k.ops["get_weights"] = get_weights;
-  k.ops["retain_weights"] = retain_weights;
-  k.ops["receive_weights"] = receive_weights;
-  k.ops["stats"] = stats;
+  auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
+  add("init_model", typed_op("init_model", init_model));
+  add("configure", typed_op("configure", configure));
+  add("generate", typed_op("generate", generate));
+  add("submit", typed_op("submit", submit, {"consumer", "ids", "", "timeout_ms"}));
+  add("cancel", typed_op("cancel", cancel, {"consumer", "ids"}));
+  add("sleep", typed_op("sleep", sleep_op, {"tags"}));
+  add("wake_up", typed_op("wake_up", wake_up, {"tags"}));
+  add("memory", typed_op("memory", memory));
+  add("pause", typed_op("pause", pause_op, {"mode: keep | abort"}));
+  add("resume", typed_op("resume", resume));
+  add("weight_version", typed_op("weight_version", weight_version));
+  add("set_weights", typed_op("set_weights", set_weights, {"weights", "version"}));
+  add("get_weights", typed_op("get_weights", get_weights));
+  add("retain_weights", typed_op("retain_weights", retain_weights, {"version", "max_retained"}));
+  add("receive_weights", typed_op("receive_weights", receive_weights));
+  add("stats", typed_op("stats", stats));
   k.step = engine_step;
   return k;
 }

@@ -78,10 +78,8 @@ engine_tokenizer load_tokenizer(const model_spec& spec, int32_t rank) {
   return t;
 }
 
-caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& args) {
-  expect_args<model_spec>(args, "init_model", "model_spec");
-  auto& st = ctx.as<engine_state>();
-  const auto& spec = args.get_as<model_spec>(0);
+caf::expected<caf::message> init_model(rank_context& ctx, engine_state& st,
+                                       const model_spec& spec) {
   if (spec.lora_rank != 0)
     be::fail(error_code::invalid_argument,
              "init_model: an engine serves merged weights; lora_rank must be 0, got " +
@@ -120,11 +118,9 @@ caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& ar
   return caf::make_message(st.model->num_parameters());
 }
 
-caf::expected<caf::message> configure(rank_context& ctx, const caf::message& args) {
-  expect_args<engine_options>(args, "configure", "engine_options");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> configure(rank_context& ctx, engine_state& st,
+                                      const engine_options& o) {
   auto& model = model_of(st, "configure");
-  const auto& o = args.get_as<engine_options>(0);
   be::engine_config c;
   c.kv_cache_bytes = o.kv_cache_bytes;
   c.block_size = o.block_size;
@@ -142,11 +138,9 @@ caf::expected<caf::message> configure(rank_context& ctx, const caf::message& arg
   return caf::message{};
 }
 
-caf::expected<caf::message> generate(rank_context& ctx, const caf::message& args) {
-  expect_args<std::vector<sample_request>>(args, "generate", "std::vector<sample_request>");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> generate(rank_context& ctx, engine_state& st,
+                                     const std::vector<sample_request>& requests) {
   model_of(st, "generate");
-  const auto& requests = args.get_as<std::vector<sample_request>>(0);
   if (st.paused) {
     queued_work q;
     q.ticket = ctx.defer_reply();
@@ -160,17 +154,11 @@ caf::expected<caf::message> generate(rank_context& ctx, const caf::message& args
   return caf::message{};
 }
 
-caf::expected<caf::message> submit(rank_context& ctx, const caf::message& args) {
-  expect_args<caf::actor, std::vector<int64_t>, std::vector<sample_request>, int64_t>(
-      args, "submit",
-      "caf::actor consumer, std::vector<int64_t> ids, std::vector<sample_request>, "
-      "int64 timeout_ms");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+                                   const std::vector<int64_t>& ids,
+                                   const std::vector<sample_request>& requests,
+                                   const int64_t& timeout_ms) {
   model_of(st, "submit");
-  const auto& consumer = args.get_as<caf::actor>(0);
-  const auto& ids = args.get_as<std::vector<int64_t>>(1);
-  const auto& requests = args.get_as<std::vector<sample_request>>(2);
-  const auto timeout_ms = args.get_as<int64_t>(3);
   check_submission(st, consumer, ids, requests.size(), timeout_ms);
   check_awake(st);
   auto converted = check_requests(requests, *st.engine, st.weights, st.tokenizer, "submit");
@@ -184,14 +172,11 @@ caf::expected<caf::message> submit(rank_context& ctx, const caf::message& args) 
   return caf::make_message(static_cast<int64_t>(requests.size()));
 }
 
-caf::expected<caf::message> cancel(rank_context& ctx, const caf::message& args) {
-  expect_args<caf::actor, std::vector<int64_t>>(args, "cancel",
-                                                "caf::actor consumer, std::vector<int64_t> ids");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+                                   const std::vector<int64_t>& ids) {
   model_of(st, "cancel");
-  const auto& consumer = args.get_as<caf::actor>(0);
   int64_t n = 0;
-  for (auto uid : args.get_as<std::vector<int64_t>>(1)) {
+  for (auto uid : ids) {
     if (auto i = st.streams.find({consumer, uid}); i != st.streams.end()) {
       stop_request(ctx, st, i->second);
       ++n;
@@ -217,11 +202,10 @@ caf::expected<caf::message> cancel(rank_context& ctx, const caf::message& args) 
   return caf::make_message(n);
 }
 
-caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args) {
-  expect_args<std::vector<std::string>>(args, "sleep", "std::vector<std::string> tags");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> sleep_op(rank_context& ctx, engine_state& st,
+                                     const std::vector<std::string>& tags) {
   auto& model = model_of(st, "sleep");
-  for (auto& tag : parse_tags(args.get_as<std::vector<std::string>>(0), "sleep")) {
+  for (auto& tag : parse_tags(tags, "sleep")) {
     if (st.asleep.count(tag))
       continue;
     if (tag == tag_weights) {
@@ -249,11 +233,10 @@ caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args
   return caf::message{};
 }
 
-caf::expected<caf::message> wake_up(rank_context& ctx, const caf::message& args) {
-  expect_args<std::vector<std::string>>(args, "wake_up", "std::vector<std::string> tags");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> wake_up(rank_context& ctx, engine_state& st,
+                                    const std::vector<std::string>& tags) {
   auto& model = model_of(st, "wake_up");
-  for (auto& tag : parse_tags(args.get_as<std::vector<std::string>>(0), "wake_up")) {
+  for (auto& tag : parse_tags(tags, "wake_up")) {
     if (!st.asleep.count(tag))
       continue;
     if (tag == tag_weights) {
@@ -276,8 +259,7 @@ caf::expected<caf::message> wake_up(rank_context& ctx, const caf::message& args)
   return caf::message{};
 }
 
-caf::expected<caf::message> memory(rank_context& ctx, const caf::message&) {
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> memory(rank_context&, engine_state& st) {
   auto& model = model_of(st, "memory");
   auto resident = be::storage_bytes(model.named_parameters()) + st.weights.bytes() +
                   st.engine->cache_bytes();
@@ -285,30 +267,24 @@ caf::expected<caf::message> memory(rank_context& ctx, const caf::message&) {
   return caf::make_message(resident, host);
 }
 
-caf::expected<caf::message> pause_op(rank_context& ctx, const caf::message& args) {
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> pause_op(rank_context& ctx, engine_state& st,
+                                     const std::optional<std::string>& given) {
   model_of(st, "pause");
-  std::string mode = "keep";
-  if (!args.empty()) {
-    expect_args<std::string>(args, "pause", "[std::string mode: keep | abort]");
-    mode = args.get_as<std::string>(0);
-    if (mode != "keep" && mode != "abort")
-      be::fail(error_code::invalid_argument,
-               "pause: unknown mode '" + mode + "' (modes: keep, abort)");
-  }
+  const std::string mode = given.value_or("keep");
+  if (mode != "keep" && mode != "abort")
+    be::fail(error_code::invalid_argument,
+             "pause: unknown mode '" + mode + "' (modes: keep, abort)");
   st.paused = true;
   return caf::make_message(mode == "abort" ? abort_everything(ctx, st) : int64_t{0});
 }
 
-caf::expected<caf::message> resume(rank_context& ctx, const caf::message&) {
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> resume(rank_context& ctx, engine_state& st) {
   model_of(st, "resume");
   st.paused = false;
   return caf::make_message(release_queue(ctx, st));
 }
 
-caf::expected<caf::message> weight_version(rank_context& ctx, const caf::message&) {
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> weight_version(rank_context&, engine_state& st) {
   model_of(st, "weight_version");
   return caf::make_message(st.weights.current());
 }
@@ -324,18 +300,16 @@ void after_new_weights(engine_state& st, int64_t version) {
   st.engine->weights_changed();
 }
 
-caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& args) {
-  expect_args<tensor_map, int64_t>(args, "set_weights", "tensor_map weights, int64 version");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> set_weights(rank_context& ctx, engine_state& st,
+                                        const tensor_map& weights, const int64_t& version) {
   auto& model = model_of(st, "set_weights");
-  auto version = args.get_as<int64_t>(1);
   if (version < 0)
     be::fail(error_code::invalid_argument,
              "set_weights: version must be >= 0, got " + std::to_string(version));
   if (st.asleep.count(tag_weights))
     be::fail(error_code::invalid_argument,
              "set_weights: engine is asleep (weights); call wake_up first");
-  auto tensors = from_blobs(args.get_as<tensor_map>(0));
+  auto tensors = from_blobs(weights);
   if (!tensors)
     be::fail(error_code::invalid_argument, "set_weights: " + error_message(tensors.error()));
   auto params = model.named_parameters();
@@ -373,9 +347,8 @@ caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& a
   return caf::message{};
 }
 
-caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::message& args) {
-  expect_args<weight_sync_spec>(args, "receive_weights", "weight_sync_spec");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> receive_weights(rank_context& ctx, engine_state& st,
+                                            const weight_sync_spec& spec) {
   auto& model = model_of(st, "receive_weights");
   if (st.asleep.count(tag_weights))
     be::fail(error_code::invalid_argument,
@@ -384,7 +357,7 @@ caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::messag
   before_new_weights(st);
   try {
     after_new_weights(st, receive_model_weights(model, st.weights.current(),
-                                                args.get_as<weight_sync_spec>(0), torn,
+                                                spec, torn,
                                                 st.channels));
   } catch (...) {
     // A refused transfer changed nothing. One that broke after the copy began left a mix of
@@ -396,15 +369,13 @@ caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::messag
   return caf::make_message(st.weights.current());
 }
 
-caf::expected<caf::message> retain_weights(rank_context& ctx, const caf::message& args) {
-  expect_args<int64_t, int64_t>(args, "retain_weights", "int64 version, int64 max_retained");
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> retain_weights(rank_context&, engine_state& st, const int64_t& version,
+                                           const int64_t& max_retained) {
   model_of(st, "retain_weights");
-  return caf::make_message(st.weights.retain(args.get_as<int64_t>(0), args.get_as<int64_t>(1)));
+  return caf::make_message(st.weights.retain(version, max_retained));
 }
 
-caf::expected<caf::message> get_weights(rank_context& ctx, const caf::message&) {
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> get_weights(rank_context&, engine_state& st) {
   auto& model = model_of(st, "get_weights");
   if (st.asleep.count(tag_weights))
     be::fail(error_code::invalid_argument,
@@ -418,8 +389,7 @@ caf::expected<caf::message> get_weights(rank_context& ctx, const caf::message&) 
   return caf::make_message(std::move(*blobs));
 }
 
-caf::expected<caf::message> stats(rank_context& ctx, const caf::message&) {
-  auto& st = ctx.as<engine_state>();
+caf::expected<caf::message> stats(rank_context&, engine_state& st) {
   model_of(st, "stats");
   const auto s = st.engine->stats();
   const auto& c = s.counters;

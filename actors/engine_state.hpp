@@ -7,7 +7,7 @@
 //  - engine_ops.cpp: the ops (init_model, configure, generate, submit, cancel, sleep, wake_up,
 //    memory, pause, resume, weight ops, stats).
 //
-// Ownership: `engine_state` belongs to its rank (rank_context::as). Thread-safety: everything
+// Ownership: `engine_state` belongs to its rank (rank_context::state; the ops get it by type). Thread-safety: everything
 // here runs on the rank's thread (its ops and its step loop), one at a time.
 
 #include <c10/core/GradMode.h>
@@ -84,7 +84,7 @@ struct queued_work {
 
 /// One engine rank: its model, the continuous-batching engine over it, weight versions, sleep
 /// and pause state, and the requests in flight with where their results go.
-struct engine_state {
+struct engine_state final : kind_state {
   int32_t rank = 0;
   std::unique_ptr<be::causal_lm> model;
   be::engine_config config;
@@ -157,21 +157,30 @@ bool engine_step(rank_context& ctx);
 
 // -- engine_ops.cpp ----------------------------------------------------------------------------
 
-caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> configure(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> generate(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> submit(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> cancel(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> sleep_op(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> wake_up(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> memory(rank_context& ctx, const caf::message&);
-caf::expected<caf::message> pause_op(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> resume(rank_context& ctx, const caf::message&);
-caf::expected<caf::message> weight_version(rank_context& ctx, const caf::message&);
-caf::expected<caf::message> set_weights(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> receive_weights(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> retain_weights(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> get_weights(rank_context& ctx, const caf::message&);
-caf::expected<caf::message> stats(rank_context& ctx, const caf::message&);
+// Each takes the rank's context, the engine's state and the op's arguments by type; engine.cpp
+// declares them as the kind's ops (`typed_op`), whose signatures name the arguments.
+using engine_result = caf::expected<caf::message>;
+engine_result init_model(rank_context& ctx, engine_state& st, const model_spec& spec);
+engine_result configure(rank_context& ctx, engine_state& st, const engine_options& o);
+engine_result generate(rank_context& ctx, engine_state& st,
+                       const std::vector<sample_request>& requests);
+engine_result submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+                     const std::vector<int64_t>& ids, const std::vector<sample_request>& requests,
+                     const int64_t& timeout_ms);
+engine_result cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+                     const std::vector<int64_t>& ids);
+engine_result sleep_op(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
+engine_result wake_up(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
+engine_result memory(rank_context& ctx, engine_state& st);
+engine_result pause_op(rank_context& ctx, engine_state& st, const std::optional<std::string>& mode);
+engine_result resume(rank_context& ctx, engine_state& st);
+engine_result weight_version(rank_context& ctx, engine_state& st);
+engine_result set_weights(rank_context& ctx, engine_state& st, const tensor_map& weights,
+                          const int64_t& version);
+engine_result receive_weights(rank_context& ctx, engine_state& st, const weight_sync_spec& spec);
+engine_result retain_weights(rank_context& ctx, engine_state& st, const int64_t& version,
+                             const int64_t& max_retained);
+engine_result get_weights(rank_context& ctx, engine_state& st);
+engine_result stats(rank_context& ctx, engine_state& st);
 
 } // namespace rlforge::actors::engine_detail

@@ -155,7 +155,8 @@ std::string list(const std::vector<std::string>& xs) {
   return out.empty() ? "none" : out;
 }
 
-/// "missing a, b; extra c" between the head's kinds and a node's.
+/// "missing a, b; extra c" between the head's kinds and a node's (`kind_interfaces`: kind names
+/// and each op with its signature, so a differing op is named).
 std::string kinds_difference(const std::vector<std::string>& head,
                              const std::vector<std::string>& node) {
   std::set<std::string> h(head.begin(), head.end()), n(node.begin(), node.end());
@@ -420,7 +421,7 @@ head_actor::behavior_type head(head_ptr self, head_options opts, head_start star
   auto& st = self->state;
   st.opts = std::move(opts);
   st.wire = wire_signature(self->system());
-  st.kinds = kind_names();
+  st.kinds = kind_interfaces();
   st.manager = spawn_placement_manager(self->system(), {}, st.opts.pg_timeout);
   self->attach_functor([manager = st.manager](const caf::error&) {
     caf::anon_send_exit(manager, caf::exit_reason::user_shutdown);
@@ -469,7 +470,7 @@ head_actor::behavior_type head(head_ptr self, head_options opts, head_start star
         return refused(errc::unsupported, m);
       if (auto d = kinds_difference(st.kinds, req.kinds); !d.empty())
         return refused(errc::unsupported,
-                       who + " was built with other actor kinds than the head: " + d);
+                       who + " was built with other actor kinds or ops than the head: " + d);
       if (auto i = st.nodes.find(id); i != st.nodes.end() && i->second.rejoining) {
         // A node of the saved registry, back after the head's restart: its resources and
         // reservations are in the restored table already.

@@ -90,7 +90,7 @@ node_join_request join_request(agent_ptr self) {
   req.port = st.port;
   req.version = rlforge_version();
   req.wire_types = wire_signature(self->system());
-  req.kinds = kind_names();
+  req.kinds = kind_interfaces();
   req.host = host_name();
   req.pid = static_cast<int64_t>(::getpid());
   return req;

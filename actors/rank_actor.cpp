@@ -38,30 +38,27 @@ std::string describe(const rank_info& info, const std::string& op) {
   return "group '" + info.group + "' rank " + std::to_string(info.rank) + " op '" + op + "'";
 }
 
-caf::expected<caf::message> builtin_op(rank_context& ctx, const std::string& op,
-                                       const caf::message& args, bool& handled) {
-  handled = true;
-  if (op == "info")
-    return caf::make_message(ctx.info);
-  if (op == "ping")
-    return caf::message{};
-  if (op == "threads")
-    return caf::make_message(static_cast<int32_t>(backends::intra_op_threads()));
-  if (op == "location") {
-    auto here = this_process();
-    return caf::make_message(here.host, here.pid, here.address, compute_device(ctx.info).str());
-  }
-  if (op == "device_memory") {
-    // The rank's CUDA device as its process's caching allocator and the driver see it.
-    auto m = backends::cuda_memory(compute_device(ctx.info));
-    return caf::make_message(m.allocated, m.reserved, m.peak_allocated, m.free, m.total);
-  }
-  if (op == "init_collective" || op == "all_reduce" || op == "broadcast")
-    return run_collective_op(ctx, op, args);
-  if (op == "checkpoint_visible")
-    return checkpoint_visible_op(ctx, args);
-  handled = false;
+caf::expected<caf::message> info_op(rank_context& ctx) {
+  return caf::make_message(ctx.info);
+}
+
+caf::expected<caf::message> ping_op(rank_context&) {
   return caf::message{};
+}
+
+caf::expected<caf::message> threads_op(rank_context&) {
+  return caf::make_message(static_cast<int32_t>(backends::intra_op_threads()));
+}
+
+caf::expected<caf::message> location_op(rank_context& ctx) {
+  auto here = this_process();
+  return caf::make_message(here.host, here.pid, here.address, compute_device(ctx.info).str());
+}
+
+caf::expected<caf::message> device_memory_op(rank_context& ctx) {
+  // The rank's CUDA device as its process's caching allocator and the driver see it.
+  auto m = backends::cuda_memory(compute_device(ctx.info));
+  return caf::make_message(m.allocated, m.reserved, m.peak_allocated, m.free, m.total);
 }
 
 /// Adds the rank's context to an `errc` error that does not start with it yet.
@@ -157,19 +154,21 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
         schedule_step(self);
       });
       try {
-        bool handled = false;
-        out = builtin_op(st.ctx, op, args, handled);
-        if (!handled) {
-          auto i = st.kind.ops.find(op);
-          if (i == st.kind.ops.end()) {
-            std::string known = "info, ping, threads, location, device_memory, "
-                                "init_collective, all_reduce, broadcast, checkpoint_visible";
-            for (auto& [name, _] : st.kind.ops)
-              known += ", " + name;
-            return make_error(errc::not_found, context + ": kind '" + st.kind.name
-                                                 + "' has no such op (ops: " + known + ")");
-          }
-          out = i->second(st.ctx, args);
+        const auto& builtins = builtin_ops();
+        auto b = builtins.find(op);
+        auto i = st.kind.ops.find(op);
+        if (b != builtins.end()) {
+          out = b->second.call(st.ctx, args);
+        } else if (i != st.kind.ops.end()) {
+          out = i->second.call(st.ctx, args);
+        } else {
+          std::string known;
+          const std::map<std::string, rank_op>* tables[] = {&builtins, &st.kind.ops};
+          for (const auto* table : tables)
+            for (auto& [name, _] : *table)
+              known += (known.empty() ? "" : ", ") + name;
+          return make_error(errc::not_found, context + ": kind '" + st.kind.name
+                                               + "' has no such op (ops: " + known + ")");
         }
       } catch (...) {
         auto err = current_exception_to_error(context);
@@ -202,6 +201,22 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
 }
 
 } // namespace
+
+const std::map<std::string, rank_op>& builtin_ops() {
+  static const std::map<std::string, rank_op> ops = {
+      {"info", context_op("info", info_op)},
+      {"ping", context_op("ping", ping_op)},
+      {"threads", context_op("threads", threads_op)},
+      {"location", context_op("location", location_op)},
+      {"device_memory", context_op("device_memory", device_memory_op)},
+      {"init_collective", context_op("init_collective", init_collective_op)},
+      {"all_reduce", context_op("all_reduce", all_reduce_op)},
+      {"broadcast", context_op("broadcast", broadcast_op, {"", "root"})},
+      {"checkpoint_visible",
+       context_op("checkpoint_visible", checkpoint_visible_op, {"root", "global_step", "role"})},
+  };
+  return ops;
+}
 
 caf::expected<caf::actor> spawn_rank(caf::actor_system& sys, const std::string& kind,
                                      rank_info info) {

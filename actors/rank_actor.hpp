@@ -17,6 +17,9 @@ namespace rlforge::actors {
 /// `(call_atom, std::string op, caf::message args) → op_result`: the typed interface
 /// `rlforge::rank_actor` (runtime/cluster_protocol.hpp), returned here as a `caf::actor`.
 ///
+/// Each op of the kind (`actor_kind::ops`, declared with `typed_op`) and each built-in op
+/// (`builtin_ops`) checks its arguments against its declared signature before it runs.
+///
 /// Built-in ops of every kind:
 ///  - `info` → rank_info; `ping` → (); `threads` → int32 intra-op threads of the rank's thread
 ///  - `location` → (std::string host identity, int64 pid, std::string advertised address,

@@ -523,14 +523,11 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   return spec.version;
 }
 
-caf::expected<caf::message> send_weights_op(rank_context& ctx, const caf::message& args) {
-  if (!args.match_elements<std::vector<weight_sync_spec>>())
-    be::fail(error_code::invalid_argument,
-             "send_weights expects (std::vector<weight_sync_spec>), got " + caf::to_string(args));
+caf::expected<caf::message> send_weights_op(rank_context& ctx,
+                                            const std::vector<weight_sync_spec>& specs) {
   const auto& model = worker_model(ctx, "send_weights");
   if (ctx.info.rank != 0)
     return caf::make_message(int64_t{0});
-  const auto& specs = args.get_as<std::vector<weight_sync_spec>>(0);
   auto& channels = worker_weight_channels(ctx);
   std::vector<std::string> named;
   for (auto& spec : specs)

@@ -210,10 +210,8 @@ batch_result make_result(std::map<std::string, at::Tensor> outputs,
 
 // -- ops --------------------------------------------------------------------------------------
 
-caf::expected<caf::message> init_model(rank_context& ctx, const caf::message& args) {
-  expect_args<model_spec>(args, "init_model", "model_spec");
-  auto& st = ctx.as<worker_state>();
-  const auto& spec = args.get_as<model_spec>(0);
+caf::expected<caf::message> init_model(rank_context& ctx, worker_state& st,
+                                       const model_spec& spec) {
   const auto dtype = compute_dtype_of(spec); // refused before anything is built
   auto model = build_model(spec);
   model->to(compute_device(ctx.info)); // the rank's CUDA device, or the CPU for a virtual GPU
@@ -389,32 +387,26 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
   return make_result(std::move(outputs), std::move(metrics), tokens);
 }
 
-caf::expected<caf::message> forward(rank_context& ctx, const caf::message& args) {
-  if (!args.match_elements<batch_payload>() && !args.match_elements<batch_payload, loss_request>())
-    be::fail(error_code::invalid_argument,
-             "forward expects (batch_payload[, loss_request]), got " + caf::to_string(args));
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> forward(rank_context&, worker_state& st, const batch_payload& payload,
+                                    const std::optional<loss_request>& req) {
   resident_model(st, "forward");
-  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
-  const loss_request* req = args.size() > 1 ? &args.get_as<loss_request>(1) : nullptr;
-  return caf::make_message(run_pass(st, batch, req, false));
+  auto batch = decode_batch(st, payload);
+  return caf::make_message(run_pass(st, batch, req ? &*req : nullptr, false));
 }
 
-caf::expected<caf::message> forward_backward(rank_context& ctx, const caf::message& args) {
-  expect_args<batch_payload, loss_request>(args, "forward_backward", "batch_payload, loss_request");
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> forward_backward(rank_context&, worker_state& st,
+                                             const batch_payload& payload,
+                                             const loss_request& req) {
   resident_model(st, "forward_backward");
-  const auto& req = args.get_as<loss_request>(1);
-  auto batch = decode_batch(st, args.get_as<batch_payload>(0));
+  auto batch = decode_batch(st, payload);
   return caf::make_message(run_pass(st, batch, &req, true)); // checks `req` first
 }
 
-caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& args) {
-  expect_args<be::adam_params>(args, "optim_step", "adam_params");
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> optim_step(rank_context& ctx, worker_state& st,
+                                       const be::adam_params& given) {
   auto& model = resident_model(st, "optim_step");
   require_resident_optimizer(st, "optim_step");
-  be::adam_params hp = args.get_as<be::adam_params>(0);
+  be::adam_params hp = given;
   if (std::isnan(hp.learning_rate))
     be::fail(error_code::invalid_argument, "optim_step: learning_rate is NaN");
   if (hp.learning_rate < 0)
@@ -452,11 +444,8 @@ caf::expected<caf::message> optim_step(rank_context& ctx, const caf::message& ar
   return caf::make_message(out);
 }
 
-caf::expected<caf::message> set_lr(rank_context& ctx, const caf::message& args) {
-  expect_args<double>(args, "set_lr", "double");
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> set_lr(rank_context&, worker_state& st, const double& lr) {
   model_of(st, "set_lr");
-  auto lr = args.get_as<double>(0);
   if (!std::isfinite(lr) || lr < 0)
     be::fail(error_code::invalid_argument,
              "set_lr: learning rate must be finite and >= 0, got " + std::to_string(lr));
@@ -466,10 +455,8 @@ caf::expected<caf::message> set_lr(rank_context& ctx, const caf::message& args) 
   return caf::message{};
 }
 
-caf::expected<caf::message> set_algorithm_config(rank_context& ctx, const caf::message& args) {
-  expect_args<algorithm_config>(args, "set_algorithm_config", "algorithm_config");
-  auto& st = ctx.as<worker_state>();
-  const auto& a = args.get_as<algorithm_config>(0);
+caf::expected<caf::message> set_algorithm_config(rank_context&, worker_state& st,
+                                                 const algorithm_config& a) {
   auto bad = [](const std::string& what) { be::fail(error_code::invalid_argument, what); };
   if (a.micro_batch_size < 0)
     bad("micro_batch_size must be >= 0, got " + std::to_string(a.micro_batch_size));
@@ -497,24 +484,27 @@ actor_kind make_kind(const std::string& role) {
   actor_kind k;
   k.name = role;
   k.make_state = [role](const rank_info&) {
-    auto st = std::make_shared<worker_state>();
+    auto st = std::make_unique<worker_state>();
     st->role = role;
-    return std::static_pointer_cast<void>(st);
+    return st;
   };
-  k.ops["init_model"] = init_model;
-  k.ops["forward"] = forward;
-  k.ops["set_algorithm_config"] = set_algorithm_config;
-  k.ops["save_hf_model"] = save_hf_model;
-  k.ops["offload"] = offload;
-  k.ops["onload"] = onload;
-  k.ops["memory"] = memory;
-  k.ops["send_weights"] = send_weights_op;       // weight_sync.hpp
+  auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
+  add("init_model", typed_op("init_model", init_model));
+  add("forward", typed_op("forward", forward));
+  add("set_algorithm_config", typed_op("set_algorithm_config", set_algorithm_config));
+  add("save_hf_model", typed_op("save_hf_model", save_hf_model, {"dir"}));
+  add("offload", typed_op("offload", offload, {"tags"}));
+  add("onload", typed_op("onload", onload, {"tags"}));
+  add("memory", typed_op("memory", memory));
+  add("send_weights", context_op("send_weights", send_weights_op)); // weight_sync.hpp
   if (role != "ref") {
-    k.ops["forward_backward"] = forward_backward;
-    k.ops["optim_step"] = optim_step;
-    k.ops["set_lr"] = set_lr;
-    k.ops["save_checkpoint"] = save_checkpoint;
-    k.ops["load_checkpoint"] = load_checkpoint;
+    add("forward_backward", typed_op("forward_backward", forward_backward));
+    add("optim_step", typed_op("optim_step", optim_step));
+    add("set_lr", typed_op("set_lr", set_lr));
+    add("save_checkpoint",
+        typed_op("save_checkpoint", save_checkpoint, {"root", "global_step", "role"}));
+    add("load_checkpoint", typed_op("load_checkpoint", load_checkpoint,
+                                    {"root", "global_step", "role", "with_optimizer"}));
   }
   return k;
 }
@@ -526,11 +516,11 @@ actor_kind make_kind(const std::string& role) {
 using namespace worker_detail;
 
 const be::causal_lm& worker_model(rank_context& ctx, const char* op) {
-  return resident_model(ctx.as<worker_state>(), op);
+  return resident_model(state_as<worker_state>(ctx), op);
 }
 
 weight_channels& worker_weight_channels(rank_context& ctx) {
-  return ctx.as<worker_state>().channels;
+  return state_as<worker_state>(ctx).channels;
 }
 
 const std::vector<std::string>& worker_kind_names() {

@@ -40,25 +40,19 @@
 
 namespace rlforge::actors::worker_detail {
 
-/// Arguments of save/load_checkpoint: (root, step) or (root, step, role directory name); load
-/// also takes (root, step, role, bool with_optimizer).
+/// Where a save/load_checkpoint call points: the role's directory is the worker's own unless
+/// the call names one.
 be::checkpoint_location location_of(const rank_context& ctx, const worker_state& st,
-                                    const caf::message& args, const char* op) {
-  bool load = std::string{op} == "load_checkpoint";
-  if (!args.match_elements<std::string, int64_t>() &&
-      !args.match_elements<std::string, int64_t, std::string>() &&
-      !(load && args.match_elements<std::string, int64_t, std::string, bool>()))
-    be::fail(error_code::invalid_argument,
-             std::string{op} + " expects (string root, int64 global_step[, string role" +
-                 (load ? "[, bool with_optimizer]" : "") + "]), got " + caf::to_string(args));
-  auto role = args.size() >= 3 ? args.get_as<std::string>(2) : st.role;
-  return be::checkpoint_location{args.get_as<std::string>(0), args.get_as<int64_t>(1), role,
-                                 ctx.info.rank, ctx.info.world_size};
+                                    const std::string& root, int64_t global_step,
+                                    const std::optional<std::string>& role) {
+  return be::checkpoint_location{root, global_step, role.value_or(st.role), ctx.info.rank,
+                                 ctx.info.world_size};
 }
 
-caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::message& args) {
-  auto& st = ctx.as<worker_state>();
-  auto where = location_of(ctx, st, args, "save_checkpoint");
+caf::expected<caf::message> save_checkpoint(rank_context& ctx, worker_state& st,
+                                            const std::string& root, const int64_t& global_step,
+                                            const std::optional<std::string>& role) {
+  auto where = location_of(ctx, st, root, global_step, role);
   auto& model = resident_model(st, "save_checkpoint");
   require_resident_optimizer(st, "save_checkpoint");
   where.validate();
@@ -67,10 +61,12 @@ caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::messag
   return caf::message{};
 }
 
-caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args) {
-  auto& st = ctx.as<worker_state>();
-  auto where = location_of(ctx, st, args, "load_checkpoint");
-  const bool with_optimizer = args.size() < 4 || args.get_as<bool>(3);
+caf::expected<caf::message> load_checkpoint(rank_context& ctx, worker_state& st,
+                                            const std::string& root, const int64_t& global_step,
+                                            const std::optional<std::string>& role,
+                                            const std::optional<bool>& restore_optimizer) {
+  auto where = location_of(ctx, st, root, global_step, role);
+  const bool with_optimizer = restore_optimizer.value_or(true);
   auto& model = resident_model(st, "load_checkpoint");
   if (with_optimizer)
     require_resident_optimizer(st, "load_checkpoint");
@@ -112,11 +108,9 @@ caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::messag
   return caf::make_message(step);
 }
 
-caf::expected<caf::message> save_hf_model(rank_context& ctx, const caf::message& args) {
-  expect_args<std::string>(args, "save_hf_model", "string dir");
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> save_hf_model(rank_context& ctx, worker_state& st,
+                                          const std::string& dir) {
   auto& model = resident_model(st, "save_hf_model");
-  const auto& dir = args.get_as<std::string>(0);
   if (dir.empty())
     be::fail(error_code::invalid_argument, "save_hf_model: empty directory");
   if (ctx.info.rank == 0)
@@ -210,11 +204,10 @@ void onload_optimizer(worker_state& st) {
   st.optimizer_offloaded = false;
 }
 
-caf::expected<caf::message> offload(rank_context& ctx, const caf::message& args) {
-  expect_args<std::vector<std::string>>(args, "offload", "std::vector<std::string> tags");
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> offload(rank_context&, worker_state& st,
+                                    const std::vector<std::string>& tags) {
   model_of(st, "offload");
-  for (const auto& tag : parse_tags(st, args.get_as<std::vector<std::string>>(0), "offload")) {
+  for (const auto& tag : parse_tags(st, tags, "offload")) {
     if (tag == tag_model && !st.model_offloaded)
       offload_model(st);
     else if (tag == tag_optimizer && !st.optimizer_offloaded)
@@ -227,11 +220,10 @@ caf::expected<caf::message> offload(rank_context& ctx, const caf::message& args)
   return caf::message{};
 }
 
-caf::expected<caf::message> onload(rank_context& ctx, const caf::message& args) {
-  expect_args<std::vector<std::string>>(args, "onload", "std::vector<std::string> tags");
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> onload(rank_context&, worker_state& st,
+                                   const std::vector<std::string>& tags) {
   model_of(st, "onload");
-  for (const auto& tag : parse_tags(st, args.get_as<std::vector<std::string>>(0), "onload")) {
+  for (const auto& tag : parse_tags(st, tags, "onload")) {
     if (tag == tag_model && st.model_offloaded)
       onload_model(st);
     else if (tag == tag_optimizer && st.optimizer_offloaded)
@@ -240,9 +232,7 @@ caf::expected<caf::message> onload(rank_context& ctx, const caf::message& args) 
   return caf::message{};
 }
 
-caf::expected<caf::message> memory(rank_context& ctx, const caf::message& args) {
-  expect_args<>(args, "memory", "");
-  auto& st = ctx.as<worker_state>();
+caf::expected<caf::message> memory(rank_context&, worker_state& st) {
   auto& model = model_of(st, "memory");
   auto params = model.named_parameters();
   std::vector<std::pair<std::string, at::Tensor>> grads, moments;

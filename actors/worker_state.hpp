@@ -59,7 +59,7 @@ inline const char* const tag_model = "model";
 inline const char* const tag_optimizer = "optimizer";
 
 /// One rank's model replica and training state.
-struct worker_state {
+struct worker_state final : kind_state {
   std::string role; ///< policy, critic or ref
   std::unique_ptr<be::causal_lm> model;
   be::adamw optimizer;
@@ -102,11 +102,19 @@ void require_resident_optimizer(const worker_state& st, const char* op);
 
 // -- worker_residency.cpp ----------------------------------------------------------------------
 
-caf::expected<caf::message> save_checkpoint(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> load_checkpoint(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> save_hf_model(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> offload(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> onload(rank_context& ctx, const caf::message& args);
-caf::expected<caf::message> memory(rank_context& ctx, const caf::message& args);
+// Each takes the rank's context, the worker's state and the op's arguments by type;
+// worker.cpp declares them as the kind's ops (`typed_op`), whose signatures name the arguments.
+// A checkpoint's role directory defaults to the worker's role; load_checkpoint restores the
+// optimizer too unless `with_optimizer` is false.
+using worker_result = caf::expected<caf::message>;
+worker_result save_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
+                              const int64_t& global_step, const std::optional<std::string>& role);
+worker_result load_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
+                              const int64_t& global_step, const std::optional<std::string>& role,
+                              const std::optional<bool>& with_optimizer);
+worker_result save_hf_model(rank_context& ctx, worker_state& st, const std::string& dir);
+worker_result offload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
+worker_result onload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
+worker_result memory(rank_context& ctx, worker_state& st);
 
 } // namespace rlforge::actors::worker_detail

@@ -74,7 +74,7 @@ struct node_join_request {
   uint16_t port = 0;        ///< the port its agent is published on
   std::string version;      ///< rlforge version of the node's build
   std::vector<std::string> wire_types; ///< `wire_signature()` of the node's build
-  std::vector<std::string> kinds;      ///< actor kinds the node can spawn, sorted
+  std::vector<std::string> kinds;      ///< actor kinds the node can spawn and their ops, sorted
   std::string host;         ///< host name (for status output)
   int64_t pid = 0;          ///< process id (for status output)
 };

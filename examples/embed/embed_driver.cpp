@@ -34,10 +34,7 @@ T value(caf::actor_system& sys, caf::expected<T> x, const char* what) {
 }
 
 /// Rank kind "embed.cubes": `sum_cubes` (tensor_list{chunk}) → tensor_list{[Σ chunk³]}.
-caf::expected<caf::message> sum_cubes(rank_context&, const caf::message& args) {
-  if (args.size() != 1 || !args.match_element<tensor_list>(0))
-    return make_error(errc::invalid_argument, "sum_cubes expects (tensor_list)");
-  const auto& in = args.get_as<tensor_list>(0);
+caf::expected<caf::message> sum_cubes(rank_context&, const tensor_list& in) {
   caf::expected<at::Tensor> chunk = in.empty() ? make_error(errc::invalid_argument, "no tensor")
                                                : from_blob(in.front());
   if (!chunk)
@@ -59,7 +56,7 @@ int main(int argc, char** argv) {
   }
   actor_kind cubes;
   cubes.name = "embed.cubes";
-  cubes.ops["sum_cubes"] = sum_cubes;
+  cubes.ops.emplace("sum_cubes", context_op("sum_cubes", sum_cubes, {"chunk"}));
   register_kind(std::move(cubes));
   caf::actor_system sys{cfg};
   auto manager = spawn_placement_manager(sys, {local_node(cfg)}, std::chrono::seconds(10));

@@ -30,18 +30,19 @@ namespace {
 void register_demo_kind() {
   actor_kind k;
   k.name = "demo.worker";
-  k.ops["sum_squares"] = [](rank_context&, const caf::message& args) -> caf::expected<caf::message> {
-    if (args.size() != 1 || !args.match_element<tensor_list>(0))
-      return make_error(errc::invalid_argument, "sum_squares expects (tensor_list)");
-    auto chunk = from_blob(args.get_as<tensor_list>(0).at(0));
-    if (!chunk)
-      return std::move(chunk.error());
-    auto partial = chunk->pow(2).sum().reshape({1});
-    auto blob = to_blob(partial);
-    if (!blob)
-      return std::move(blob.error());
-    return caf::make_message(tensor_list{std::move(*blob)});
-  };
+  k.ops.emplace("sum_squares", context_op("sum_squares", +[](rank_context&, const tensor_list& in)
+                                                            -> caf::expected<caf::message> {
+                  if (in.empty())
+                    return make_error(errc::invalid_argument, "sum_squares: no tensor");
+                  auto chunk = from_blob(in.front());
+                  if (!chunk)
+                    return std::move(chunk.error());
+                  auto partial = chunk->pow(2).sum().reshape({1});
+                  auto blob = to_blob(partial);
+                  if (!blob)
+                    return std::move(blob.error());
+                  return caf::make_message(tensor_list{std::move(*blob)});
+                }, {"chunk"}));
   register_kind(std::move(k));
 }
 

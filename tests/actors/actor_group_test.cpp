@@ -23,42 +23,42 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct counter_state {
+struct counter_state final : kind_state {
   int64_t calls = 0;
 };
+
+using op_answer = caf::expected<caf::message>;
 
 void register_test_kind() {
   actor_kind k;
   k.name = "test.worker";
-  k.make_state = [](const rank_info&) { return std::make_shared<counter_state>(); };
-  k.ops["square"] = [](rank_context& ctx, const caf::message& args) -> caf::expected<caf::message> {
-    ctx.as<counter_state>().calls++;
-    if (args.size() != 1 || !args.match_element<int64_t>(0))
-      return make_error(errc::invalid_argument, "square expects (int64)");
-    auto x = args.get_as<int64_t>(0);
-    return caf::make_message(x * x + ctx.info.rank * 1000);
-  };
-  k.ops["calls"] = [](rank_context& ctx, const caf::message&) -> caf::expected<caf::message> {
-    return caf::make_message(ctx.as<counter_state>().calls);
-  };
-  k.ops["sleep"] = [](rank_context& ctx, const caf::message& args) -> caf::expected<caf::message> {
-    std::this_thread::sleep_for(std::chrono::milliseconds(args.get_as<int32_t>(0)));
-    return caf::message{};
-  };
-  k.ops["die_on_rank1"] = [](rank_context& ctx,
-                             const caf::message&) -> caf::expected<caf::message> {
-    if (ctx.info.rank == 1) {
-      std::this_thread::sleep_for(100ms);
-      ctx.exit_reason = caf::make_error(caf::exit_reason::kill);
-    }
-    return caf::message{};
-  };
-  k.ops["throw_on_rank1"] = [](rank_context& ctx,
-                               const caf::message&) -> caf::expected<caf::message> {
-    if (ctx.info.rank == 1)
-      backends::fail(backends::error_code::out_of_range, "token id 99999 outside vocab 512");
-    return caf::message{};
-  };
+  k.make_state = [](const rank_info&) { return std::make_unique<counter_state>(); };
+  k.ops.emplace("square", typed_op("square", +[](rank_context& ctx, counter_state& st,
+                                                  const int64_t& x) -> op_answer {
+                  st.calls++;
+                  return caf::make_message(x * x + ctx.info.rank * 1000);
+                }));
+  k.ops.emplace("calls", typed_op("calls", +[](rank_context&, counter_state& st) -> op_answer {
+                  return caf::make_message(st.calls);
+                }));
+  k.ops.emplace("sleep", context_op("sleep", +[](rank_context&, const int32_t& ms) -> op_answer {
+                  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                  return caf::message{};
+                }));
+  k.ops.emplace("die_on_rank1", context_op("die_on_rank1", +[](rank_context& ctx) -> op_answer {
+                  if (ctx.info.rank == 1) {
+                    std::this_thread::sleep_for(100ms);
+                    ctx.exit_reason = caf::make_error(caf::exit_reason::kill);
+                  }
+                  return caf::message{};
+                }));
+  k.ops.emplace("throw_on_rank1",
+                context_op("throw_on_rank1", +[](rank_context& ctx) -> op_answer {
+                  if (ctx.info.rank == 1)
+                    backends::fail(backends::error_code::out_of_range,
+                                   "token id 99999 outside vocab 512");
+                  return caf::message{};
+                }));
   register_kind(std::move(k));
 }
 

@@ -79,11 +79,12 @@ using test::temp_dir;
 void register_sleeper_kind() {
   actor_kind k;
   k.name = "test.sleeper";
-  k.ops["sleep"] = [](rank_context& ctx, const caf::message& args) -> caf::expected<caf::message> {
-    if (ctx.info.rank == 1)
-      std::this_thread::sleep_for(std::chrono::milliseconds(args.get_as<int32_t>(0)));
-    return caf::message{};
-  };
+  k.ops.emplace("sleep", context_op("sleep", +[](rank_context& ctx, const int32_t& ms)
+                                                -> caf::expected<caf::message> {
+                  if (ctx.info.rank == 1)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                  return caf::message{};
+                }));
   register_kind(std::move(k));
 }
 

@@ -5,6 +5,7 @@
 // that exit messages from other processes are ignored.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -66,7 +67,7 @@ protected:
     r.port = 4242;
     r.version = rlforge_version();
     r.wire_types = wire_signature(*node_sys_);
-    r.kinds = kind_names();
+    r.kinds = kind_interfaces();
     r.host = "test";
     r.pid = 1;
     return r;
@@ -132,6 +133,21 @@ TEST_F(HeadProtocol, RefusesAnotherBuildNamingTheDifference) {
   msg = refusal(kinds);
   EXPECT_NE(msg.find("lacks kinds [engine]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[my.kind]"), std::string::npos) << msg;
+  // A node whose engine takes other arguments for one op is refused, naming that op.
+  auto ops = good("n1");
+  auto generate = std::find_if(ops.kinds.begin(), ops.kinds.end(), [](const std::string& k) {
+    return k.rfind("engine.generate(", 0) == 0;
+  });
+  ASSERT_NE(generate, ops.kinds.end());
+  EXPECT_EQ(*generate, "engine.generate(std::vector<sample_request>)");
+  *generate = "engine.generate(std::vector<sample_request>, int64)";
+  msg = refusal(ops);
+  EXPECT_NE(msg.find("other actor kinds or ops"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("lacks kinds [engine.generate(std::vector<sample_request>)]"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("[engine.generate(std::vector<sample_request>, int64)]"), std::string::npos)
+      << msg;
   // The head keeps serving: the same node of the right build joins.
   EXPECT_TRUE(join(good("n1")));
 }

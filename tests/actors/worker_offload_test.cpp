@@ -506,15 +506,15 @@ TEST(WorkerModel, RefusedBeforeInitAndWhileOffloaded) {
   ctx.state = kind->make_state(ctx.info);
   be::testing::expect_error([&] { worker_model(ctx, "sync_weights"); },
                             {"sync_weights before init_model", "policy"});
-  auto n = kind->ops.at("init_model")(ctx, caf::make_message(tiny_spec(13)));
+  auto n = kind->ops.at("init_model").call(ctx, caf::make_message(tiny_spec(13)));
   ASSERT_TRUE(n);
   const auto& model = worker_model(ctx, "sync_weights");
   EXPECT_EQ(model.num_parameters(), n->get_as<int64_t>(0));
   auto weights = model.state_dict();
-  ASSERT_TRUE(kind->ops.at("offload")(ctx, caf::make_message(tags{"model"})));
+  ASSERT_TRUE(kind->ops.at("offload").call(ctx, caf::make_message(tags{"model"})));
   be::testing::expect_error([&] { worker_model(ctx, "sync_weights"); },
                             {"policy worker", "sync_weights", "offloaded", "onload"});
-  ASSERT_TRUE(kind->ops.at("onload")(ctx, caf::make_message(tags{})));
+  ASSERT_TRUE(kind->ops.at("onload").call(ctx, caf::make_message(tags{})));
   const auto& back = worker_model(ctx, "sync_weights");
   EXPECT_EQ(&back, &model);
   for (const auto& [name, t] : back.state_dict())

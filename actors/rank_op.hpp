@@ -1,0 +1,248 @@
+#pragma once
+// One operation of a rank kind, declared with its argument types (actor_kind.hpp holds the
+// table of a kind's ops). The op's C++ signature is the declaration: `typed_op(fn, names)` reads
+// the argument types from `fn`, checks each call's arguments against them before `fn` runs, and
+// hands `fn` the kind's own state and the arguments by type. Its text form ("tensor_map weights,
+// int64 version") names the op in errors and in the kind's interface, which a cluster compares
+// between its head and a joining node.
+//
+// Thread safety: a `rank_op` is immutable once built and may be called from any thread; the
+// rank actor calls it on the rank's own thread only.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/detail/type_list.hpp>
+#include <caf/expected.hpp>
+#include <caf/message.hpp>
+
+#include "backends/error.hpp"
+#include "runtime/type_registry.hpp"
+
+namespace rlforge::actors {
+
+struct rank_context;
+
+/// Base of every kind's state (`actor_kind::make_state`); each kind derives its own.
+struct kind_state {
+  virtual ~kind_state() = default;
+};
+
+/// The state `ctx` holds (null for a kind without state).
+kind_state* state_of(rank_context& ctx);
+
+/// An op as the rank actor calls it: the rank's context and the call's arguments in, the answer
+/// out. May throw (the rank turns the exception into an error naming group, rank and op).
+using op_fn = std::function<caf::expected<caf::message>(rank_context&, const caf::message& args)>;
+
+/// One op of a kind: what it takes, as text, and how it is called.
+struct rank_op {
+  /// "type name, type name[, type name]": the argument list, optional trailing ones bracketed.
+  std::string signature;
+  op_fn call;
+};
+
+/// `ctx`'s state as `State`, the type its kind's `make_state` created (for a kind's background
+/// `step`; ops get it from `typed_op`). Throws `backends::error{internal}` for another type.
+template <class State>
+State& state_as(rank_context& ctx) {
+  auto* s = dynamic_cast<State*>(state_of(ctx));
+  if (s == nullptr)
+    backends::fail(backends::error_code::internal,
+                   "a rank's state is not the type its op or step was declared for");
+  return *s;
+}
+
+namespace op_detail {
+
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {
+  using type = T;
+};
+
+template <class T>
+struct is_vector : std::false_type {};
+template <class T, class A>
+struct is_vector<std::vector<T, A>> : std::true_type {
+  using type = T;
+};
+
+/// A type's name as rlforge registers it for the wire, without the namespace.
+template <class T>
+std::string registered_name() {
+  constexpr int i = caf::detail::tl_index_of<runtime::message_types, T>::value;
+  static_assert(i >= 0, "an op argument must be a scalar, a string, an actor, a vector of these "
+                        "or a type in runtime::message_types");
+  std::string name = runtime::message_type_names[i];
+  const std::string ns = "rlforge::";
+  return name.rfind(ns, 0) == 0 ? name.substr(ns.size()) : name;
+}
+
+/// The name of `T` inside a vector: "std::string", "int64_t", "sample_request".
+template <class T>
+std::string element_text() {
+  if constexpr (std::is_same_v<T, std::string>)
+    return "std::string";
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return "int64_t";
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return "int32_t";
+  else if constexpr (std::is_same_v<T, double>)
+    return "double";
+  else if constexpr (std::is_same_v<T, caf::actor>)
+    return "actor";
+  else
+    return registered_name<T>();
+}
+
+/// The name of an argument of type `T`: "int64", "string", "std::vector<std::string>",
+/// "tensor_map".
+template <class T>
+std::string arg_text() {
+  if constexpr (std::is_same_v<T, std::string>)
+    return "string";
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return "int64";
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return "int32";
+  else if constexpr (std::is_same_v<T, bool>)
+    return "bool";
+  else if constexpr (std::is_same_v<T, double>)
+    return "double";
+  else if constexpr (std::is_same_v<T, caf::actor>)
+    return "actor";
+  else if constexpr (is_vector<T>::value &&
+                     caf::detail::tl_index_of<runtime::message_types, T>::value < 0)
+    return "std::vector<" + element_text<typename is_vector<T>::type>() + ">";
+  else
+    return registered_name<T>();
+}
+
+/// The type an argument has in the message (`std::optional<T>` stands for an optional `T`).
+template <class T>
+using wire_t = typename std::conditional_t<is_optional<T>::value, is_optional<T>,
+                                           std::enable_if<true, T>>::type;
+
+template <class... Args>
+constexpr std::size_t required_count() {
+  constexpr bool optional[] = {is_optional<Args>::value..., false};
+  std::size_t n = 0;
+  while (n < sizeof...(Args) && !optional[n])
+    ++n;
+  return n;
+}
+
+template <class... Args>
+constexpr bool optionals_trail() {
+  constexpr bool optional[] = {is_optional<Args>::value..., false};
+  for (std::size_t i = 1; i < sizeof...(Args); ++i)
+    if (optional[i - 1] && !optional[i])
+      return false;
+  return true;
+}
+
+template <class... Args>
+std::string signature_text(const std::vector<std::string>& names) {
+  std::vector<std::string> types{arg_text<wire_t<Args>>()...};
+  const bool optional[] = {is_optional<Args>::value..., false};
+  std::string out;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    auto part = types[i] + (i < names.size() && !names[i].empty() ? " " + names[i] : "");
+    if (optional[i])
+      out += (i == 0 ? "[" : "[, ") + part;
+    else
+      out += (i == 0 ? "" : ", ") + part;
+  }
+  for (std::size_t i = 0; i < types.size(); ++i)
+    if (optional[i])
+      out += "]";
+  return out;
+}
+
+/// True when `args` holds the first `n` of `Args` (as their wire types), and nothing else.
+template <class... Args, std::size_t... Is>
+bool matches_first(const caf::message& args, std::size_t n, std::index_sequence<Is...>) {
+  if (args.size() != n)
+    return false;
+  return ((Is >= n || args.match_element<wire_t<Args>>(Is)) && ...);
+}
+
+template <class T>
+decltype(auto) arg_at(const caf::message& args, std::size_t i) {
+  if constexpr (is_optional<T>::value)
+    return i < args.size() ? T{args.get_as<typename is_optional<T>::type>(i)} : T{};
+  else
+    return args.get_as<T>(i);
+}
+
+template <class State, class... Args, std::size_t... Is>
+caf::expected<caf::message>
+call_with_state(caf::expected<caf::message> (*fn)(rank_context&, State&, const Args&...),
+                rank_context& ctx, const caf::message& args, std::index_sequence<Is...>) {
+  return fn(ctx, state_as<State>(ctx), arg_at<Args>(args, Is)...);
+}
+
+template <class... Args, std::size_t... Is>
+caf::expected<caf::message>
+call_with_context(caf::expected<caf::message> (*fn)(rank_context&, const Args&...),
+                  rank_context& ctx, const caf::message& args, std::index_sequence<Is...>) {
+  return fn(ctx, arg_at<Args>(args, Is)...);
+}
+
+/// The op `call(ctx, args)`, after a check that `args` holds `Args` (optional ones may be
+/// left off the end).
+template <class... Args, class Call>
+rank_op make(const char* op, std::vector<std::string> names, Call call) {
+  static_assert(optionals_trail<Args...>(), "optional arguments come last");
+  rank_op out;
+  out.signature = signature_text<Args...>(names);
+  const std::string expects = std::string{op} + " expects (" + out.signature + "), got ";
+  out.call = [call, expects](rank_context& ctx,
+                             const caf::message& args) -> caf::expected<caf::message> {
+    bool ok = false;
+    for (std::size_t n = required_count<Args...>(); n <= sizeof...(Args) && !ok; ++n)
+      ok = matches_first<Args...>(args, n, std::index_sequence_for<Args...>{});
+    if (!ok)
+      backends::fail(backends::error_code::invalid_argument, expects + caf::to_string(args));
+    return call(ctx, args);
+  };
+  return out;
+}
+
+} // namespace op_detail
+
+/// An op of a kind whose state is `State`: `fn(ctx, state, args...)`. `names` names the
+/// arguments in the signature text (in order; fewer names leave the rest unnamed). A
+/// `std::optional<T>` argument is an optional trailing `T`: absent from the call, it is empty.
+template <class State, class... Args>
+rank_op typed_op(const char* op,
+                 caf::expected<caf::message> (*fn)(rank_context&, State&, const Args&...),
+                 std::vector<std::string> names = {}) {
+  return op_detail::make<Args...>(op, std::move(names),
+                                  [fn](rank_context& ctx, const caf::message& args) {
+                                    return op_detail::call_with_state(
+                                        fn, ctx, args, std::index_sequence_for<Args...>{});
+                                  });
+}
+
+/// An op that needs no kind state: `fn(ctx, args...)` (the built-in ops of every rank).
+template <class... Args>
+rank_op context_op(const char* op, caf::expected<caf::message> (*fn)(rank_context&, const Args&...),
+                   std::vector<std::string> names = {}) {
+  return op_detail::make<Args...>(op, std::move(names),
+                                  [fn](rank_context& ctx, const caf::message& args) {
+                                    return op_detail::call_with_context(
+                                        fn, ctx, args, std::index_sequence_for<Args...>{});
+                                  });
+}
+
+} // namespace rlforge::actors

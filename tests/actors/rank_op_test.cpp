@@ -1,0 +1,133 @@
+// Typed rank ops (actors/rank_op.hpp): the signature text an op declares, the argument check
+// each call passes before the op runs, optional trailing arguments, the kind state the op gets,
+// and the interface lines a cluster compares.
+#include "actors/rank_op.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/actor_kind.hpp"
+#include "actors/engine.hpp"
+#include "actors/worker.hpp"
+#include "../backends/test_support.hpp"
+
+using namespace rlforge;
+using namespace rlforge::actors;
+
+namespace {
+
+struct tally final : kind_state {
+  int64_t total = 0;
+  std::vector<std::string> seen;
+};
+
+struct other_state final : kind_state {};
+
+using answer = caf::expected<caf::message>;
+
+answer add(rank_context&, tally& st, const int64_t& x, const std::optional<std::string>& note,
+           const std::optional<bool>& twice) {
+  st.total += twice.value_or(false) ? 2 * x : x;
+  st.seen.push_back(note.value_or("-"));
+  return caf::make_message(st.total);
+}
+
+answer requests(rank_context&, tally& st, const std::vector<sample_request>& rs,
+                const caf::actor&) {
+  st.total += static_cast<int64_t>(rs.size());
+  return caf::message{};
+}
+
+answer nothing(rank_context& ctx) {
+  return caf::make_message(ctx.info.rank);
+}
+
+rank_context context_with(std::unique_ptr<kind_state> state) {
+  rank_context ctx;
+  ctx.info.rank = 3;
+  ctx.state = std::move(state);
+  return ctx;
+}
+
+} // namespace
+
+TEST(RankOp, SignatureTextNamesTypesAndBracketsOptionalArguments) {
+  EXPECT_EQ(typed_op("add", add, {"x", "note", "twice"}).signature,
+            "int64 x[, string note[, bool twice]]");
+  EXPECT_EQ(typed_op("add", add).signature, "int64[, string[, bool]]");
+  EXPECT_EQ(typed_op("requests", requests, {"", "consumer"}).signature,
+            "std::vector<sample_request>, actor consumer");
+  EXPECT_EQ(context_op("nothing", nothing).signature, "");
+}
+
+TEST(RankOp, CallsGetTheirArgumentsByTypeAndOptionalOnesMayBeLeftOff) {
+  auto op = typed_op("add", add, {"x", "note", "twice"});
+  auto ctx = context_with(std::make_unique<tally>());
+  auto one = op.call(ctx, caf::make_message(int64_t{5}));
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->get_as<int64_t>(0), 5);
+  auto two = op.call(ctx, caf::make_message(int64_t{5}, std::string{"n"}));
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->get_as<int64_t>(0), 10);
+  auto three = op.call(ctx, caf::make_message(int64_t{5}, std::string{"m"}, true));
+  ASSERT_TRUE(three);
+  EXPECT_EQ(three->get_as<int64_t>(0), 20);
+  auto& st = dynamic_cast<tally&>(*ctx.state);
+  EXPECT_EQ(st.seen, (std::vector<std::string>{"-", "n", "m"}));
+  auto rank = context_op("nothing", nothing).call(ctx, caf::message{});
+  ASSERT_TRUE(rank);
+  EXPECT_EQ(rank->get_as<int32_t>(0), 3);
+}
+
+TEST(RankOp, WrongArgumentsAreRefusedBeforeTheOpRunsNamingTheSignature) {
+  auto op = typed_op("add", add, {"x", "note", "twice"});
+  auto ctx = context_with(std::make_unique<tally>());
+  const std::vector<caf::message> bad = {
+      caf::message{},                                          // a required argument missing
+      caf::make_message(std::string{"5"}),                     // the wrong type
+      caf::make_message(int64_t{5}, true),                     // an optional one out of order
+      caf::make_message(int64_t{5}, std::string{"n"}, true, 1) // one too many
+  };
+  for (const auto& args : bad)
+    backends::testing::expect_error([&] { (void)op.call(ctx, args); },
+                                    {"add expects (int64 x[, string note[, bool twice]]), got"});
+  EXPECT_EQ(dynamic_cast<tally&>(*ctx.state).total, 0); // nothing ran
+  backends::testing::expect_error(
+      [&] { (void)context_op("nothing", nothing).call(ctx, caf::make_message(1)); },
+      {"nothing expects (), got"});
+}
+
+TEST(RankOp, AnOpDeclaredForAnotherKindsStateIsAnInternalError) {
+  auto op = typed_op("add", add);
+  auto wrong = context_with(std::make_unique<other_state>());
+  backends::testing::expect_error([&] { (void)op.call(wrong, caf::make_message(int64_t{1})); },
+                                  backends::error_code::internal, {"not the type"});
+  auto none = context_with(nullptr);
+  backends::testing::expect_error([&] { (void)op.call(none, caf::make_message(int64_t{1})); },
+                                  backends::error_code::internal, {"not the type"});
+}
+
+TEST(RankOp, KindInterfacesListEveryOpWithItsSignature) {
+  register_worker_kinds();
+  register_engine_kind();
+  auto lines = kind_interfaces();
+  EXPECT_TRUE(std::is_sorted(lines.begin(), lines.end()));
+  auto has = [&](const std::string& line) {
+    return std::find(lines.begin(), lines.end(), line) != lines.end();
+  };
+  EXPECT_TRUE(has("engine"));
+  EXPECT_TRUE(has("engine.set_weights(tensor_map weights, int64 version)"));
+  EXPECT_TRUE(has("engine.pause([string mode: keep | abort])"));
+  EXPECT_TRUE(has("policy.forward(batch_payload[, loss_request])"));
+  EXPECT_TRUE(has("policy.load_checkpoint(string root, int64 global_step[, string role[, bool "
+                  "with_optimizer]])"));
+  EXPECT_TRUE(has("ref.forward(batch_payload[, loss_request])"));
+  EXPECT_FALSE(has("ref.optim_step(adam_params)")); // the reference does not train
+  EXPECT_TRUE(has("policy.optim_step(adam_params)"));
+  EXPECT_TRUE(has("rank.broadcast(std::vector<tensor_blob>, int32 root)"));
+  EXPECT_TRUE(has("rank.checkpoint_visible(string root, int64 global_step, string role)"));
+}
