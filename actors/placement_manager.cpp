@@ -1,7 +1,9 @@
 #include "actors/placement_manager.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <thread>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -413,6 +415,31 @@ caf::expected<uint64_t> placement_client::reserve(const std::string& group, uint
 
 caf::expected<void> placement_client::release(const std::string& group, uint64_t reservation) {
   return ask_void(*sys_, manager_, caf::make_message(release_atom::value, group, reservation));
+}
+
+caf::expected<placement_group_info>
+placement_client::place_again(placement_group_request request, std::chrono::milliseconds timeout,
+                              const std::function<std::string(const placement_group_info&)>& accept) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left_s = [&] {
+    return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+  };
+  std::string why = "no attempt";
+  while (left_s() > 0) {
+    (void)remove(request.name); // failed with its node, or gone
+    request.timeout_s = std::max(left_s(), 0.1);
+    auto pg = create(request);
+    if (pg) {
+      why = accept(*pg);
+      if (why.empty())
+        return std::move(*pg);
+    } else {
+      why = "no room: " + sys_->render(pg.error());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  (void)remove(request.name);
+  return make_error(errc::timeout, why);
 }
 
 } // namespace rlforge::actors

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,19 @@ public:
   caf::expected<uint64_t> reserve(const std::string& group, uint32_t bundle,
                                   const resource_amounts& amounts);
   caf::expected<void> release(const std::string& group, uint64_t reservation);
+
+  /// Places group `request.name` again after a loss, within `timeout`: removes the old group
+  /// (failed with its node, or gone), creates it anew (waiting for room with the time left) and
+  /// hands it to `accept`, which returns "" to keep it or why it will not do (e.g. it landed on
+  /// the lost node, which the head has not declared dead yet, or spawning on it failed); a group
+  /// turned down or not placed is placed again after 200 ms. Returns the kept group, or
+  /// `errc::timeout` whose message is the last attempt's failure ("no attempt" when no time was
+  /// given); then no group of that name is left. The one re-placement loop of the job's
+  /// recoveries (examples/grpo/group_replacement) and the Tinker backend's healing
+  /// (tinker_healing). Blocks the calling thread.
+  caf::expected<placement_group_info>
+  place_again(placement_group_request request, std::chrono::milliseconds timeout,
+              const std::function<std::string(const placement_group_info&)>& accept);
 
   const caf::actor& handle() const { return manager_; }
 

@@ -1,11 +1,11 @@
 #include "actors/tinker_healing.hpp"
 
 #include <algorithm>
-#include <thread>
 
 #include <caf/all.hpp>
 
 #include "actors/placement_manager.hpp"
+#include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
 #include "tinker/error.hpp"
 
@@ -85,37 +85,21 @@ void tinker_healing::heal(uint64_t generation, const std::string& node,
     r.new_node = node;
   } else {
     placement_client pgs{groups_.system(), o.placement_manager};
-    const auto deadline = t0 + o.recovery_timeout;
-    auto left_s = [&] {
-      return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-    };
-    std::string why = "no attempt";
-    bool placed = false;
-    while (!placed && left_s() > 0) {
-      (void)pgs.remove(o.placement_request.name); // failed with its node, or gone
-      auto request = o.placement_request;
-      request.timeout_s = std::max(left_s(), 0.1);
-      auto pg = pgs.create(request);
-      if (!pg) {
-        why = "no room: " + groups_.system().render(pg.error());
-        continue;
-      }
-      // The head may not have declared a hung node dead yet: never go back to it.
-      if (!node.empty() && !pg->bundles.empty() && pg->bundles.front().node_id == node) {
-        why = "only the lost node '" + node + "' had room";
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        continue;
-      }
-      r.new_node = pg->bundles.empty() ? std::string{} : pg->bundles.front().node_id;
-      groups_.replace_placement(std::move(*pg));
-      placed = true;
-    }
+    // The head may not have declared a hung node dead yet: never go back to it.
+    auto placed = pgs.place_again(
+        o.placement_request, o.recovery_timeout, [&](const placement_group_info& pg) {
+          return !node.empty() && !pg.bundles.empty() && pg.bundles.front().node_id == node
+                     ? "only the lost node '" + node + "' had room"
+                     : std::string{};
+        });
     if (!placed)
       tinker::fail_server(seen_by + ": a rank" + where + " was lost and no node had room for "
                           "the service's placement group '" + o.placement_request.name +
                           "' within " + std::to_string(o.recovery_timeout.count()) +
-                          " ms (--recovery-timeout); last: " + why + "; losses: " +
-                          joined(losses_));
+                          " ms (--recovery-timeout); last: " + error_message(placed.error()) +
+                          "; losses: " + joined(losses_));
+    r.new_node = placed->bundles.empty() ? std::string{} : placed->bundles.front().node_id;
+    groups_.replace_placement(std::move(*placed));
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log->warn("placement_replaced seen_by={} lost_node={} new_node={} seconds={:.3f}", seen_by,

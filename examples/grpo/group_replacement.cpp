@@ -1,9 +1,7 @@
 // Placing a lost placement group again with its actor groups (group_replacement.hpp).
 #include "examples/grpo/group_replacement.hpp"
 
-#include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include <caf/all.hpp>
 
@@ -19,41 +17,34 @@ caf::expected<replaced_groups> replace_groups(
     const std::function<std::vector<actors::group_spec>(const placement_group_info&)>& specs,
     double timeout_s, const std::string& what) {
   auto& sys = or_die.sys;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds{static_cast<int64_t>(timeout_s * 1000)};
-  auto left_s = [&] {
-    return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-  };
-  std::string why = "no attempt";
-  while (left_s() > 0) {
-    (void)pgs.remove(pg_name); // failed with the node, or gone
-    auto pg = pgs.create({pg_name, {bundle}, "pack", std::max(left_s(), 0.1)});
-    if (!pg) {
-      why = "no room: " + sys.render(pg.error());
-      continue;
-    }
-    replaced_groups out;
-    out.node = pg->bundles.at(0).node_id;
-    const auto wanted = specs(*pg);
-    for (const auto& spec : wanted) {
+  replaced_groups out;
+  // Spawns the groups on the placed group; a spawn that fails (on the lost node, before the
+  // head declared it dead) stops the ones spawned, and the group is placed again.
+  auto spawn_all = [&](const placement_group_info& pg) -> std::string {
+    out.groups.clear();
+    out.node = pg.bundles.at(0).node_id;
+    for (const auto& spec : specs(pg)) {
       auto group = actors::actor_group::spawn(sys, spec);
       if (!group) {
-        why = "spawning group '" + spec.name + "' on node '" + out.node +
-              "': " + sys.render(group.error());
-        break;
+        for (auto& g : out.groups)
+          g.stop();
+        out.groups.clear();
+        return "spawning group '" + spec.name + "' on node '" + out.node +
+               "': " + sys.render(group.error());
       }
       or_die.stops->add([g = *group]() mutable { g.stop(); });
       out.groups.push_back(*group);
     }
-    if (out.groups.size() == wanted.size())
-      return out;
-    for (auto& g : out.groups)
-      g.stop();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return make_error(errc::timeout, what + " within " +
-                                       std::to_string(static_cast<int>(timeout_s)) +
-                                       " s (--recovery-timeout); last: " + why);
+    return {};
+  };
+  const auto timeout = std::chrono::milliseconds{static_cast<int64_t>(timeout_s * 1000)};
+  auto placed = pgs.place_again({pg_name, {bundle}, "pack", timeout_s}, timeout, spawn_all);
+  if (!placed)
+    return make_error(errc::timeout, what + " within " +
+                                         std::to_string(static_cast<int>(timeout_s)) +
+                                         " s (--recovery-timeout); last: " +
+                                         error_message(placed.error()));
+  return out;
 }
 
 } // namespace rlforge::examples::grpo

@@ -50,9 +50,9 @@ struct replaced_groups {
 /// `specs` describes in it, in order; the lost groups must be stopped already. The head may
 /// still count a lost node as alive for a moment (it declares a hung node dead after
 /// --dead-after-ms): groups placed there fail to spawn, are stopped, and the placement group is
-/// placed again, until `timeout_s` has passed. Every group spawned is stopped on the job's
-/// failure paths (`or_die.stops`). The timeout's error is "<what> within N s
-/// (--recovery-timeout); last: <the last attempt's failure>".
+/// placed again (`placement_client::place_again`), until `timeout_s` has passed. Every group
+/// spawned is stopped on the job's failure paths (`or_die.stops`). The timeout's error is
+/// "<what> within N s (--recovery-timeout); last: <the last attempt's failure>".
 caf::expected<replaced_groups> replace_groups(
     const fatal_errors& or_die, actors::placement_client& pgs, const std::string& pg_name,
     const resource_amounts& bundle,

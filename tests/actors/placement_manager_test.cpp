@@ -220,3 +220,35 @@ TEST_F(PlacementManager, ANodeThatDiesFailsItsGroupsAndFreesTheirOtherBundles) {
   EXPECT_NE(status.find("\"id\":\"n0\""), std::string::npos) << status;
   EXPECT_EQ(status.find("\"id\":\"n1\""), std::string::npos) << status;
 }
+
+// place_again: the old group is replaced; a candidate `accept` turns down is placed again until
+// one is kept; with no candidate kept in time, the error is the last attempt's failure and no
+// group of that name is left holding resources.
+TEST_F(PlacementManager, PlaceAgainRetriesUntilACandidateIsKeptOrTimeRunsOut) {
+  ASSERT_TRUE(client_->create(request("engines", {{{"GPU", 4}}})));
+  int tries = 0;
+  auto kept = client_->place_again(request("engines", {{{"GPU", 4}}}), 10s,
+                                   [&](const placement_group_info& pg) -> std::string {
+                                     return ++tries < 3 ? "try " + std::to_string(tries) : "";
+                                   });
+  ASSERT_TRUE(kept) << sys_->render(kept.error());
+  EXPECT_EQ(tries, 3);
+  EXPECT_EQ(kept->name, "engines");
+  auto held = client_->get("engines");
+  ASSERT_TRUE(held);
+  EXPECT_EQ(*held, *kept);
+
+  auto refused = client_->place_again(request("engines", {{{"GPU", 4}}}), 700ms,
+                                      [](const placement_group_info& pg) {
+                                        return "node '" + pg.bundles.at(0).node_id + "' is lost";
+                                      });
+  expect_error(refused, errc::timeout, "is lost");
+  EXPECT_FALSE(client_->get("engines"));
+  // No room at all: the last failure says so.
+  auto no_room = client_->place_again(request("huge", {{{"GPU", 3}}, {{"GPU", 3}}, {{"GPU", 3}}}),
+                                      500ms, [](const placement_group_info&) { return ""; });
+  ASSERT_FALSE(no_room);
+  EXPECT_NE(error_message(no_room.error()).find("no room"), std::string::npos)
+      << error_message(no_room.error());
+  expect_still_usable();
+}
