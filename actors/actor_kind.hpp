@@ -29,6 +29,7 @@ namespace rlforge::actors {
 /// `init_collective`), and the kind's own state.
 struct rank_context {
   rank_info info;
+  std::string kind; ///< the name of the rank's kind (answered by the built-in op `kind`)
   std::unique_ptr<backends::collective_group> collective;
   /// The kind's state, created by `actor_kind::make_state`; its ops get it by type
   /// (`typed_op`).

@@ -16,6 +16,7 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
+#include "actors/actor_kind.hpp"
 #include "actors/batch_wire.hpp"
 #include "actors/protocol.hpp"
 #include "actors/rendezvous_store.hpp"
@@ -139,22 +140,6 @@ void all_call(self_ptr self, const role_entry& entry, const std::string& role,
 
 namespace {
 
-struct needs {
-  bool model = false;
-  bool optimizer = false;
-};
-
-
-needs needs_of(const role_entry& e, const std::string& op) {
-  if (e.engine)
-    return op == "generate" || op == "submit" ? needs{true, true} : needs{};
-  if (op == "forward" || op == "save_hf_model")
-    return {true, false};
-  if (op == "forward_backward" || op == "save_checkpoint" || op == "load_checkpoint")
-    return {true, true};
-  return {};
-}
-
 
 caf::result<op_result> route(self_ptr self, const std::string& role, const std::string& op,
                              const caf::message& args, int64_t timeout_ms) {
@@ -165,7 +150,7 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
     bad = check_generate_args(role, args);
   else if (entry.engine && op == "submit")
     bad = check_submit_args(role, args);
-  else if (!entry.engine && is_batch_op(op))
+  else if (dispatch_of(entry, op).splits_batch)
     bad = check_batch_args(role, op, args);
   else if (op == "save_weights_for_sampler") {
     if (entry.engine)
@@ -212,9 +197,9 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
     if (op == "save_weights_for_sampler")
       return sync_call(self, role, args.empty() ? "keep" : args.get_as<std::string>(0),
                        args.size() == 2 ? args.get_as<int64_t>(1) : int64_t{0}, timeout_ms, k);
-    auto need = needs_of(*e, op);
+    const auto how = dispatch_of(*e, op);
     auto steps = std::make_shared<std::vector<step>>(
-        prepare_steps(self, role, need.model, need.optimizer, timeout_ms));
+        prepare_steps(self, role, how.needs_model, how.needs_optimizer, timeout_ms));
     run_steps(steps, 0, [=](caf::error err) {
       if (err)
         return k(std::move(err));
@@ -227,7 +212,7 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
         submit_call(self, role, args, timeout_ms, k);
       else if (e2->engine && op == "cancel")
         cancel_call(self, role, args, timeout_ms, k);
-      else if (!e2->engine && is_batch_op(op))
+      else if (how.splits_batch)
         batch_call(self, *e2, role, op, args, timeout_ms, k);
       else
         all_call(self, *e2, role, op, args, timeout_ms, k);
@@ -392,14 +377,32 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                                                    m.get_as<std::string>(2),
                                                    m.get_as<std::string>(3)});
                             e.load.assign(handles.size(), 0);
-                            if (e.engine) // requests submitted to a rank that dies are lost
-                              for (auto& h : handles)
-                                self->monitor(h);
-                            self->state.roles[role] = std::move(e);
-                            runtime::logger("actors.dispatch")
-                                ->info("register role={} kind={} ranks={}", role, kind,
-                                       ranks.size());
-                            promise.deliver(static_cast<int32_t>(ranks.size()));
+                            // How each op runs is declared with the op, in the kind the ranks
+                            // were spawned as (registered in this process too).
+                            group_all(
+                                self, group, "kind", caf::message{}, 30000,
+                                [=](caf::expected<std::vector<caf::message>> kinds) mutable {
+                                  if (!kinds)
+                                    return fail(kinds.error());
+                                  if (kinds->empty() ||
+                                      !kinds->front().match_elements<std::string>())
+                                    return fail(make_error(errc::internal,
+                                                           "the ranks did not name their kind"));
+                                  const auto& name = kinds->front().get_as<std::string>(0);
+                                  auto k = find_kind(name);
+                                  if (!k)
+                                    return fail(k.error());
+                                  for (const auto& [op, declared] : k->ops)
+                                    e.dispatch[op] = declared.dispatch;
+                                  if (e.engine) // requests submitted to a rank that dies are lost
+                                    for (auto& h : handles)
+                                      self->monitor(h);
+                                  self->state.roles[role] = std::move(e);
+                                  runtime::logger("actors.dispatch")
+                                      ->info("register role={} kind={} ranks={} rank_kind={}",
+                                             role, kind, ranks.size(), name);
+                                  promise.deliver(static_cast<int32_t>(ranks.size()));
+                                });
                           });
                     },
                     [=](caf::error& err) mutable { fail(err); });

@@ -50,8 +50,9 @@ std::string role_list(const dispatcher_state& st) {
   return out.empty() ? "none" : out;
 }
 
-bool is_batch_op(const std::string& op) {
-  return op == "forward" || op == "forward_backward";
+op_dispatch dispatch_of(const role_entry& e, const std::string& op) {
+  auto i = e.dispatch.find(op);
+  return i == e.dispatch.end() ? op_dispatch{} : i->second;
 }
 
 // -- plumbing ----------------------------------------------------------------------------------

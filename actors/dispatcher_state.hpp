@@ -29,6 +29,7 @@
 
 #include "actors/dispatcher.hpp"
 #include "actors/protocol.hpp"
+#include "actors/rank_op.hpp"
 #include "actors/weight_sync.hpp"
 #include "runtime/messages.hpp"
 
@@ -38,6 +39,10 @@ struct role_entry {
   caf::actor group;
   int32_t world_size = 1;
   bool engine = false;
+  /// How each op of the group's kind is run (`rank_op::dispatch`, declared with the op; read
+  /// from the kind's registration when the role registers). Ops not listed run on every rank
+  /// with nothing onloaded first.
+  std::map<std::string, op_dispatch> dispatch;
   std::vector<caf::actor> ranks;
   std::vector<rank_info> infos;
   std::vector<process_location> where;
@@ -123,8 +128,8 @@ caf::error wrap(self_ptr self, const std::string& role, const std::string& op,
 /// The registered roles, comma-separated ("none" when there are none).
 std::string role_list(const dispatcher_state& st);
 
-/// Whether `op` takes a batch (forward, forward_backward): split over the DP ranks.
-bool is_batch_op(const std::string& op);
+/// How `e`'s kind declared `op` to be run (all false for an op it does not declare).
+op_dispatch dispatch_of(const role_entry& e, const std::string& op);
 
 /// Runs `steps` one after the other; `done` gets the first error, or none after the last step.
 void run_steps(std::shared_ptr<std::vector<step>> steps, size_t i, done_fn done);

@@ -366,8 +366,10 @@ actor_kind make_kind() {
   auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
   add("init_model", typed_op("init_model", init_model));
   add("configure", typed_op("configure", configure));
-  add("generate", typed_op("generate", generate));
-  add("submit", typed_op("submit", submit, {"consumer", "ids", "", "timeout_ms"}));
+  // Sampling needs the weights and the KV cache awake.
+  const op_dispatch awake{true, true, false};
+  add("generate", typed_op("generate", generate).dispatched(awake));
+  add("submit", typed_op("submit", submit, {"consumer", "ids", "", "timeout_ms"}).dispatched(awake));
   add("cancel", typed_op("cancel", cancel, {"consumer", "ids"}));
   add("sleep", typed_op("sleep", sleep_op, {"tags"}));
   add("wake_up", typed_op("wake_up", wake_up, {"tags"}));

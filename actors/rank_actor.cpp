@@ -42,6 +42,10 @@ caf::expected<caf::message> info_op(rank_context& ctx) {
   return caf::make_message(ctx.info);
 }
 
+caf::expected<caf::message> kind_op(rank_context& ctx) {
+  return caf::make_message(ctx.kind);
+}
+
 caf::expected<caf::message> ping_op(rank_context&) {
   return caf::message{};
 }
@@ -105,6 +109,7 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
   auto& st = self->state;
   st.kind = std::move(kind);
   st.ctx.info = std::move(info);
+  st.ctx.kind = st.kind.name;
   // Runs on the detached actor's own thread: torch's thread count is per OS thread, and so is
   // the current CUDA device. A bundle's GPU that this process sees is a real one.
   backends::set_intra_op_threads(std::max(1, st.ctx.info.threads));
@@ -206,6 +211,7 @@ const std::map<std::string, rank_op>& builtin_ops() {
   static const std::map<std::string, rank_op> ops = {
       {"info", context_op("info", info_op)},
       {"ping", context_op("ping", ping_op)},
+      {"kind", context_op("kind", kind_op)},
       {"threads", context_op("threads", threads_op)},
       {"location", context_op("location", location_op)},
       {"device_memory", context_op("device_memory", device_memory_op)},

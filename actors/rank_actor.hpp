@@ -21,7 +21,8 @@ namespace rlforge::actors {
 /// (`builtin_ops`) checks its arguments against its declared signature before it runs.
 ///
 /// Built-in ops of every kind:
-///  - `info` → rank_info; `ping` → (); `threads` → int32 intra-op threads of the rank's thread
+///  - `info` → rank_info; `ping` → (); `kind` → std::string, the rank's kind;
+///    `threads` → int32 intra-op threads of the rank's thread
 ///  - `location` → (std::string host identity, int64 pid, std::string advertised address,
 ///    std::string device "cpu" or "cuda:N"), see `process_location` (weight_sync.hpp)
 ///  - `device_memory` → (int64 allocated, int64 reserved, int64 peak allocated, int64 free,

@@ -42,11 +42,28 @@ kind_state* state_of(rank_context& ctx);
 /// out. May throw (the rank turns the exception into an error naming group, rank and op).
 using op_fn = std::function<caf::expected<caf::message>(rank_context&, const caf::message& args)>;
 
-/// One op of a kind: what it takes, as text, and how it is called.
+/// How the dispatcher (dispatcher.hpp) runs an op of a role, declared with the op: what it makes
+/// resident on the ranks first, and whether it shards the call's batch over them.
+struct op_dispatch {
+  bool needs_model = false;     ///< the model (an engine's weights) onloaded first
+  bool needs_optimizer = false; ///< the optimizer state (an engine's KV cache) onloaded first
+  /// The call's batch (a batch_payload) is split over the ranks, shard i to rank i, and their
+  /// outputs merged in input order (data parallel); otherwise every rank gets the same call.
+  bool splits_batch = false;
+};
+
+/// One op of a kind: what it takes, as text, how it is called, and how the dispatcher runs it.
 struct rank_op {
   /// "type name, type name[, type name]": the argument list, optional trailing ones bracketed.
   std::string signature;
   op_fn call;
+  op_dispatch dispatch;
+
+  /// This op, with how the dispatcher runs it.
+  rank_op dispatched(op_dispatch d) && {
+    dispatch = d;
+    return std::move(*this);
+  }
 };
 
 /// `ctx`'s state as `State`, the type its kind's `make_state` created (for a kind's background

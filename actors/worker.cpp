@@ -490,21 +490,26 @@ actor_kind make_kind(const std::string& role) {
   };
   auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
   add("init_model", typed_op("init_model", init_model));
-  add("forward", typed_op("forward", forward));
+  const op_dispatch model_only{true, false, false};
+  const op_dispatch model_and_optimizer{true, true, false};
+  add("forward", typed_op("forward", forward).dispatched({true, false, true}));
   add("set_algorithm_config", typed_op("set_algorithm_config", set_algorithm_config));
-  add("save_hf_model", typed_op("save_hf_model", save_hf_model, {"dir"}));
+  add("save_hf_model", typed_op("save_hf_model", save_hf_model, {"dir"}).dispatched(model_only));
   add("offload", typed_op("offload", offload, {"tags"}));
   add("onload", typed_op("onload", onload, {"tags"}));
   add("memory", typed_op("memory", memory));
   add("send_weights", context_op("send_weights", send_weights_op)); // weight_sync.hpp
   if (role != "ref") {
-    add("forward_backward", typed_op("forward_backward", forward_backward));
+    add("forward_backward",
+        typed_op("forward_backward", forward_backward).dispatched({true, true, true}));
     add("optim_step", typed_op("optim_step", optim_step));
     add("set_lr", typed_op("set_lr", set_lr));
     add("save_checkpoint",
-        typed_op("save_checkpoint", save_checkpoint, {"root", "global_step", "role"}));
+        typed_op("save_checkpoint", save_checkpoint, {"root", "global_step", "role"})
+            .dispatched(model_and_optimizer));
     add("load_checkpoint", typed_op("load_checkpoint", load_checkpoint,
-                                    {"root", "global_step", "role", "with_optimizer"}));
+                                    {"root", "global_step", "role", "with_optimizer"})
+                               .dispatched(model_and_optimizer));
   }
   return k;
 }

@@ -131,3 +131,30 @@ TEST(RankOp, KindInterfacesListEveryOpWithItsSignature) {
   EXPECT_TRUE(has("rank.broadcast(std::vector<tensor_blob>, int32 root)"));
   EXPECT_TRUE(has("rank.checkpoint_visible(string root, int64 global_step, string role)"));
 }
+
+// How the dispatcher runs each op is declared with the op (dispatcher tests cover the routing
+// itself: data-parallel shards, onload before a pass, engines woken before sampling).
+TEST(RankOp, KindsDeclareHowTheDispatcherRunsTheirOps) {
+  register_worker_kinds();
+  register_engine_kind();
+  auto policy = find_kind("policy");
+  auto engine = find_kind("engine");
+  ASSERT_TRUE(policy);
+  ASSERT_TRUE(engine);
+  auto of = [](const actor_kind& k, const std::string& op) {
+    const auto& d = k.ops.at(op).dispatch;
+    return std::to_string(d.needs_model) + std::to_string(d.needs_optimizer) +
+           std::to_string(d.splits_batch);
+  };
+  EXPECT_EQ(of(*policy, "forward"), "101");
+  EXPECT_EQ(of(*policy, "forward_backward"), "111");
+  EXPECT_EQ(of(*policy, "save_hf_model"), "100");
+  EXPECT_EQ(of(*policy, "save_checkpoint"), "110");
+  EXPECT_EQ(of(*policy, "load_checkpoint"), "110");
+  EXPECT_EQ(of(*policy, "init_model"), "000");
+  EXPECT_EQ(of(*policy, "offload"), "000");
+  EXPECT_EQ(of(*engine, "generate"), "110");
+  EXPECT_EQ(of(*engine, "submit"), "110");
+  EXPECT_EQ(of(*engine, "cancel"), "000");
+  EXPECT_EQ(of(*engine, "set_weights"), "000");
+}
