@@ -7,8 +7,9 @@
 //  - engine_ops.cpp: the ops (init_model, configure, generate, submit, cancel, sleep, wake_up,
 //    memory, pause, resume, weight ops, stats).
 //
-// Ownership: `engine_state` belongs to its rank (rank_context::state; the ops get it by type). Thread-safety: everything
-// here runs on the rank's thread (its ops and its step loop), one at a time.
+// Ownership: `engine_state` belongs to its rank (rank_context::state; the ops get it by type).
+// Thread-safety: everything here runs on the rank's thread (its ops and its step loop), one at a
+// time.
 
 #include <c10/core/GradMode.h>
 #include <algorithm>
@@ -159,28 +160,26 @@ bool engine_step(rank_context& ctx);
 
 // Each takes the rank's context, the engine's state and the op's arguments by type; engine.cpp
 // declares them as the kind's ops (`typed_op`), whose signatures name the arguments.
-using engine_result = caf::expected<caf::message>;
-engine_result init_model(rank_context& ctx, engine_state& st, const model_spec& spec);
-engine_result configure(rank_context& ctx, engine_state& st, const engine_options& o);
-engine_result generate(rank_context& ctx, engine_state& st,
-                       const std::vector<sample_request>& requests);
-engine_result submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
-                     const std::vector<int64_t>& ids, const std::vector<sample_request>& requests,
-                     const int64_t& timeout_ms);
-engine_result cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
-                     const std::vector<int64_t>& ids);
-engine_result sleep_op(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
-engine_result wake_up(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
-engine_result memory(rank_context& ctx, engine_state& st);
-engine_result pause_op(rank_context& ctx, engine_state& st, const std::optional<std::string>& mode);
-engine_result resume(rank_context& ctx, engine_state& st);
-engine_result weight_version(rank_context& ctx, engine_state& st);
-engine_result set_weights(rank_context& ctx, engine_state& st, const tensor_map& weights,
-                          const int64_t& version);
-engine_result receive_weights(rank_context& ctx, engine_state& st, const weight_sync_spec& spec);
-engine_result retain_weights(rank_context& ctx, engine_state& st, const int64_t& version,
-                             const int64_t& max_retained);
-engine_result get_weights(rank_context& ctx, engine_state& st);
-engine_result stats(rank_context& ctx, engine_state& st);
+op_reply init_model(rank_context& ctx, engine_state& st, const model_spec& spec);
+op_reply configure(rank_context& ctx, engine_state& st, const engine_options& o);
+op_reply generate(rank_context& ctx, engine_state& st, const std::vector<sample_request>& requests);
+op_reply submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+                const std::vector<int64_t>& ids, const std::vector<sample_request>& requests,
+                const int64_t& timeout_ms);
+op_reply cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+                const std::vector<int64_t>& ids);
+op_reply sleep_op(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
+op_reply wake_up(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
+op_reply memory(rank_context& ctx, engine_state& st);
+op_reply pause_op(rank_context& ctx, engine_state& st, const std::optional<std::string>& mode);
+op_reply resume(rank_context& ctx, engine_state& st);
+op_reply weight_version(rank_context& ctx, engine_state& st);
+op_reply set_weights(rank_context& ctx, engine_state& st, const tensor_map& weights,
+                     const int64_t& version);
+op_reply receive_weights(rank_context& ctx, engine_state& st, const weight_sync_spec& spec);
+op_reply retain_weights(rank_context& ctx, engine_state& st, const int64_t& version,
+                        const int64_t& max_retained);
+op_reply get_weights(rank_context& ctx, engine_state& st);
+op_reply stats(rank_context& ctx, engine_state& st);
 
 } // namespace rlforge::actors::engine_detail

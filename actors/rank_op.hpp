@@ -38,9 +38,12 @@ struct kind_state {
 /// The state `ctx` holds (null for a kind without state).
 kind_state* state_of(rank_context& ctx);
 
+/// What an op answers: its result values, or an error.
+using op_reply = caf::expected<caf::message>;
+
 /// An op as the rank actor calls it: the rank's context and the call's arguments in, the answer
 /// out. May throw (the rank turns the exception into an error naming group, rank and op).
-using op_fn = std::function<caf::expected<caf::message>(rank_context&, const caf::message& args)>;
+using op_fn = std::function<op_reply(rank_context&, const caf::message& args)>;
 
 /// How the dispatcher (dispatcher.hpp) runs an op of a role, declared with the op: what it makes
 /// resident on the ranks first, and whether it shards the call's batch over them.
@@ -104,42 +107,35 @@ std::string registered_name() {
   return name.rfind(ns, 0) == 0 ? name.substr(ns.size()) : name;
 }
 
-/// The name of `T` inside a vector: "std::string", "int64_t", "sample_request".
+/// The name of a scalar, string or actor type: as an argument ("int64", "string") or inside a
+/// vector ("int64_t", "std::string"); null for any other type.
 template <class T>
-std::string element_text() {
+constexpr const char* builtin_name(bool in_vector) {
   if constexpr (std::is_same_v<T, std::string>)
-    return "std::string";
+    return in_vector ? "std::string" : "string";
   else if constexpr (std::is_same_v<T, int64_t>)
-    return "int64_t";
+    return in_vector ? "int64_t" : "int64";
   else if constexpr (std::is_same_v<T, int32_t>)
-    return "int32_t";
-  else if constexpr (std::is_same_v<T, double>)
-    return "double";
-  else if constexpr (std::is_same_v<T, caf::actor>)
-    return "actor";
-  else
-    return registered_name<T>();
-}
-
-/// The name of an argument of type `T`: "int64", "string", "std::vector<std::string>",
-/// "tensor_map".
-template <class T>
-std::string arg_text() {
-  if constexpr (std::is_same_v<T, std::string>)
-    return "string";
-  else if constexpr (std::is_same_v<T, int64_t>)
-    return "int64";
-  else if constexpr (std::is_same_v<T, int32_t>)
-    return "int32";
+    return in_vector ? "int32_t" : "int32";
   else if constexpr (std::is_same_v<T, bool>)
     return "bool";
   else if constexpr (std::is_same_v<T, double>)
     return "double";
   else if constexpr (std::is_same_v<T, caf::actor>)
     return "actor";
+  else
+    return nullptr;
+}
+
+/// The name of an argument of type `T` ("int64", "std::vector<std::string>", "tensor_map"), or
+/// of a vector's element when `in_vector`.
+template <class T>
+std::string arg_text(bool in_vector = false) {
+  if constexpr (builtin_name<T>(false) != nullptr)
+    return builtin_name<T>(in_vector);
   else if constexpr (is_vector<T>::value &&
                      caf::detail::tl_index_of<runtime::message_types, T>::value < 0)
-    return "std::vector<" + element_text<typename is_vector<T>::type>() + ">";
+    return "std::vector<" + arg_text<typename is_vector<T>::type>(true) + ">";
   else
     return registered_name<T>();
 }
@@ -202,16 +198,14 @@ decltype(auto) arg_at(const caf::message& args, std::size_t i) {
 }
 
 template <class State, class... Args, std::size_t... Is>
-caf::expected<caf::message>
-call_with_state(caf::expected<caf::message> (*fn)(rank_context&, State&, const Args&...),
-                rank_context& ctx, const caf::message& args, std::index_sequence<Is...>) {
+op_reply call_with_state(op_reply (*fn)(rank_context&, State&, const Args&...), rank_context& ctx,
+                         const caf::message& args, std::index_sequence<Is...>) {
   return fn(ctx, state_as<State>(ctx), arg_at<Args>(args, Is)...);
 }
 
 template <class... Args, std::size_t... Is>
-caf::expected<caf::message>
-call_with_context(caf::expected<caf::message> (*fn)(rank_context&, const Args&...),
-                  rank_context& ctx, const caf::message& args, std::index_sequence<Is...>) {
+op_reply call_with_context(op_reply (*fn)(rank_context&, const Args&...), rank_context& ctx,
+                           const caf::message& args, std::index_sequence<Is...>) {
   return fn(ctx, arg_at<Args>(args, Is)...);
 }
 
@@ -223,8 +217,7 @@ rank_op make(const char* op, std::vector<std::string> names, Call call) {
   rank_op out;
   out.signature = signature_text<Args...>(names);
   const std::string expects = std::string{op} + " expects (" + out.signature + "), got ";
-  out.call = [call, expects](rank_context& ctx,
-                             const caf::message& args) -> caf::expected<caf::message> {
+  out.call = [call, expects](rank_context& ctx, const caf::message& args) -> op_reply {
     bool ok = false;
     for (std::size_t n = required_count<Args...>(); n <= sizeof...(Args) && !ok; ++n)
       ok = matches_first<Args...>(args, n, std::index_sequence_for<Args...>{});
@@ -241,8 +234,7 @@ rank_op make(const char* op, std::vector<std::string> names, Call call) {
 /// arguments in the signature text (in order; fewer names leave the rest unnamed). A
 /// `std::optional<T>` argument is an optional trailing `T`: absent from the call, it is empty.
 template <class State, class... Args>
-rank_op typed_op(const char* op,
-                 caf::expected<caf::message> (*fn)(rank_context&, State&, const Args&...),
+rank_op typed_op(const char* op, op_reply (*fn)(rank_context&, State&, const Args&...),
                  std::vector<std::string> names = {}) {
   return op_detail::make<Args...>(op, std::move(names),
                                   [fn](rank_context& ctx, const caf::message& args) {
@@ -253,7 +245,7 @@ rank_op typed_op(const char* op,
 
 /// An op that needs no kind state: `fn(ctx, args...)` (the built-in ops of every rank).
 template <class... Args>
-rank_op context_op(const char* op, caf::expected<caf::message> (*fn)(rank_context&, const Args&...),
+rank_op context_op(const char* op, op_reply (*fn)(rank_context&, const Args&...),
                    std::vector<std::string> names = {}) {
   return op_detail::make<Args...>(op, std::move(names),
                                   [fn](rank_context& ctx, const caf::message& args) {

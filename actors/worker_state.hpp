@@ -106,15 +106,14 @@ void require_resident_optimizer(const worker_state& st, const char* op);
 // worker.cpp declares them as the kind's ops (`typed_op`), whose signatures name the arguments.
 // A checkpoint's role directory defaults to the worker's role; load_checkpoint restores the
 // optimizer too unless `with_optimizer` is false.
-using worker_result = caf::expected<caf::message>;
-worker_result save_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
-                              const int64_t& global_step, const std::optional<std::string>& role);
-worker_result load_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
-                              const int64_t& global_step, const std::optional<std::string>& role,
-                              const std::optional<bool>& with_optimizer);
-worker_result save_hf_model(rank_context& ctx, worker_state& st, const std::string& dir);
-worker_result offload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
-worker_result onload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
-worker_result memory(rank_context& ctx, worker_state& st);
+op_reply save_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
+                         const int64_t& global_step, const std::optional<std::string>& role);
+op_reply load_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
+                         const int64_t& global_step, const std::optional<std::string>& role,
+                         const std::optional<bool>& with_optimizer);
+op_reply save_hf_model(rank_context& ctx, worker_state& st, const std::string& dir);
+op_reply offload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
+op_reply onload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
+op_reply memory(rank_context& ctx, worker_state& st);
 
 } // namespace rlforge::actors::worker_detail

@@ -27,25 +27,23 @@ struct counter_state final : kind_state {
   int64_t calls = 0;
 };
 
-using op_answer = caf::expected<caf::message>;
-
 void register_test_kind() {
   actor_kind k;
   k.name = "test.worker";
   k.make_state = [](const rank_info&) { return std::make_unique<counter_state>(); };
   k.ops.emplace("square", typed_op("square", +[](rank_context& ctx, counter_state& st,
-                                                  const int64_t& x) -> op_answer {
+                                                  const int64_t& x) -> op_reply {
                   st.calls++;
                   return caf::make_message(x * x + ctx.info.rank * 1000);
                 }));
-  k.ops.emplace("calls", typed_op("calls", +[](rank_context&, counter_state& st) -> op_answer {
+  k.ops.emplace("calls", typed_op("calls", +[](rank_context&, counter_state& st) -> op_reply {
                   return caf::make_message(st.calls);
                 }));
-  k.ops.emplace("sleep", context_op("sleep", +[](rank_context&, const int32_t& ms) -> op_answer {
+  k.ops.emplace("sleep", context_op("sleep", +[](rank_context&, const int32_t& ms) -> op_reply {
                   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
                   return caf::message{};
                 }));
-  k.ops.emplace("die_on_rank1", context_op("die_on_rank1", +[](rank_context& ctx) -> op_answer {
+  k.ops.emplace("die_on_rank1", context_op("die_on_rank1", +[](rank_context& ctx) -> op_reply {
                   if (ctx.info.rank == 1) {
                     std::this_thread::sleep_for(100ms);
                     ctx.exit_reason = caf::make_error(caf::exit_reason::kill);
@@ -53,7 +51,7 @@ void register_test_kind() {
                   return caf::message{};
                 }));
   k.ops.emplace("throw_on_rank1",
-                context_op("throw_on_rank1", +[](rank_context& ctx) -> op_answer {
+                context_op("throw_on_rank1", +[](rank_context& ctx) -> op_reply {
                   if (ctx.info.rank == 1)
                     backends::fail(backends::error_code::out_of_range,
                                    "token id 99999 outside vocab 512");

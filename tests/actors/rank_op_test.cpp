@@ -27,22 +27,20 @@ struct tally final : kind_state {
 
 struct other_state final : kind_state {};
 
-using answer = caf::expected<caf::message>;
-
-answer add(rank_context&, tally& st, const int64_t& x, const std::optional<std::string>& note,
+op_reply add(rank_context&, tally& st, const int64_t& x, const std::optional<std::string>& note,
            const std::optional<bool>& twice) {
   st.total += twice.value_or(false) ? 2 * x : x;
   st.seen.push_back(note.value_or("-"));
   return caf::make_message(st.total);
 }
 
-answer requests(rank_context&, tally& st, const std::vector<sample_request>& rs,
+op_reply requests(rank_context&, tally& st, const std::vector<sample_request>& rs,
                 const caf::actor&) {
   st.total += static_cast<int64_t>(rs.size());
   return caf::message{};
 }
 
-answer nothing(rank_context& ctx) {
+op_reply nothing(rank_context& ctx) {
   return caf::make_message(ctx.info.rank);
 }
 
