@@ -11,16 +11,11 @@
 
 #include "runtime/errc.hpp"
 #include "runtime/tensor_blob.hpp"
+#include "tests/support/raw_bytes.hpp"
 
 namespace rlforge::actors {
+using test_support::raw_bytes;
 namespace {
-
-template <class T> std::string raw_bytes(const std::vector<T>& values) {
-  std::string out(values.size() * sizeof(T), '\0');
-  if (!values.empty())
-    std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
 
 uint32_t float_bits(float x) {
   uint32_t bits = 0;

@@ -18,12 +18,14 @@
 #include "backends/error.hpp"
 #include "backends/model/safetensors_header.hpp"
 #include "test_support.hpp"
+#include "tests/support/raw_bytes.hpp"
 
 using namespace rlforge::backends;
 using namespace rlforge::backends::testing;
 namespace fs = std::filesystem;
 
 namespace {
+using rlforge::test_support::raw_byte_vector;
 
 std::vector<uint8_t> le64(uint64_t x) {
   std::vector<uint8_t> out(8);
@@ -62,12 +64,6 @@ safetensors_header parse(const std::vector<uint8_t>& bytes) {
 }
 
 
-template <class T> std::vector<uint8_t> raw(const std::vector<T>& values) {
-  std::vector<uint8_t> out(values.size() * sizeof(T));
-  std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
-
 } // namespace
 
 TEST(Safetensors, ReadsAHandBuiltFile) {
@@ -79,8 +75,8 @@ TEST(Safetensors, ReadsAHandBuiltFile) {
                        R"("e":{"dtype":"F16","shape":[0,5],"data_offsets":[40,40]}})";
   std::vector<float> a{1.5f, -2.0f, 3.25f, 0.0f};
   std::vector<int64_t> b{7, -9, int64_t{1} << 40};
-  auto data = raw(a);
-  auto bdata = raw(b);
+  auto data = raw_byte_vector(a);
+  auto bdata = raw_byte_vector(b);
   data.insert(data.end(), bdata.begin(), bdata.end());
   write_bytes(dir.file("x.safetensors"), file_bytes(header, data));
 

@@ -18,25 +18,14 @@
 #include <msgpack.hpp>
 
 #include "runtime/errc.hpp"
+#include "tests/support/raw_bytes.hpp"
 
 namespace rlforge {
+using test_support::from_raw;
+using test_support::raw_bytes;
 namespace {
 
 // -- helpers ------------------------------------------------------------------------------------
-
-template <class T> std::string raw_bytes(const std::vector<T>& values) {
-  std::string out(values.size() * sizeof(T), '\0');
-  if (!values.empty())
-    std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
-
-template <class T> std::vector<T> from_raw(const std::string& bytes) {
-  std::vector<T> out(bytes.size() / sizeof(T));
-  if (!out.empty())
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
 
 tensor_blob make_blob(dtype type, std::vector<int64_t> shape, std::string bytes) {
   tensor_blob x;

@@ -20,28 +20,17 @@
 #include "service/wire/limits.hpp"
 #include "tinker/error.hpp"
 #include "tinker/types.hpp"
+#include "tests/support/raw_bytes.hpp"
 
 namespace rlforge::service::test {
+using test_support::from_raw;
+using test_support::raw_bytes;
 
 using json = nlohmann::json;
 using tinker::dtype;
 using tinker::request_error;
 
 // -- helpers ------------------------------------------------------------------------------------
-
-template <class T> std::string raw_bytes(const std::vector<T>& values) {
-  std::string out(values.size() * sizeof(T), '\0');
-  if (!values.empty())
-    std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
-
-template <class T> std::vector<T> from_raw(const std::string& bytes) {
-  std::vector<T> out(bytes.size() / sizeof(T));
-  if (!out.empty())
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
-  return out;
-}
 
 /// Runs `f`, expects a request_error of `category` whose message contains every `parts` entry.
 inline void expect_error(const std::function<void()>& f, tinker::error_category category,
