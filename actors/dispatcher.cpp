@@ -33,17 +33,14 @@ namespace dispatch {
 
 namespace {
 
-/// Checks the arguments of a batch op before anything moves.
-caf::error check_batch_args(const std::string& role, const std::string& op,
+/// Checks the arguments of an op routed `split_batch` before anything moves: its declared
+/// signature, then the batch itself.
+caf::error check_batch_args(const std::string& role, const std::string& op, const rank_op& declared,
                             const caf::message& args) {
-  bool with_loss = args.match_elements<batch_payload, loss_request>();
-  bool ok = with_loss || (op == "forward" && args.match_elements<batch_payload>());
-  if (!ok)
-    return make_error(
-        errc::invalid_argument,
-        prefix(role, op) + ": expects (" +
-            (op == "forward" ? "batch_payload[, loss_request]" : "batch_payload, loss_request") +
-            "), got " + caf::to_string(args));
+  if (!declared.accepts(args) || !args.match_element<batch_payload>(0))
+    return make_error(errc::invalid_argument, prefix(role, op) + ": expects (" +
+                                                  declared.signature + "), got " +
+                                                  caf::to_string(args));
   const auto& payload = args.get_as<batch_payload>(0);
   auto rows = payload_rows(payload);
   if (!rows)
@@ -112,24 +109,9 @@ void all_call(self_ptr self, const role_entry& entry, const std::string& role,
             [=](caf::expected<std::vector<caf::message>> r) {
               if (!r)
                 return k(wrap(self, role, op, r.error()));
-              if (auto* e = find_role(self, role)) {
-                // Keep the residency record true to what the workers were told.
-                if (op == "init_model")
-                  e->model = e->optimizer = true;
-                if (op == "offload" || op == "onload" || op == "sleep" || op == "wake_up") {
-                  bool on = op == "onload" || op == "wake_up";
-                  const auto& tags = args.match_elements<std::vector<std::string>>()
-                                         ? args.get_as<std::vector<std::string>>(0)
-                                         : std::vector<std::string>{};
-                  auto has = [&](const char* t) {
-                    return tags.empty() || std::find(tags.begin(), tags.end(), t) != tags.end();
-                  };
-                  if (has(e->engine ? "weights" : "model"))
-                    e->model = on;
-                  if (has(e->engine ? "kv_cache" : "optimizer"))
-                    e->optimizer = on;
-                }
-              }
+              // Keep the residency record true to what the ranks were told.
+              if (auto* e = find_role(self, role))
+                record_residency(*e, dispatch_of(*e, op), args);
               k(op_result{r->empty() ? caf::message{} : std::move((*r)[0])});
             });
 }
@@ -141,47 +123,51 @@ void all_call(self_ptr self, const role_entry& entry, const std::string& role,
 namespace {
 
 
+/// Checks a call's arguments before anything moves, by how its op is routed.
+caf::error check_call_args(self_ptr self, const std::string& role, const std::string& op,
+                           const caf::message& args) {
+  auto& entry = self->state.roles.at(role);
+  if (op == sync_weights_op)
+    return check_sync_args(self, role, args);
+  switch (dispatch_of(entry, op).route) {
+    case op_route::split_batch:
+      return check_batch_args(role, op, entry.ops.at(op), args);
+    case op_route::spread_requests:
+      return check_generate_args(role, op, args);
+    case op_route::stream_requests:
+      return check_submit_args(role, op, args);
+    case op_route::cancel_streams:
+    case op_route::every_rank:
+      break; // checked by the ranks, whose answer names the op
+  }
+  return caf::error{};
+}
+
+/// Runs a call on the role's ranks the way its op declares (`op_dispatch::route`).
+void run_routed(self_ptr self, const role_entry& e, const std::string& role, const std::string& op,
+                const caf::message& args, int64_t timeout_ms, reply_fn k) {
+  switch (dispatch_of(e, op).route) {
+    case op_route::split_batch:
+      return batch_call(self, e, role, op, args, timeout_ms, k);
+    case op_route::spread_requests:
+      return generate_call(self, role, op, args, timeout_ms, k);
+    case op_route::stream_requests:
+      return submit_call(self, role, op, args, timeout_ms, k);
+    case op_route::cancel_streams:
+      return cancel_call(self, role, op, args, timeout_ms, k);
+    case op_route::every_rank:
+      return all_call(self, e, role, op, args, timeout_ms, k);
+  }
+}
+
 caf::result<op_result> route(self_ptr self, const std::string& role, const std::string& op,
                              const caf::message& args, int64_t timeout_ms) {
   auto& st = self->state;
-  auto& entry = st.roles.at(role);
-  caf::error bad;
-  if (entry.engine && op == "generate")
-    bad = check_generate_args(role, args);
-  else if (entry.engine && op == "submit")
-    bad = check_submit_args(role, args);
-  else if (dispatch_of(entry, op).splits_batch)
-    bad = check_batch_args(role, op, args);
-  else if (op == "save_weights_for_sampler") {
-    if (entry.engine)
-      bad = make_error(errc::invalid_argument,
-                       prefix(role, op) + ": weights are synced from a training role to the "
-                                          "engines, not from an engine role");
-    else if (engine_roles(self).empty())
-      bad = make_error(errc::not_found, prefix(role, op) + ": no engine role is registered");
-    else if (!args.empty() && !args.match_elements<std::string>() &&
-             !args.match_elements<std::string, int64_t>())
-      bad = make_error(errc::invalid_argument,
-                       prefix(role, op) + ": takes no arguments or a pause mode (\"keep\" or "
-                                          "\"abort\") and optionally the least version, got " +
-                           caf::to_string(args));
-    else if (args.match_elements<std::string, int64_t>() && args.get_as<int64_t>(1) < 0)
-      bad = make_error(errc::invalid_argument,
-                       prefix(role, op) + ": the least version must be >= 0, got " +
-                           std::to_string(args.get_as<int64_t>(1)));
-    else if (!args.empty() && args.get_as<std::string>(0) != "keep" &&
-             args.get_as<std::string>(0) != "abort")
-      bad = make_error(errc::invalid_argument,
-                       prefix(role, op) + ": unknown pause mode '" + args.get_as<std::string>(0) +
-                           "' (keep or abort)");
-    else if (!args.empty() && args.get_as<std::string>(0) == "abort" && st.colocated.count(role))
-      bad = make_error(errc::invalid_argument,
-                       prefix(role, op) + ": pause mode 'abort' needs engines that are not "
-                                          "colocated with the role (colocated engines sleep "
-                                          "while it trains; nothing runs to abort)");
-  }
-  if (bad)
+  if (auto bad = check_call_args(self, role, op, args))
     return bad;
+  // The weight sync is the dispatcher's own op (its steps onload and offload as they go); every
+  // other op runs on the role's ranks after what it needs is resident.
+  const bool sync = op == sync_weights_op;
   auto promise = self->make_response_promise<op_result>();
   auto job = [=](std::function<void()> finished) mutable {
     reply_fn k = [=](caf::expected<op_result> r) mutable {
@@ -194,7 +180,7 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
     auto* e = find_role(self, role);
     if (!e)
       return k(role_gone(role, op));
-    if (op == "save_weights_for_sampler")
+    if (sync)
       return sync_call(self, role, args.empty() ? "keep" : args.get_as<std::string>(0),
                        args.size() == 2 ? args.get_as<int64_t>(1) : int64_t{0}, timeout_ms, k);
     const auto how = dispatch_of(*e, op);
@@ -206,20 +192,11 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
       auto* e2 = find_role(self, role);
       if (!e2)
         return k(role_gone(role, op));
-      if (e2->engine && op == "generate")
-        generate_call(self, role, args, timeout_ms, k);
-      else if (e2->engine && op == "submit")
-        submit_call(self, role, args, timeout_ms, k);
-      else if (e2->engine && op == "cancel")
-        cancel_call(self, role, args, timeout_ms, k);
-      else if (how.splits_batch)
-        batch_call(self, *e2, role, op, args, timeout_ms, k);
-      else
-        all_call(self, *e2, role, op, args, timeout_ms, k);
+      run_routed(self, *e2, role, op, args, timeout_ms, k);
     });
   };
   bool serial = st.colocated.count(role) > 0;
-  if (op == "save_weights_for_sampler")
+  if (sync)
     for (auto& name : engine_roles(self))
       serial = serial || st.colocated.count(name) > 0;
   if (serial)
@@ -392,8 +369,7 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                                   auto k = find_kind(name);
                                   if (!k)
                                     return fail(k.error());
-                                  for (const auto& [op, declared] : k->ops)
-                                    e.dispatch[op] = declared.dispatch;
+                                  e.ops = k->ops;
                                   if (e.engine) // requests submitted to a rank that dies are lost
                                     for (auto& h : handles)
                                       self->monitor(h);

@@ -28,6 +28,11 @@ using dispatcher_unregister_atom = caf::atom_constant<caf::atom("dunreg")>;
 ///  int64 timeout_ms) → op_result: runs `op` on the role's group (see `spawn_dispatcher`).
 using dispatcher_call_atom = caf::atom_constant<caf::atom("dcall")>;
 
+/// The op of `dispatcher_call_atom` that the dispatcher runs itself, on no rank kind: the weight
+/// sync from a training role to the engines (see `spawn_dispatcher`). Every other op is one its
+/// role's kind declares (actor_kind.hpp), run as the op's `op_dispatch` says.
+inline constexpr const char* sync_weights_op = "save_weights_for_sampler";
+
 /// (dispatcher_register_atom, std::string role, caf::actor group, std::string kind) → int32:
 /// the same with the group's kind: "worker" (policy, critic, ref) or "engine" (inference
 /// engines, engine.hpp).
@@ -83,6 +88,11 @@ using dispatcher_syncs_atom = caf::atom_constant<caf::atom("dsyncs")>;
 
 /// Spawns the dispatcher: an event-based actor (it never blocks) that routes driver requests to
 /// the actor groups of the training roles and to the inference engines.
+///
+/// How each op below is run is declared with the op in its kind (`op_dispatch`, rank_op.hpp):
+/// what is onloaded first, its route over the ranks, and what it leaves on the device. The
+/// dispatcher checks a call's arguments against the op's signature (batch ops) or its route's
+/// own check (sample requests) before it moves anything.
 ///
 /// Ops of `dispatcher_call_atom` on a training role:
 ///  - `forward` (batch_payload[, loss_request]) and `forward_backward` (batch_payload,

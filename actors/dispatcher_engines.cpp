@@ -27,8 +27,8 @@ namespace rlforge::actors::dispatch {
 
 // -- engines -----------------------------------------------------------------------------------
 
-caf::error check_generate_args(const std::string& role, const caf::message& args) {
-  const char* op = "generate";
+caf::error check_generate_args(const std::string& role, const std::string& op,
+                               const caf::message& args) {
   if (!args.match_elements<std::vector<sample_request>>())
     return make_error(errc::invalid_argument, prefix(role, op) +
                                                   ": expects (std::vector<sample_request>), got " +
@@ -82,7 +82,7 @@ bool mark_gone(self_ptr self, const std::string& role, const std::vector<size_t>
 /// load vector (`added` gets each rank's share of the cost); an error when the group has no
 /// ranks or none is alive.
 caf::expected<std::vector<size_t>> place_requests(role_entry& e, const std::string& role,
-                                                  const char* op,
+                                                  const std::string& op,
                                                   const std::vector<sample_request>& requests,
                                                   std::vector<int64_t>& added) {
   const size_t n = e.ranks.size();
@@ -99,9 +99,8 @@ caf::expected<std::vector<size_t>> place_requests(role_entry& e, const std::stri
 
 } // namespace
 
-void generate_call(self_ptr self, const std::string& role, const caf::message& args,
-                   int64_t timeout_ms, reply_fn k) {
-  const char* op = "generate";
+void generate_call(self_ptr self, const std::string& role, const std::string& op,
+                   const caf::message& args, int64_t timeout_ms, reply_fn k) {
   auto* e = find_role(self, role);
   if (!e)
     return k(role_gone(role, op));
@@ -141,7 +140,7 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
     // Shares lost only because their ranks died go again, all of the call, to the live ranks
     // (seeded samples repeat their tokens).
     if (g->error && g->failed == g->gone.size() && mark_gone(self, role, g->gone))
-      return generate_call(self, role, args, timeout_ms, k);
+      return generate_call(self, role, op, args, timeout_ms, k);
     if (g->error)
       return k(std::move(g->error));
     std::vector<sample_output> out;
@@ -183,8 +182,8 @@ void generate_call(self_ptr self, const std::string& role, const caf::message& a
 }
 
 /// The streaming `submit` of one engine role: (consumer, ids, requests).
-caf::error check_submit_args(const std::string& role, const caf::message& args) {
-  const char* op = "submit";
+caf::error check_submit_args(const std::string& role, const std::string& op,
+                             const caf::message& args) {
   if (!args.match_elements<caf::actor, std::vector<int64_t>, std::vector<sample_request>>())
     return make_error(errc::invalid_argument,
                       prefix(role, op) +
@@ -199,15 +198,14 @@ caf::error check_submit_args(const std::string& role, const caf::message& args) 
     return make_error(errc::invalid_argument, prefix(role, op) + ": " +
                                                   std::to_string(ids.size()) + " ids for " +
                                                   std::to_string(requests.size()) + " requests");
-  return check_generate_args(role, caf::make_message(requests));
+  return check_generate_args(role, op, caf::make_message(requests));
 }
 
 /// Spreads a submission over the role's engine ranks (least loaded first), each rank sending
 /// its results back here to be forwarded; answers the engine rank of each request. A refusal by
 /// any rank refuses the whole submission (what other ranks accepted is cancelled).
-void submit_call(self_ptr self, const std::string& role, const caf::message& args,
-                 int64_t timeout_ms, reply_fn k) {
-  const char* op = "submit";
+void submit_call(self_ptr self, const std::string& role, const std::string& op,
+                 const caf::message& args, int64_t timeout_ms, reply_fn k) {
   auto* e = find_role(self, role);
   if (!e)
     return k(role_gone(role, op));
@@ -285,22 +283,23 @@ void submit_call(self_ptr self, const std::string& role, const caf::message& arg
                 // All or nothing: what other ranks accepted is stopped and forgotten.
                 for (auto a : g->accepted) {
                   if (auto* e2 = find_role(self, role); e2 && a < e2->ranks.size())
-                    rank_call(self, e2->ranks[a], "cancel",
-                              caf::make_message(caf::actor_cast<caf::actor>(self), share_ids[a]),
-                              timeout_ms, [](caf::expected<caf::message>) {});
+                    if (auto cancel = op_routed(*e2, role, op_route::cancel_streams))
+                      rank_call(self, e2->ranks[a], *cancel,
+                                caf::make_message(caf::actor_cast<caf::actor>(self),
+                                                  share_ids[a]),
+                                timeout_ms, [](caf::expected<caf::message>) {});
                   forget(share_ids[a]);
                 }
                 if (only_gone && mark_gone(self, role, g->gone))
-                  return submit_call(self, role, args, timeout_ms, k);
+                  return submit_call(self, role, op, args, timeout_ms, k);
                 k(std::move(g->error));
               });
   }
 }
 
 /// Stops requests of `consumer` submitted through the dispatcher: (consumer, ids) → int64.
-void cancel_call(self_ptr self, const std::string& role, const caf::message& args,
-                 int64_t timeout_ms, reply_fn k) {
-  const char* op = "cancel";
+void cancel_call(self_ptr self, const std::string& role, const std::string& op,
+                 const caf::message& args, int64_t timeout_ms, reply_fn k) {
   if (!args.match_elements<caf::actor, std::vector<int64_t>>())
     return k(make_error(errc::invalid_argument,
                         prefix(role, op) + ": expects (caf::actor consumer, std::vector<int64_t> "

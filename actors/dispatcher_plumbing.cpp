@@ -51,8 +51,17 @@ std::string role_list(const dispatcher_state& st) {
 }
 
 op_dispatch dispatch_of(const role_entry& e, const std::string& op) {
-  auto i = e.dispatch.find(op);
-  return i == e.dispatch.end() ? op_dispatch{} : i->second;
+  auto i = e.ops.find(op);
+  return i == e.ops.end() ? op_dispatch{} : i->second.dispatch;
+}
+
+caf::expected<std::string> op_routed(const role_entry& e, const std::string& role,
+                                     op_route route) {
+  for (const auto& [name, op] : e.ops)
+    if (op.dispatch.route == route)
+      return name;
+  return make_error(errc::internal, "dispatcher role '" + role + "': its kind declares no op " +
+                                        "routed " + std::to_string(static_cast<int>(route)));
 }
 
 // -- plumbing ----------------------------------------------------------------------------------
@@ -192,9 +201,45 @@ caf::error with_context(self_ptr self, const std::string& context, const caf::er
 
 // -- residency ---------------------------------------------------------------------------------
 
-/// Moves `tags` of `role` on or off the device and records it (workers: offload/onload of
-/// model/optimizer; engines: sleep/wake_up of weights/kv_cache). Empty tags: everything.
-step residency_step(self_ptr self, const std::string& role, bool on, std::vector<std::string> tags,
+namespace {
+
+/// The op of `e`'s kind declared to move tagged state on (or off) the device.
+const std::pair<const std::string, rank_op>* residency_op(const role_entry& e, bool on) {
+  const auto wanted = on ? op_residency::tagged_on : op_residency::tagged_off;
+  for (const auto& entry : e.ops)
+    if (entry.second.dispatch.residency == wanted)
+      return &entry;
+  return nullptr;
+}
+
+} // namespace
+
+void record_residency(role_entry& e, const op_dispatch& how, const caf::message& args) {
+  switch (how.residency) {
+    case op_residency::unchanged:
+      return;
+    case op_residency::everything_on:
+      e.model = e.optimizer = true;
+      return;
+    case op_residency::tagged_on:
+    case op_residency::tagged_off: {
+      const bool on = how.residency == op_residency::tagged_on;
+      const auto& tags = args.match_elements<std::vector<std::string>>()
+                             ? args.get_as<std::vector<std::string>>(0)
+                             : std::vector<std::string>{};
+      auto has = [&](const std::string& t) {
+        return tags.empty() || std::find(tags.begin(), tags.end(), t) != tags.end();
+      };
+      if (has(how.model_tag))
+        e.model = on;
+      if (has(how.optimizer_tag))
+        e.optimizer = on;
+      return;
+    }
+  }
+}
+
+step residency_step(self_ptr self, const std::string& role, bool on, residency_slots slots,
                     int64_t timeout_ms) {
   return [=](done_fn done) {
     auto* e = find_role(self, role);
@@ -202,23 +247,31 @@ step residency_step(self_ptr self, const std::string& role, bool on, std::vector
       done(role_gone(role, on ? "onload" : "offload"));
       return;
     }
-    std::string op = e->engine ? (on ? "wake_up" : "sleep") : (on ? "onload" : "offload");
-    group_all(self, e->group, op, caf::make_message(tags), timeout_ms,
+    const auto* op = residency_op(*e, on);
+    if (op == nullptr) {
+      done(make_error(errc::internal, "dispatcher role '" + role + "': its kind declares no op " +
+                                          "that moves its state " + (on ? "on" : "off") +
+                                          " the device"));
+      return;
+    }
+    const auto name = op->first;
+    const auto how = op->second.dispatch;
+    std::vector<std::string> tags; // empty: everything
+    if (!(slots.model && slots.optimizer)) {
+      if (slots.model)
+        tags.push_back(how.model_tag);
+      if (slots.optimizer)
+        tags.push_back(how.optimizer_tag);
+    }
+    auto args = caf::make_message(tags);
+    group_all(self, e->group, name, args, timeout_ms,
               [=](caf::expected<std::vector<caf::message>> r) {
                 if (!r) {
-                  done(wrap(self, role, op, r.error()));
+                  done(wrap(self, role, name, r.error()));
                   return;
                 }
-                if (auto* e2 = find_role(self, role)) {
-                  bool all = tags.empty();
-                  auto has = [&](const char* t) {
-                    return all || std::find(tags.begin(), tags.end(), t) != tags.end();
-                  };
-                  if (has(e2->engine ? "weights" : "model"))
-                    e2->model = on;
-                  if (has(e2->engine ? "kv_cache" : "optimizer"))
-                    e2->optimizer = on;
-                }
+                if (auto* e2 = find_role(self, role))
+                  record_residency(*e2, how, args);
                 done(caf::error{});
               });
   };
@@ -238,13 +291,9 @@ std::vector<step> prepare_steps(self_ptr self, const std::string& role, bool nee
     if (name != role && !keep.count(name) && st.colocated.count(name) && (e.model || e.optimizer))
       steps.push_back(residency_step(self, name, false, {}, timeout_ms));
   auto& t = st.roles.at(role);
-  std::vector<std::string> tags;
-  if (need_model && !t.model)
-    tags.push_back(t.engine ? "weights" : "model");
-  if (need_optimizer && !t.optimizer)
-    tags.push_back(t.engine ? "kv_cache" : "optimizer");
-  if (!tags.empty())
-    steps.push_back(residency_step(self, role, true, tags, timeout_ms));
+  const residency_slots missing{need_model && !t.model, need_optimizer && !t.optimizer};
+  if (missing.model || missing.optimizer)
+    steps.push_back(residency_step(self, role, true, missing, timeout_ms));
   return steps;
 }
 

@@ -6,7 +6,8 @@
 //    registration and the behavior;
 //  - dispatcher_plumbing.cpp: steps, the colocated-call queue, calls to groups and ranks
 //    (watched for death), errors with context, residency (offload/onload, sleep/wake);
-//  - dispatcher_engines.cpp: placement of generate/submit/cancel requests on engine ranks,
+//  - dispatcher_engines.cpp: placement of sample requests (generate, submit, cancel: the
+//    routes op_route::spread_requests, stream_requests, cancel_streams) on engine ranks,
 //    streamed results, engine deaths;
 //  - dispatcher_sync.cpp: weight sync orchestration (versions, pauses, residency, transports,
 //    Gloo channels).
@@ -39,10 +40,11 @@ struct role_entry {
   caf::actor group;
   int32_t world_size = 1;
   bool engine = false;
-  /// How each op of the group's kind is run (`rank_op::dispatch`, declared with the op; read
-  /// from the kind's registration when the role registers). Ops not listed run on every rank
-  /// with nothing onloaded first.
-  std::map<std::string, op_dispatch> dispatch;
+  /// The ops of the group's kind, read from the kind's registration when the role registers:
+  /// each one's signature (checked before a call moves anything) and how it is run
+  /// (`rank_op::dispatch`, declared with the op). Ops not listed run on every rank with nothing
+  /// onloaded first.
+  std::map<std::string, rank_op> ops;
   std::vector<caf::actor> ranks;
   std::vector<rank_info> infos;
   std::vector<process_location> where;
@@ -128,8 +130,12 @@ caf::error wrap(self_ptr self, const std::string& role, const std::string& op,
 /// The registered roles, comma-separated ("none" when there are none).
 std::string role_list(const dispatcher_state& st);
 
-/// How `e`'s kind declared `op` to be run (all false for an op it does not declare).
+/// How `e`'s kind declared `op` to be run (the defaults for an op it does not declare).
 op_dispatch dispatch_of(const role_entry& e, const std::string& op);
+
+/// The name of the op of `e`'s kind declared with `route` (e.g. the engine's cancel_streams
+/// op); an internal error naming the role when its kind declares none.
+caf::expected<std::string> op_routed(const role_entry& e, const std::string& role, op_route route);
 
 /// Runs `steps` one after the other; `done` gets the first error, or none after the last step.
 void run_steps(std::shared_ptr<std::vector<step>> steps, size_t i, done_fn done);
@@ -166,10 +172,20 @@ std::vector<size_t> spread_over_live(const role_entry& e, const std::vector<samp
 caf::error with_context(self_ptr self, const std::string& context, const caf::error& err,
                         int64_t timeout_ms);
 
-/// Moves `tags` of `role` on or off the device and records it (workers: offload/onload of
-/// model/optimizer; engines: sleep/wake_up of weights/kv_cache). Empty tags: everything.
-step residency_step(self_ptr self, const std::string& role, bool on, std::vector<std::string> tags,
+/// Which of a role's residency slots a residency step moves.
+struct residency_slots {
+  bool model = true;     ///< the model (an engine's weights)
+  bool optimizer = true; ///< the optimizer state (an engine's KV cache)
+};
+
+/// Moves `slots` of `role` on or off the device with the op its kind declares for that
+/// (`op_residency::tagged_on` / `tagged_off`: workers' onload/offload, engines'
+/// wake_up/sleep, under the tags the op declares) and records it.
+step residency_step(self_ptr self, const std::string& role, bool on, residency_slots slots,
                     int64_t timeout_ms);
+
+/// Records in `e` what op `how` left on the device after a call with `args` succeeded.
+void record_residency(role_entry& e, const op_dispatch& how, const caf::message& args);
 
 /// The steps that make room for a call to `role` under colocation: offload (or put to sleep)
 /// every other colocated role with anything on the device, except those in `keep`, then onload
@@ -180,24 +196,27 @@ std::vector<step> prepare_steps(self_ptr self, const std::string& role, bool nee
 
 // -- dispatcher_engines.cpp -------------------------------------------------------------------
 
-/// Checks the arguments of `generate` before anything is sent.
-caf::error check_generate_args(const std::string& role, const caf::message& args);
+/// Checks the arguments of an op routed `spread_requests` (the engine's `generate`) before
+/// anything is sent.
+caf::error check_generate_args(const std::string& role, const std::string& op,
+                               const caf::message& args);
 
-/// `generate` on engine role `role`: requests spread over its live ranks, rows in request
-/// order.
-void generate_call(self_ptr self, const std::string& role, const caf::message& args,
-                   int64_t timeout_ms, reply_fn k);
+/// An op routed `spread_requests` on engine role `role`: requests spread over its live ranks,
+/// rows in request order.
+void generate_call(self_ptr self, const std::string& role, const std::string& op,
+                   const caf::message& args, int64_t timeout_ms, reply_fn k);
 
-/// Checks the arguments of `submit` before anything is sent.
-caf::error check_submit_args(const std::string& role, const caf::message& args);
+/// Checks the arguments of an op routed `stream_requests` (`submit`) before anything is sent.
+caf::error check_submit_args(const std::string& role, const std::string& op,
+                             const caf::message& args);
 
-/// `submit`: streamed requests, each result sent to its consumer as it finishes.
-void submit_call(self_ptr self, const std::string& role, const caf::message& args,
-                 int64_t timeout_ms, reply_fn k);
+/// An op routed `stream_requests`: each result sent to its consumer as it finishes.
+void submit_call(self_ptr self, const std::string& role, const std::string& op,
+                 const caf::message& args, int64_t timeout_ms, reply_fn k);
 
-/// `cancel`: stops submitted requests by their ids.
-void cancel_call(self_ptr self, const std::string& role, const caf::message& args,
-                 int64_t timeout_ms, reply_fn k);
+/// An op routed `cancel_streams` (`cancel`): stops submitted requests by their ids.
+void cancel_call(self_ptr self, const std::string& role, const std::string& op,
+                 const caf::message& args, int64_t timeout_ms, reply_fn k);
 
 /// A streamed request's result, passed on to its consumer.
 void forward_result(self_ptr self, generation_result& r);
@@ -210,6 +229,9 @@ void engine_down(self_ptr self, const caf::actor_addr& who, const caf::error& re
 
 /// The registered engine roles.
 std::vector<std::string> engine_roles(self_ptr self);
+
+/// Checks the arguments of `sync_weights_op` from `role` before anything moves.
+caf::error check_sync_args(self_ptr self, const std::string& role, const caf::message& args);
 
 /// `save_weights_for_sampler` from `role` to every engine role (see dispatcher.hpp).
 void sync_call(self_ptr self, const std::string& role, const std::string& pause_mode,

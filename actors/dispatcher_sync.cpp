@@ -41,7 +41,7 @@ namespace {
 step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int64_t> version,
                    int64_t timeout_ms) {
   return [=](done_fn done) {
-    const char* op = "save_weights_for_sampler";
+    const char* op = sync_weights_op;
     auto& st = self->state;
     auto* src = find_role(self, source);
     if (!src)
@@ -268,6 +268,38 @@ step all_engines_step(self_ptr self, const std::string& op, int64_t timeout_ms) 
 
 } // namespace
 
+caf::error check_sync_args(self_ptr self, const std::string& role, const caf::message& args) {
+  const std::string op = sync_weights_op;
+  auto& st = self->state;
+  if (st.roles.at(role).engine)
+    return make_error(errc::invalid_argument,
+                      prefix(role, op) + ": weights are synced from a training role to the "
+                                         "engines, not from an engine role");
+  if (engine_roles(self).empty())
+    return make_error(errc::not_found, prefix(role, op) + ": no engine role is registered");
+  if (!args.empty() && !args.match_elements<std::string>() &&
+      !args.match_elements<std::string, int64_t>())
+    return make_error(errc::invalid_argument,
+                      prefix(role, op) + ": takes no arguments or a pause mode (\"keep\" or "
+                                         "\"abort\") and optionally the least version, got " +
+                          caf::to_string(args));
+  if (args.match_elements<std::string, int64_t>() && args.get_as<int64_t>(1) < 0)
+    return make_error(errc::invalid_argument,
+                      prefix(role, op) + ": the least version must be >= 0, got " +
+                          std::to_string(args.get_as<int64_t>(1)));
+  if (!args.empty() && args.get_as<std::string>(0) != "keep" &&
+      args.get_as<std::string>(0) != "abort")
+    return make_error(errc::invalid_argument, prefix(role, op) + ": unknown pause mode '" +
+                                                  args.get_as<std::string>(0) +
+                                                  "' (keep or abort)");
+  if (!args.empty() && args.get_as<std::string>(0) == "abort" && st.colocated.count(role))
+    return make_error(errc::invalid_argument,
+                      prefix(role, op) + ": pause mode 'abort' needs engines that are not "
+                                         "colocated with the role (colocated engines sleep "
+                                         "while it trains; nothing runs to abort)");
+  return caf::error{};
+}
+
 void sync_call(self_ptr self, const std::string& role, const std::string& pause_mode,
                int64_t least_version, int64_t timeout_ms, reply_fn k) {
   auto& st = self->state;
@@ -276,7 +308,7 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
   // A failed internal step (reading the versions, a pause or resume of an engine that died in
   // between) is this sync's failure, and says so.
   auto in_sync = [=](const caf::error& err, const char* doing) {
-    return with_context(self, prefix(role, "save_weights_for_sampler") + ": " + doing, err,
+    return with_context(self, prefix(role, sync_weights_op) + ": " + doing, err,
                         timeout_ms);
   };
   auto steps = std::make_shared<std::vector<step>>();
@@ -294,12 +326,12 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
       steps->push_back(std::move(s));
     for (auto& name : engines)
       if (st.colocated.count(name))
-        steps->push_back(residency_step(self, name, true, {"weights"}, timeout_ms));
+        steps->push_back(residency_step(self, name, true, {true, false}, timeout_ms));
     steps->push_back(transfer_step(self, role, version, timeout_ms));
     steps->push_back(residency_step(self, role, false, {}, timeout_ms));
     for (auto& name : engines)
       if (st.colocated.count(name))
-        steps->push_back(residency_step(self, name, true, {"kv_cache"}, timeout_ms));
+        steps->push_back(residency_step(self, name, true, {false, true}, timeout_ms));
     run_steps(steps, 0, [=](caf::error err) {
       if (err)
         return k(std::move(err));

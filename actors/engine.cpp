@@ -364,15 +364,20 @@ actor_kind make_kind() {
     return st;
   };
   auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
-  add("init_model", typed_op("init_model", init_model));
+  add("init_model", typed_op("init_model", init_model)
+                        .dispatched(op_dispatch::moves(op_residency::everything_on)));
   add("configure", typed_op("configure", configure));
-  // Sampling needs the weights and the KV cache awake.
-  const op_dispatch awake{true, true, false};
-  add("generate", typed_op("generate", generate).dispatched(awake));
-  add("submit", typed_op("submit", submit, {"consumer", "ids", "", "timeout_ms"}).dispatched(awake));
-  add("cancel", typed_op("cancel", cancel, {"consumer", "ids"}));
-  add("sleep", typed_op("sleep", sleep_op, {"tags"}));
-  add("wake_up", typed_op("wake_up", wake_up, {"tags"}));
+  // Sampling needs the weights and the KV cache awake; requests spread over the ranks.
+  add("generate", typed_op("generate", generate)
+                      .dispatched(op_dispatch::needs(true, true, op_route::spread_requests)));
+  add("submit", typed_op("submit", submit, {"consumer", "ids", "", "timeout_ms"})
+                    .dispatched(op_dispatch::needs(true, true, op_route::stream_requests)));
+  add("cancel", typed_op("cancel", cancel, {"consumer", "ids"})
+                    .dispatched(op_dispatch::routed(op_route::cancel_streams)));
+  add("sleep", typed_op("sleep", sleep_op, {"tags"})
+                   .dispatched(op_dispatch::moves(op_residency::tagged_off, "weights", "kv_cache")));
+  add("wake_up", typed_op("wake_up", wake_up, {"tags"})
+                     .dispatched(op_dispatch::moves(op_residency::tagged_on, "weights", "kv_cache")));
   add("memory", typed_op("memory", memory));
   add("pause", typed_op("pause", pause_op, {"mode: keep | abort"}));
   add("resume", typed_op("resume", resume));

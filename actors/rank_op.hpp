@@ -45,20 +45,71 @@ using op_reply = caf::expected<caf::message>;
 /// out. May throw (the rank turns the exception into an error naming group, rank and op).
 using op_fn = std::function<op_reply(rank_context&, const caf::message& args)>;
 
-/// How the dispatcher (dispatcher.hpp) runs an op of a role, declared with the op: what it makes
-/// resident on the ranks first, and whether it shards the call's batch over them.
+/// How the dispatcher (dispatcher.hpp) spreads one call of an op over a role's ranks.
+enum class op_route : uint8_t {
+  /// The same call to every rank; the answer is rank 0's (the default).
+  every_rank,
+  /// The call's batch (a batch_payload) is split over the ranks, shard i to rank i, and their
+  /// outputs merged in input order (data parallel).
+  split_batch,
+  /// Sample requests (std::vector<sample_request>) spread over the live ranks, least loaded
+  /// first; the answers joined in request order. A rank that dies takes its share to the others.
+  spread_requests,
+  /// (consumer, ids, requests): spread as above, each result streamed back through the
+  /// dispatcher to the consumer under the consumer's id; answers the rank of each request.
+  stream_requests,
+  /// (consumer, ids): stops requests streamed through the dispatcher, on the ranks running them.
+  cancel_streams,
+};
+
+/// What an op leaves on the ranks' devices once it succeeded, kept in the dispatcher's
+/// residency record (what it onloads before an op that needs the model or optimizer).
+enum class op_residency : uint8_t {
+  unchanged,        ///< the default
+  everything_on,    ///< model and optimizer state are on the device (init_model)
+  tagged_on,        ///< the tags given (all when none) come onto the device (onload, wake_up)
+  tagged_off,       ///< the tags given (all when none) leave the device (offload, sleep)
+};
+
+/// How the dispatcher runs an op of a role, declared with the op: what it makes resident on the
+/// ranks first, how it spreads the call over them, and what the op changes on their devices.
 struct op_dispatch {
   bool needs_model = false;     ///< the model (an engine's weights) onloaded first
   bool needs_optimizer = false; ///< the optimizer state (an engine's KV cache) onloaded first
-  /// The call's batch (a batch_payload) is split over the ranks, shard i to rank i, and their
-  /// outputs merged in input order (data parallel); otherwise every rank gets the same call.
-  bool splits_batch = false;
+  op_route route = op_route::every_rank;
+  op_residency residency = op_residency::unchanged;
+  /// For tagged_on/off: the tags that name the model and the optimizer state to the op
+  /// ("model"/"optimizer" for workers, "weights"/"kv_cache" for engines).
+  std::string model_tag, optimizer_tag;
+
+  /// An op that needs the model (and the optimizer state) resident and runs `route`.
+  static op_dispatch needs(bool model, bool optimizer, op_route route = op_route::every_rank) {
+    op_dispatch d;
+    d.needs_model = model;
+    d.needs_optimizer = optimizer;
+    d.route = route;
+    return d;
+  }
+  /// An op that moves the tagged state on or off the device (tagged_on/off), or puts
+  /// everything on (everything_on, no tags).
+  static op_dispatch moves(op_residency residency, std::string model_tag = {},
+                           std::string optimizer_tag = {}) {
+    op_dispatch d;
+    d.residency = residency;
+    d.model_tag = std::move(model_tag);
+    d.optimizer_tag = std::move(optimizer_tag);
+    return d;
+  }
+  /// An op with no needs that runs `route` (e.g. cancel_streams).
+  static op_dispatch routed(op_route route) { return needs(false, false, route); }
 };
 
 /// One op of a kind: what it takes, as text, how it is called, and how the dispatcher runs it.
 struct rank_op {
   /// "type name, type name[, type name]": the argument list, optional trailing ones bracketed.
   std::string signature;
+  /// True when a call's arguments match the signature (the check `call` makes first).
+  std::function<bool(const caf::message& args)> accepts;
   op_fn call;
   op_dispatch dispatch;
 
@@ -217,11 +268,15 @@ rank_op make(const char* op, std::vector<std::string> names, Call call) {
   rank_op out;
   out.signature = signature_text<Args...>(names);
   const std::string expects = std::string{op} + " expects (" + out.signature + "), got ";
-  out.call = [call, expects](rank_context& ctx, const caf::message& args) -> op_reply {
-    bool ok = false;
-    for (std::size_t n = required_count<Args...>(); n <= sizeof...(Args) && !ok; ++n)
-      ok = matches_first<Args...>(args, n, std::index_sequence_for<Args...>{});
-    if (!ok)
+  out.accepts = [](const caf::message& args) {
+    for (std::size_t n = required_count<Args...>(); n <= sizeof...(Args); ++n)
+      if (matches_first<Args...>(args, n, std::index_sequence_for<Args...>{}))
+        return true;
+    return false;
+  };
+  out.call = [call, expects, accepts = out.accepts](rank_context& ctx,
+                                                    const caf::message& args) -> op_reply {
+    if (!accepts(args))
       backends::fail(backends::error_code::invalid_argument, expects + caf::to_string(args));
     return call(ctx, args);
   };

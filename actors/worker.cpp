@@ -489,19 +489,23 @@ actor_kind make_kind(const std::string& role) {
     return st;
   };
   auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
-  add("init_model", typed_op("init_model", init_model));
-  const op_dispatch model_only{true, false, false};
-  const op_dispatch model_and_optimizer{true, true, false};
-  add("forward", typed_op("forward", forward).dispatched({true, false, true}));
+  add("init_model", typed_op("init_model", init_model)
+                        .dispatched(op_dispatch::moves(op_residency::everything_on)));
+  const auto model_only = op_dispatch::needs(true, false);
+  const auto model_and_optimizer = op_dispatch::needs(true, true);
+  add("forward",
+      typed_op("forward", forward).dispatched(op_dispatch::needs(true, false, op_route::split_batch)));
   add("set_algorithm_config", typed_op("set_algorithm_config", set_algorithm_config));
   add("save_hf_model", typed_op("save_hf_model", save_hf_model, {"dir"}).dispatched(model_only));
-  add("offload", typed_op("offload", offload, {"tags"}));
-  add("onload", typed_op("onload", onload, {"tags"}));
+  add("offload", typed_op("offload", offload, {"tags"})
+                     .dispatched(op_dispatch::moves(op_residency::tagged_off, "model", "optimizer")));
+  add("onload", typed_op("onload", onload, {"tags"})
+                    .dispatched(op_dispatch::moves(op_residency::tagged_on, "model", "optimizer")));
   add("memory", typed_op("memory", memory));
   add("send_weights", context_op("send_weights", send_weights_op)); // weight_sync.hpp
   if (role != "ref") {
-    add("forward_backward",
-        typed_op("forward_backward", forward_backward).dispatched({true, true, true}));
+    add("forward_backward", typed_op("forward_backward", forward_backward)
+                                .dispatched(op_dispatch::needs(true, true, op_route::split_batch)));
     add("optim_step", typed_op("optim_step", optim_step));
     add("set_lr", typed_op("set_lr", set_lr));
     add("save_checkpoint",

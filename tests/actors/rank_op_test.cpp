@@ -139,20 +139,33 @@ TEST(RankOp, KindsDeclareHowTheDispatcherRunsTheirOps) {
   auto engine = find_kind("engine");
   ASSERT_TRUE(policy);
   ASSERT_TRUE(engine);
+  // "<needs model><needs optimizer> <route> <residency>[ <model tag>/<optimizer tag>]"
   auto of = [](const actor_kind& k, const std::string& op) {
     const auto& d = k.ops.at(op).dispatch;
-    return std::to_string(d.needs_model) + std::to_string(d.needs_optimizer) +
-           std::to_string(d.splits_batch);
+    const char* routes[] = {"every_rank", "split_batch", "spread_requests", "stream_requests",
+                            "cancel_streams"};
+    const char* residencies[] = {"unchanged", "everything_on", "tagged_on", "tagged_off"};
+    auto out = std::to_string(d.needs_model) + std::to_string(d.needs_optimizer) + " " +
+               routes[static_cast<int>(d.route)] + " " +
+               residencies[static_cast<int>(d.residency)];
+    if (!d.model_tag.empty() || !d.optimizer_tag.empty())
+      out += " " + d.model_tag + "/" + d.optimizer_tag;
+    return out;
   };
-  EXPECT_EQ(of(*policy, "forward"), "101");
-  EXPECT_EQ(of(*policy, "forward_backward"), "111");
-  EXPECT_EQ(of(*policy, "save_hf_model"), "100");
-  EXPECT_EQ(of(*policy, "save_checkpoint"), "110");
-  EXPECT_EQ(of(*policy, "load_checkpoint"), "110");
-  EXPECT_EQ(of(*policy, "init_model"), "000");
-  EXPECT_EQ(of(*policy, "offload"), "000");
-  EXPECT_EQ(of(*engine, "generate"), "110");
-  EXPECT_EQ(of(*engine, "submit"), "110");
-  EXPECT_EQ(of(*engine, "cancel"), "000");
-  EXPECT_EQ(of(*engine, "set_weights"), "000");
+  EXPECT_EQ(of(*policy, "forward"), "10 split_batch unchanged");
+  EXPECT_EQ(of(*policy, "forward_backward"), "11 split_batch unchanged");
+  EXPECT_EQ(of(*policy, "save_hf_model"), "10 every_rank unchanged");
+  EXPECT_EQ(of(*policy, "save_checkpoint"), "11 every_rank unchanged");
+  EXPECT_EQ(of(*policy, "load_checkpoint"), "11 every_rank unchanged");
+  EXPECT_EQ(of(*policy, "optim_step"), "00 every_rank unchanged");
+  EXPECT_EQ(of(*policy, "init_model"), "00 every_rank everything_on");
+  EXPECT_EQ(of(*policy, "offload"), "00 every_rank tagged_off model/optimizer");
+  EXPECT_EQ(of(*policy, "onload"), "00 every_rank tagged_on model/optimizer");
+  EXPECT_EQ(of(*engine, "init_model"), "00 every_rank everything_on");
+  EXPECT_EQ(of(*engine, "generate"), "11 spread_requests unchanged");
+  EXPECT_EQ(of(*engine, "submit"), "11 stream_requests unchanged");
+  EXPECT_EQ(of(*engine, "cancel"), "00 cancel_streams unchanged");
+  EXPECT_EQ(of(*engine, "sleep"), "00 every_rank tagged_off weights/kv_cache");
+  EXPECT_EQ(of(*engine, "wake_up"), "00 every_rank tagged_on weights/kv_cache");
+  EXPECT_EQ(of(*engine, "set_weights"), "00 every_rank unchanged");
 }
