@@ -21,12 +21,12 @@
 //     ratio. Skipped with --quick.
 //  6. scale: for 1, 2, 4 and 8 node processes, the head's CPU per node per second while idle
 //     (heartbeats every 200 ms) and the remote spawn rate over every node.
-//  7. time to recover on the GRPO job (head + 3 nodes, placement split, sync mode,
-//     --max-restarts 1, a checkpoint every 2 steps): the node holding the engines, or the one
-//     holding the policy and ref, SIGKILLed or SIGSTOPped after step 3; from the signal to
-//     training again (new ranks placed, restored, the engines synced), split into detection
-//     (signal -> the job sees the loss) and replacement, with the steps replayed; goal <= 5 s
-//     plus the replayed steps. Then `rlforge serve --cluster --max-restarts 1` losing its
+//  7. (cluster_recovery_bench.cpp) time to recover on the GRPO job (head + 3 nodes, placement
+//     split, sync mode, --max-restarts 1, a checkpoint every 2 steps): the node holding the
+//     engines, or the one holding the policy and ref, SIGKILLed or SIGSTOPped after step 3;
+//     from the signal to training again (new ranks placed, restored, the engines synced), split
+//     into detection (signal -> the job sees the loss) and replacement, with the steps
+//     replayed; goal <= 5 s plus the replayed steps. Then `rlforge serve --cluster --max-restarts 1` losing its
 //     model's node: from the signal to the next forward_backward answered, against that call
 //     on the healthy service. Then a head restarted from its state file.
 // Medians of repeated runs.
@@ -62,6 +62,7 @@
 #include "backends/train/training_batch.hpp"
 #include "tinker/types.hpp"
 #include "bench/bench_util.hpp"
+#include "bench/cluster_bench_support.hpp"
 #include "service/tinker_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
 #include "tests/cluster/network_namespace.hpp"
@@ -77,35 +78,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const char* prog = "cluster_bench";
-
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "%s: %s\n", prog, what.c_str());
-  std::exit(1);
-}
-
-template <class T>
-T or_die(caf::expected<T> x, caf::actor_system& sys, const char* what) {
-  if (!x)
-    die(std::string{what} + ": " + sys.render(x.error()));
-  return std::move(*x);
-}
-
-const char* verdict(bool met) {
-  return met ? "met" : "not met";
-}
-
-actor_group spawn_group(test_driver& d, const std::string& name, const std::string& kind,
-                        const placement_group_info& pg, int ranks, bool collectives = false) {
-  group_spec spec;
-  spec.name = name;
-  spec.kind = kind;
-  spec.placement = pg;
-  spec.num_ranks = ranks;
-  spec.threads_per_rank = 1;
-  spec.collectives = collectives;
-  return or_die(actor_group::spawn(d.sys(), spec), d.sys(), "spawn group");
-}
+using rlforge::cluster_bench::die;
+using rlforge::cluster_bench::or_die;
+using rlforge::cluster_bench::prog;
+using rlforge::cluster_bench::spawn_group;
+using rlforge::cluster_bench::verdict;
 
 /// Round trips of `request` from an event-based driver, in microseconds.
 template <class Send>
@@ -566,190 +543,6 @@ double grpo_step_time(const std::vector<std::string>& extra, const std::string& 
   return std::atof(s.c_str());
 }
 
-/// One GRPO run losing the node of `role` ("engines" or "trainer") to `sig` after step 3: the
-/// seconds from the signal to the job seeing the loss and to training again, and the finished
-/// steps replayed.
-struct recovery_run {
-  double detect = 0, total = 0;
-  int replayed = 0;
-};
-
-recovery_run recover_once(const std::string& role, int sig, int rep) {
-  const std::string tag =
-      "bench_heal_" + role + "_" + std::to_string(sig) + "_" + std::to_string(rep);
-  test_cluster cluster{tag, {"--heartbeat-ms", "200", "--dead-after-ms", "1000"}};
-  for (auto id : {"n1", "n2", "n3"})
-    cluster.add_node(id, 1, 2, {"--heartbeat-ms", "200", "--dead-after-ms", "1000"});
-  auto args = grpo_split_job(cluster, "job",
-                             {"--steps", "8", "--prompts", "16", "--group", "4", "--sft-steps",
-                              "40", "--held-out", "20", "--max-restarts", "1",
-                              "--checkpoint-every", "2", "--checkpoint-dir",
-                              cluster.dir() + "/ckpt"});
-  child_process job(args, cluster.dir() + "/job.log", {{"OMP_WAIT_POLICY", "PASSIVE"}});
-  const std::string where = role == "engines" ? "engines (1) on node '"
-                                              : "policy (1 rank) and ref (1) on node '";
-  if (!job.wait_for_log(where, 120s))
-    die("grpo did not start:\n" + job.log() + cluster.logs());
-  const auto node = quoted_after(job.log(), where);
-  while (read_jsonl(cluster.dir() + "/job.jsonl").size() < 3 && job.running())
-    std::this_thread::sleep_for(5ms);
-  const double signalled =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  cluster.node(node).signal(sig);
-  auto rc = job.wait_exit(180s);
-  if (sig == SIGSTOP)
-    cluster.node(node).signal(SIGCONT);
-  if (rc.value_or(-1) != 0)
-    die("grpo (" + tag + ") did not heal:\n" + job.log() + cluster.logs());
-  for (auto& r : read_jsonl(cluster.dir() + "/job.jsonl"))
-    for (auto& rec : r.value("recoveries", nlohmann::json::array())) {
-      const double seen = rec.at("seen_at_unix").get<double>();
-      return {seen - signalled, seen + rec.at("seconds").get<double>() - signalled,
-              rec.at("steps_replayed").get<int>()};
-    }
-  die("grpo (" + tag + ") recorded no recovery:\n" + job.log());
-}
-
-/// A head restarted from its state file (kill -9, a new head on the same port and file) under
-/// a driver holding a placement group with a group of 2 ranks on 2 nodes: the seconds from the
-/// kill to the driver's status answered by the new head, and to every node joined again.
-std::pair<double, double> head_restart_once(int rep) {
-  const std::string tag = "bench_head_restart_" + std::to_string(rep);
-  const std::string state =
-      (std::filesystem::temp_directory_path() / (tag + "_" + std::to_string(::getpid()) + ".db"))
-          .string();
-  std::filesystem::remove(state);
-  const std::vector<std::string> beats{"--heartbeat-ms", "200", "--dead-after-ms", "1000"};
-  auto head_args = beats;
-  head_args.insert(head_args.end(), {"--state", state});
-  test_cluster cluster{tag, head_args};
-  cluster.add_node("n1", 1, 2, beats);
-  cluster.add_node("n2", 1, 2, beats);
-  test_driver d{cluster.endpoint(), beats};
-  if (!d.error().empty())
-    die("attach: " + d.error() + "\n" + cluster.logs());
-  auto pg = or_die(d.pgs().create({"both", {{{"GPU", 1}}, {{"GPU", 1}}}, "strict_spread", 10}),
-                   d.sys(), "placement group");
-  auto group = spawn_group(d, "g", "ref", pg, 2);
-  auto t0 = clock_type::now();
-  cluster.restart_head();
-  double answered = -1, rejoined = -1;
-  while (rejoined < 0 && seconds_since(t0) < 60) {
-    auto s = d.status(); // held by the session until the head is back
-    if (!s.contains("error")) {
-      if (answered < 0)
-        answered = seconds_since(t0);
-      bool all = true;
-      for (auto& n : s["nodes"])
-        all = all && n["alive"] == true && !n.value("rejoining", false);
-      if (all)
-        rejoined = seconds_since(t0);
-    }
-    if (rejoined < 0)
-      std::this_thread::sleep_for(10ms);
-  }
-  if (rejoined < 0 || !group.call_all("ping", caf::message{}, 10s))
-    die("the cluster did not come back after its head restarted:\n" + cluster.logs());
-  group.stop();
-  std::filesystem::remove(state);
-  return {answered, rejoined};
-}
-
-/// `rlforge serve --cluster --max-restarts 1` (a recovery checkpoint every 2 optimizer steps)
-/// whose one model trained 3 SFT steps when its node gets `sig` (a second node waits): the
-/// seconds from the signal to the next forward_backward answered (healed: placed again, rebuilt
-/// from the checkpoint, one step replayed), and the same call on the healthy service before.
-std::pair<double, double> serve_recovery_once(int sig, int rep) {
-  const std::vector<std::string> beats{"--heartbeat-ms", "200", "--dead-after-ms", "1000"};
-  test_cluster cluster{"bench_serve_heal_" + std::to_string(sig) + "_" + std::to_string(rep),
-                       beats};
-  cluster.add_node("n1", 1, 2, beats);
-  auto serve = start_serve(
-      cluster, {"--max-restarts", "1", "--recovery-checkpoint-every", "2"}, beats);
-  if (serve.port == 0)
-    die("rlforge serve did not start:\n" + serve.log() + cluster.logs());
-  service::tinker_client client("127.0.0.1", serve.port, "");
-  tinker::lora_config lora;
-  lora.rank = 4;
-  tinker::forward_backward_request req;
-  req.loss_fn = "cross_entropy";
-  req.data = {sft_datum({1, 5, 9, 13, 17, 21}), sft_datum({2, 4, 6, 8})};
-  int64_t seq = 0;
-  double healthy = 0;
-  try {
-    req.model_id = client.create_model(client.create_session(), 0, "base", lora);
-    tinker::adam_params adam;
-    for (int step = 0; step < 3; ++step) {
-      req.seq_id = ++seq;
-      auto t0 = clock_type::now();
-      client.forward_backward(req);
-      healthy = seconds_since(t0);
-      client.optim_step(req.model_id, ++seq, adam);
-    }
-    cluster.add_node("n2", 1, 2, beats);
-    cluster.node("n1").signal(sig);
-    auto t0 = clock_type::now();
-    req.seq_id = ++seq;
-    client.forward_backward(req);
-    const double healed = seconds_since(t0);
-    if (sig == SIGSTOP)
-      cluster.node("n1").signal(SIGCONT);
-    serve.kill();
-    return {healed, healthy};
-  } catch (const service::client_error& e) {
-    die(std::string{"rlforge serve did not heal: "} + e.what() + "\n" + serve.log() +
-        cluster.logs());
-  }
-}
-
-/// Section 7: medians of `reps` runs for each lost role and signal, then the head restart.
-void recovery(int reps) {
-  for (const std::string role : {"engines", "trainer"})
-    for (int sig : {SIGKILL, SIGSTOP}) {
-      std::vector<double> detect, total;
-      int replayed = 0;
-      for (int rep = 0; rep < reps; ++rep) {
-        auto r = recover_once(role, sig, rep);
-        detect.push_back(r.detect);
-        total.push_back(r.total);
-        replayed = std::max(replayed, r.replayed);
-      }
-      const double m = median(total);
-      std::printf("cluster.recovery %s node %s: %.2f s from the signal to training again "
-                  "(median of %d; max %.2f), detection %.2f s, replacement %.2f s; %d finished "
-                  "steps replayed | Ray 15-30 s to notice | goal <= 5 s + replayed steps: %s\n",
-                  role.c_str(), sig == SIGKILL ? "SIGKILL" : "SIGSTOP", m, reps,
-                  *std::max_element(total.begin(), total.end()), median(detect),
-                  m - median(detect), replayed, verdict(m <= 5.0));
-    }
-  for (int sig : {SIGKILL, SIGSTOP}) {
-    std::vector<double> healed, healthy;
-    for (int rep = 0; rep < reps; ++rep) {
-      auto [h, ok] = serve_recovery_once(sig, rep);
-      healed.push_back(h);
-      healthy.push_back(ok);
-    }
-    const double m = median(healed);
-    std::printf("cluster.recovery rlforge serve node %s: the next forward_backward answered "
-                "%.2f s after the signal (median of %d; max %.2f; placed again, the model "
-                "rebuilt, 1 step replayed), %.1fx a healthy call (%.3f s) | goal <= 5 s: %s\n",
-                sig == SIGKILL ? "SIGKILL" : "SIGSTOP", m, reps,
-                *std::max_element(healed.begin(), healed.end()), m / median(healthy),
-                median(healthy), verdict(m <= 5.0));
-  }
-  std::vector<double> answered, rejoined;
-  for (int rep = 0; rep < reps; ++rep) {
-    auto [a, r] = head_restart_once(rep);
-    answered.push_back(a);
-    rejoined.push_back(r);
-  }
-  std::printf("cluster.recovery head restart (kill -9, restarted on its state file; includes "
-              "starting the new head): a driver's read answered %.2f s after the kill, every "
-              "node joined again with its ranks %.2f s (medians of %d) | Ray: an external Redis "
-              "and a head restart | goal <= 5 s: %s\n",
-              median(answered), median(rejoined), reps, verdict(median(rejoined) <= 5.0));
-}
-
 } // namespace
 
 /// The fp32 weight sync with the engine's node in a network namespace of its own (a veth pair
@@ -801,7 +594,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (recovery_only) {
-    recovery(quick ? 1 : 3);
+    rlforge::cluster_bench::recovery(quick ? 1 : 3);
     return 0;
   }
   test_cluster cluster{"bench", {"--heartbeat-ms", "200", "--dead-after-ms", "1000"}};
@@ -827,6 +620,6 @@ int main(int argc, char** argv) {
                 two, one, two / one);
   }
   scale(quick);
-  recovery(quick ? 1 : 3);
+  rlforge::cluster_bench::recovery(quick ? 1 : 3);
   return 0;
 }
