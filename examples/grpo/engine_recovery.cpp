@@ -8,11 +8,10 @@
 
 namespace rlforge::examples::grpo {
 
-engine_recovery::engine_recovery(const fatal_errors& or_die, actors::trainer_client& client,
-                                 actors::placement_client& pgs, caf::actor manager,
-                                 actors::actor_group& engines, model_spec model,
-                                 const options& opt, restart_budget& budget)
-    : or_die_(or_die), client_(client), pgs_(pgs), manager_(std::move(manager)),
+engine_recovery::engine_recovery(const fatal_errors& or_die, actors::placement_client& pgs,
+                                 caf::actor manager, actors::actor_group& engines,
+                                 model_spec model, const options& opt, restart_budget& budget)
+    : or_die_(or_die), pgs_(pgs), manager_(std::move(manager)),
       engines_(engines), model_(std::move(model)), timeout_s_(opt.recovery_timeout),
       budget_(budget) {
 }
@@ -21,7 +20,7 @@ bool engine_recovery::engines_lost(std::chrono::milliseconds patience) {
   return !engines_.call_all("weight_version", caf::message{}, patience);
 }
 
-caf::expected<std::string> engine_recovery::replace() {
+caf::expected<std::string> engine_recovery::replace(actors::trainer_client& client) {
   ++budget_.used;
   auto& sys = or_die_.sys;
   engines_.stop();
@@ -35,10 +34,10 @@ caf::expected<std::string> engine_recovery::replace() {
   if (!placed)
     return std::move(placed.error());
   engines_ = placed->groups.at(0);
-  if (auto n = client_.register_engines(engines_); !n)
+  if (auto n = client.register_engines(engines_); !n)
     return make_error(errc::rank_failed,
                       "engine recovery: registering the engines: " + sys.render(n.error()));
-  if (auto n = client_.init_model("engines", model_); !n)
+  if (auto n = client.init_model("engines", model_); !n)
     return make_error(errc::rank_failed,
                       "engine recovery: initializing the engines: " + sys.render(n.error()));
   return placed->node;

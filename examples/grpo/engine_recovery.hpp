@@ -6,7 +6,8 @@
 // weights and the rollouts that were lost (grpo.cpp: rl_loop snapshot and restore). The trainer
 // keeps its ranks and its state: nothing is rolled back.
 //
-// Used from the driver's main thread only. Owns nothing: the engines' handle is the job's
+// Used from one thread at a time (the task job's main thread; the --env job's threads through
+// shared_engines.hpp, under its lock). Owns nothing: the engines' handle is the job's
 // (`engines`, updated on a replacement), the restart count the job's (shared with the trainer's
 // recovery, trainer_recovery.hpp).
 #include <chrono>
@@ -31,8 +32,7 @@ class engine_recovery {
 public:
   /// `engines` is the job's handle to its engine group (placed as `split_layout` says, role
   /// "engines"); `model` what they are initialized with before the weight sync.
-  engine_recovery(const fatal_errors& or_die, actors::trainer_client& client,
-                  actors::placement_client& pgs, caf::actor manager,
+  engine_recovery(const fatal_errors& or_die, actors::placement_client& pgs, caf::actor manager,
                   actors::actor_group& engines, model_spec model, const options& opt,
                   restart_budget& budget);
 
@@ -49,13 +49,13 @@ public:
   /// Replaces the engines: stops the old group, removes its placement group, places a new one
   /// and spawns the engines there (placing again when the spawn fails, e.g. on the lost node
   /// before the head declared it dead), all within the recovery timeout; then registers and
-  /// initializes them. Returns the node they are on, or an error naming what failed (the
-  /// timeout's names the last attempt). Spends a restart of the budget either way.
-  caf::expected<std::string> replace();
+  /// initializes them through `client` (the calling thread's). Returns the node they are on,
+  /// or an error naming what failed (the timeout's names the last attempt). Spends a restart of
+  /// the budget either way.
+  caf::expected<std::string> replace(actors::trainer_client& client);
 
 private:
   const fatal_errors& or_die_;
-  actors::trainer_client& client_;
   actors::placement_client& pgs_;
   caf::actor manager_;
   actors::actor_group& engines_;

@@ -18,6 +18,7 @@
 #include "examples/grpo/episode_producer.hpp"
 #include "examples/grpo/policy_update.hpp"
 #include "examples/grpo/report.hpp"
+#include "examples/grpo/shared_engines.hpp"
 #include "rl/rl_loop.hpp"
 
 namespace rlforge::examples::grpo {
@@ -27,8 +28,9 @@ namespace {
 namespace be = rlforge::backends;
 using clock_type = std::chrono::steady_clock;
 
-/// Tries of one turn's sampling: a turn lost with an engine or handed back by `pause(abort)` is
-/// sampled again on the engines left, at most this many times in all.
+/// Tries of one turn's sampling: a turn whose call failed or that `pause(abort)` handed back is
+/// sampled again, at most this many times in all (counted again after the engines are
+/// replaced).
 constexpr int turn_tries = 4;
 
 std::string first_line(const std::string& s) {
@@ -38,13 +40,15 @@ std::string first_line(const std::string& s) {
 /// Samples a group's turns on the engines from a worker thread: one request per turn, seeds
 /// from the group's own generator (so a group's episodes do not depend on what else runs), each
 /// sampled token's log-prob and version kept. Rows handed back unfinished ("abort") and calls
-/// that fail are sampled again; `resampled` counts those turns.
+/// that fail are sampled again, after the engines are replaced when they were lost;
+/// `resampled` counts those turns.
 class turn_sampler {
 public:
-  turn_sampler(caf::actor_system& sys, actors::trainer_client& client, const options& opt,
-               std::vector<int64_t> stops, uint64_t seed, std::atomic<int64_t>& resampled)
-      : sys_(sys), client_(client), opt_(opt), stops_(std::move(stops)), rng_(seed),
-        resampled_(resampled) {}
+  turn_sampler(caf::actor_system& sys, actors::trainer_client& client, shared_engines& engines,
+               const options& opt, std::vector<int64_t> stops, uint64_t seed,
+               std::atomic<int64_t>& resampled)
+      : sys_(sys), client_(client), engines_(engines), opt_(opt), stops_(std::move(stops)),
+        rng_(seed), resampled_(resampled) {}
 
   std::vector<sampled_turn> operator()(const std::vector<turn_request>& turns) {
     std::vector<rlforge::sample_request> batch;
@@ -64,14 +68,20 @@ public:
       pending[i] = i;
     std::string last_error;
     for (int attempt = 0; attempt < turn_tries && !pending.empty(); ++attempt) {
-      if (attempt > 0)
+      if (!last_error.empty())
         resampled_ += static_cast<int64_t>(pending.size());
       std::vector<rlforge::sample_request> requests;
       for (auto i : pending)
         requests.push_back(batch[i]);
+      const auto seen = engines_.generation();
       auto outs = client_.generate(requests);
       if (!outs) {
         last_error = sys_.render(outs.error());
+        auto replaced = engines_.recover(client_, seen, last_error);
+        if (!replaced)
+          throw std::runtime_error(sys_.render(replaced.error()));
+        if (*replaced)
+          attempt = -1; // new engines: every try again
         continue;
       }
       std::vector<size_t> again;
@@ -97,6 +107,7 @@ public:
 private:
   caf::actor_system& sys_;
   actors::trainer_client& client_;
+  shared_engines& engines_;
   const options& opt_;
   std::vector<int64_t> stops_;
   std::mt19937_64 rng_;
@@ -106,7 +117,7 @@ private:
 } // namespace
 
 env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& client,
-                           actors::actor_group& engines, const options& opt,
+                           engine_recovery& recovery, const options& opt,
                            const prompt::chat_prompt& chat, int64_t context, bool use_kl,
                            std::ostream& metrics) {
   rl::loop_options mode;
@@ -133,11 +144,16 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
   std::mt19937_64 rng(opt.seed * 0x2545F4914F6CDD1DULL + 29);
 
   std::atomic<int64_t> resampled{0};
+  shared_engines engines{recovery, or_die.sys, opt.max_restarts};
+  auto engine_readings = [&engines] {
+    auto now = engines.group();
+    return read_engine_activity(now);
+  };
   auto run_group = [&](const episode_group& g) {
     // A client per call: a trainer_client serves one thread at a time.
     actors::trainer_client own{or_die.sys, client.dispatcher(), std::chrono::seconds(300)};
-    turn_sampler sample{or_die.sys, own, opt, stops, static_cast<uint64_t>(*g.request.seed),
-                        resampled};
+    turn_sampler sample{or_die.sys, own,   engines, opt, stops,
+                        static_cast<uint64_t>(*g.request.seed), resampled};
     return run_rollout(pool, std::vector<env::reset_request>(static_cast<size_t>(opt.group),
                                                              g.request),
                        chat, std::ref(sample), ro);
@@ -211,7 +227,9 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
       g.request.task = task;
       producer.add(std::move(g));
     }
-    const auto engines_at_start = read_engine_activity(engines);
+    const auto engines_at_start = engine_readings();
+    // A replacement of lost engines synced the policy to them at a newer version.
+    weight_version = std::max(weight_version, engines.synced_version());
     taken_groups taken;
     try {
       taken = producer.take(static_cast<size_t>(opt.prompts), weight_version, max_staleness,
@@ -222,7 +240,7 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
     }
     // Waiting for episodes is this step's generation time (all of it in sync mode).
     st.generate_seconds = taken.wait_seconds;
-    const auto engines_at_take = read_engine_activity(engines);
+    const auto engines_at_take = engine_readings();
 
     grpo_rows rows;
     int64_t episodes = 0, ran = 0, positive = 0, failed = 0, done = 0, stopped = 0, turns = 0;
@@ -278,11 +296,20 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
       // In the asynchronous modes the engines keep generating: the new weights go to them
       // without draining (--pause). In sync mode nothing is in flight.
       const auto t_sync = clock_type::now();
-      st.weight_version = or_die(client.save_weights_for_sampler("policy", sync ? "" : opt.pause),
-                                 "save_weights_for_sampler");
+      const auto seen = engines.generation();
+      auto synced = client.save_weights_for_sampler("policy", sync ? "" : opt.pause);
+      if (!synced) {
+        // Lost engines: replaced (here or by an episode thread), then synced again.
+        auto replaced = engines.recover(client, seen, or_die.sys.render(synced.error()));
+        if (!replaced)
+          synced = std::move(replaced.error());
+        else if (*replaced)
+          synced = client.save_weights_for_sampler("policy", sync ? "" : opt.pause);
+      }
+      st.weight_version = or_die(std::move(synced), "save_weights_for_sampler");
       st.sync_seconds = seconds_since(t_sync);
     }
-    const auto engines_at_end = read_engine_activity(engines);
+    const auto engines_at_end = engine_readings();
     const int64_t resampled_now = resampled.exchange(0);
     result.resampled += resampled_now;
     nlohmann::json extra{
@@ -300,6 +327,8 @@ env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& c
         {"logprob_gap", gap.raw},
         {"logprob_gap_corrected", gap.corrected},
         {"tis_clipped", gap.tis_clipped}};
+    if (auto recoveries = engines.take_recoveries(); !recoveries.empty())
+      extra["recoveries"] = std::move(recoveries);
     extra.update(step_activity(engines_at_start, engines_at_take, engines_at_end));
     extra["wall_seconds"] = seconds_since(t_start);
     finish_step(opt, st, metrics, extra);

@@ -12,6 +12,7 @@
 #include "../common/driver.hpp"
 #include "actors/actor_group.hpp"
 #include "actors/trainer_client.hpp"
+#include "examples/grpo/engine_recovery.hpp"
 #include "examples/grpo/options.hpp"
 #include "prompt/chat_prompt.hpp"
 
@@ -39,8 +40,10 @@ struct env_job_result {
 /// seed, stopping on the chat template's end-of-turn token, at most `opt.turn_tokens` tokens and
 /// the model's `context` in all). The groups run on worker threads of an episode_producer
 /// (episode_producer.hpp): in sync mode a step's groups, in the asynchronous modes as many more
-/// as the mode keeps ahead, while the policy trains. A turn the engines fail (an engine lost) or
-/// hand back (`--pause abort`) is sampled again, up to 4 times. The policy is updated on the
+/// as the mode keeps ahead, while the policy trains. A turn the engines fail or hand back
+/// (`--pause abort`) is sampled again, up to 4 times. Engines lost for good (their node died or
+/// hung) are replaced when `opt.max_restarts` allows (shared_engines.hpp): the episodes in
+/// flight wait and resume at the turn that failed, and the step's record lists the recovery. The policy is updated on the
 /// episodes that did not fail: each episode's total reward on its last sampled token, only
 /// sampled tokens in the loss, GRPO groups of the same task, and in the asynchronous modes the
 /// engines' log-prob of each sampled token for the off-policy correction (--tis). Steps without a
@@ -53,7 +56,7 @@ struct env_job_result {
 /// start, so no episode is lost or trained on twice. Fatal dispatcher errors, a group whose
 /// turns failed for good and an unreadable checkpoint exit via `or_die`.
 env_job_result run_env_job(const fatal_errors& or_die, actors::trainer_client& client,
-                           actors::actor_group& engines, const options& opt,
+                           engine_recovery& engines, const options& opt,
                            const prompt::chat_prompt& chat, int64_t context, bool use_kl,
                            std::ostream& metrics);
 

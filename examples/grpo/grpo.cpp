@@ -389,13 +389,18 @@ int run(int argc, char** argv) {
     std::string title;
     task_result task_res;
     examples::grpo::env_job_result env_res;
+    // --max-restarts: lost engines are replaced in both kinds of run, a lost trainer in task
+    // runs (the budget is shared).
+    examples::grpo::restart_budget restarts{opt.max_restarts};
+    examples::grpo::engine_recovery engine_recovery{or_die, pgs,   manager, engines,
+                                                    model,  opt, restarts};
     if (env_mode) {
       std::printf("grpo: %lld-parameter model from %s; %s; task: episodes of '%s', %d x %d "
                   "per step, at most %d turns of %d tokens\n",
                   static_cast<long long>(params), opt.model.c_str(), layout_text.c_str(),
                   opt.env_command.c_str(), opt.prompts, opt.group, opt.max_turns, opt.turn_tokens);
       or_die(examples::grpo::configure_training(client, opt), "set_algorithm_config");
-      env_res = examples::grpo::run_env_job(or_die, client, engines, opt, *envm.chat,
+      env_res = examples::grpo::run_env_job(or_die, client, engine_recovery, opt, *envm.chat,
                                             envm.context,
                                             examples::grpo::training_config(opt).use_kl_loss,
                                             metrics);
@@ -405,9 +410,6 @@ int run(int argc, char** argv) {
       std::printf("grpo: %lld-parameter Llama; %s; task: %s, %d held-out problems\n",
                   static_cast<long long>(params), layout_text.c_str(),
                   task_ptr->description().c_str(), opt.held_out);
-      examples::grpo::restart_budget restarts{opt.max_restarts};
-      examples::grpo::engine_recovery engine_recovery{or_die, client, pgs,  manager, engines,
-                                                      model,  opt,    restarts};
       examples::grpo::trainer_recovery trainer_recovery{or_die, client, pgs, manager, policy,
                                                         ref,    model,  opt, restarts};
       task_res = run_task(or_die, client, opt, *task_ptr, model, engine_recovery,

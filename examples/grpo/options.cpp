@@ -71,7 +71,7 @@ void apply_env_quick(options& o) {
 const std::set<std::string> task_flags{
     "--task",       "--digits",         "--min-numbers",      "--max-numbers", "--held-out",
     "--sft-steps",  "--sft-batch",      "--sft-lr",           "--sft-target",  "--no-goal",
-    "--max-restarts", "--recovery-timeout", "--eval-every"};
+    "--eval-every"};
 const std::map<std::string, std::string> flag_task{
     {"--digits", "arith"}, {"--min-numbers", "sort"}, {"--max-numbers", "sort"}};
 const std::set<std::string> env_flags{"--model",       "--env-task",    "--max-turns",
@@ -183,7 +183,8 @@ const std::vector<flag_doc>& flag_docs() {
       {"--checkpoint-every", "N", "a checkpoint every N steps (0 = never; needs --checkpoint-dir)"},
       {"--resume", "", "go on from the latest checkpoint in --checkpoint-dir"},
       {"--max-restarts", "N", "node losses to recover from (needs --placement split; a lost "
-                              "trainer also needs --checkpoint-every)"},
+                              "trainer also needs --checkpoint-every, and with --env only "
+                              "lost engines are recovered)"},
       {"--recovery-timeout", "S", "seconds a recovery waits for room (> 0)"},
       {"--cluster", "HOST:PORT", "run the ranks on a cluster's nodes (rlforge head / node)"},
       {"--tls", "DIR", "the cluster's TLS directory"},
@@ -217,7 +218,9 @@ const char* about =
     "episodes, so the engines sample while environments think). --max-restarts N recovers\n"
     "from up to N node losses: lost engines are placed again, get the policy's weights, and\n"
     "the rollouts they held are generated again; a lost trainer is placed again, restored from\n"
-    "the last checkpoint, and the steps after it are replayed.\n"
+    "the last checkpoint, and the steps after it are replayed. With --env the lost engines are\n"
+    "replaced while the episodes in flight wait, each resuming at the turn that failed; a lost\n"
+    "trainer ends an --env run.\n"
     "Defaults below are those of the mode the other flags select (--task, --quick, --env).\n"
     "`grpo_example --compare BASELINE.jsonl RUN.jsonl...` compares the metrics of runs.";
 

@@ -150,8 +150,13 @@ TEST(GrpoOptions, ModesAndPlacement) {
               HasSubstr("--max-restarts must be an integer in [0, 1000]"));
   EXPECT_THAT(err({"--placement", "split", "--recovery-timeout", "0"}),
               HasSubstr("--recovery-timeout must be a finite number > 0"));
+  // With --env too (its lost engines are replaced), and still only with split placement.
+  auto env = parse_options({"--placement", "split", "--max-restarts", "1", "--env", "x",
+                            "--model", "m"});
+  ASSERT_TRUE(env.error.empty()) << env.error;
+  EXPECT_EQ(env.opts.max_restarts, 1);
   EXPECT_THAT(err({"--max-restarts", "1", "--env", "x", "--model", "m"}),
-              HasSubstr("--max-restarts belongs to the built-in tasks (--task)"));
+              HasSubstr("--max-restarts needs --placement split"));
 }
 
 TEST(GrpoOptions, HelpAndUsage) {

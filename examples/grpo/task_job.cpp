@@ -317,7 +317,7 @@ task_result run_task(const examples::fatal_errors& or_die, trainer_client& clien
     std::sort(waiting.begin(), waiting.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
       return a.at("id").get<int64_t>() < b.at("id").get<int64_t>();
     });
-    auto node = or_die(engines.replace(), "engine recovery");
+    auto node = or_die(engines.replace(client), "engine recovery");
     auto version =
         or_die(client.save_weights_for_sampler("policy"), "weight sync to the new engines");
     loop = std::make_unique<rl::rl_loop>(or_die.sys, client, lo, source);

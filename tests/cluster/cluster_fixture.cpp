@@ -33,6 +33,12 @@ const char* sft_example_binary() {
 const char* grpo_example_binary() {
   return RLFORGE_GRPO_EXAMPLE_PATH;
 }
+const char* python_binary() {
+  return RLFORGE_PYTHON_PATH;
+}
+std::string example_envs_dir() {
+  return RLFORGE_EXAMPLE_ENVS_DIR;
+}
 
 namespace {
 

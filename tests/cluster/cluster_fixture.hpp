@@ -25,6 +25,11 @@ const char* rlforge_binary();
 const char* sft_example_binary();
 const char* grpo_example_binary();
 
+/// The Python interpreter the build found and the example environments' folder
+/// (examples/envs), for --env runs; python is "" when the build found none.
+const char* python_binary();
+std::string example_envs_dir();
+
 /// Heartbeat settings the tests run with unless a test needs the default (a loaded CI machine
 /// must not lose a node to a slow scheduler).
 inline const std::vector<std::string> tolerant_heartbeats{"--heartbeat-ms", "200",
