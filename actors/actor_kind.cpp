@@ -69,16 +69,26 @@ std::vector<std::string> kind_names() {
   return out;
 }
 
+namespace {
+
+/// "<kind>.<op>(<arguments>) -> (<results>)"; an untyped answer reads "-> message".
+std::string interface_line(const std::string& kind, const std::string& name, const rank_op& op) {
+  return kind + "." + name + "(" + op.signature + ") -> " +
+         (op.result == "message" ? op.result : "(" + op.result + ")");
+}
+
+} // namespace
+
 std::vector<std::string> kind_interfaces() {
   std::vector<std::string> out;
   for (const auto& [name, op] : builtin_ops())
-    out.push_back("rank." + name + "(" + op.signature + ")");
+    out.push_back(interface_line("rank", name, op));
   auto& t = table();
   std::lock_guard<std::mutex> guard{t.mx};
   for (const auto& [kind, k] : t.kinds) {
     out.push_back(kind);
     for (const auto& [name, op] : k.ops)
-      out.push_back(kind + "." + name + "(" + op.signature + ")");
+      out.push_back(interface_line(kind, name, op));
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -98,7 +98,8 @@ std::vector<std::string> kind_names();
 /// The ops every rank answers whatever its kind (rank_actor.cpp), by name.
 const std::map<std::string, rank_op>& builtin_ops();
 
-/// Every registered kind's interface, one line per op, sorted: "kind op(signature)" (the
+/// Every registered kind's interface, one line per op, sorted:
+/// "kind.op(signature) -> (results)", or "-> message" for an untyped answer (the
 /// built-in ops as kind "rank"). A cluster refuses a node whose lines differ from the head's,
 /// naming them.
 std::vector<std::string> kind_interfaces();

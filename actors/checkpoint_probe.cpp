@@ -10,7 +10,7 @@
 
 namespace rlforge::actors {
 
-caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const std::string& root,
+caf::expected<no_values> checkpoint_visible_op(rank_context& ctx, const std::string& root,
                                                   const int64_t& global_step,
                                                   const std::string& role) {
   namespace be = rlforge::backends;
@@ -26,7 +26,7 @@ caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const std::
                  "by all nodes or in a per-node directory at the same path on the node the rank "
                  "runs on (ranks keep their placement order, so rank "
                + std::to_string(ctx.info.rank) + " needs it on its node)");
-  return caf::message{};
+  return no_values{};
 }
 
 } // namespace rlforge::actors

@@ -6,6 +6,8 @@
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
 
+#include "actors/rank_op.hpp"
+
 namespace rlforge::actors {
 
 struct rank_context;
@@ -18,7 +20,7 @@ struct rank_context;
 /// hold the ranks placed there). A resume asks every rank first, so a checkpoint some rank
 /// cannot see is refused before any rank loads anything. Throws `backends::error` for bad
 /// arguments.
-caf::expected<caf::message> checkpoint_visible_op(rank_context& ctx, const std::string& root,
+caf::expected<no_values> checkpoint_visible_op(rank_context& ctx, const std::string& root,
                                                   const int64_t& global_step,
                                                   const std::string& role);
 

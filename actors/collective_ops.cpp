@@ -96,7 +96,7 @@ void release_local_store(const std::string& name) {
   s.by_name.erase(name);
 }
 
-caf::expected<caf::message> init_collective_op(rank_context& ctx, const collective_spec& spec) {
+caf::expected<no_values> init_collective_op(rank_context& ctx, const collective_spec& spec) {
   if (spec.timeout_ms <= 0)
     fail(error_code::invalid_argument,
          "collective timeout must be > 0 ms, got " + std::to_string(spec.timeout_ms));
@@ -121,22 +121,22 @@ caf::expected<caf::message> init_collective_op(rank_context& ctx, const collecti
     fail(error_code::invalid_argument,
          "unknown collective store '" + spec.store + "' (expected local or actor)");
   }
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> all_reduce_op(rank_context& ctx, const tensor_list& tensors) {
+caf::expected<tensor_list> all_reduce_op(rank_context& ctx, const tensor_list& tensors) {
   auto& group = require_group(ctx, "all_reduce");
   auto ts = on_group_device(group, ctx, to_tensors(tensors));
   group.all_reduce_sum(ts);
-  return caf::make_message(to_blobs(on_host(ts)));
+  return to_blobs(on_host(ts));
 }
 
-caf::expected<caf::message> broadcast_op(rank_context& ctx, const tensor_list& tensors,
+caf::expected<tensor_list> broadcast_op(rank_context& ctx, const tensor_list& tensors,
                                          const int32_t& root) {
   auto& group = require_group(ctx, "broadcast");
   auto ts = on_group_device(group, ctx, to_tensors(tensors));
   group.broadcast(ts, root);
-  return caf::make_message(to_blobs(on_host(ts)));
+  return to_blobs(on_host(ts));
 }
 
 } // namespace rlforge::actors

@@ -15,13 +15,13 @@ namespace rlforge::actors {
 ///
 /// `init_collective`: joins the group's collective group (rendezvous through an in-process store
 /// or the group's store actor, bounded by the spec's timeout).
-caf::expected<caf::message> init_collective_op(rank_context& ctx, const collective_spec& spec);
+caf::expected<no_values> init_collective_op(rank_context& ctx, const collective_spec& spec);
 
 /// `all_reduce`: element-wise SUM of `tensors` over the group's ranks.
-caf::expected<caf::message> all_reduce_op(rank_context& ctx, const tensor_list& tensors);
+caf::expected<tensor_list> all_reduce_op(rank_context& ctx, const tensor_list& tensors);
 
 /// `broadcast`: rank `root`'s `tensors` on every rank.
-caf::expected<caf::message> broadcast_op(rank_context& ctx, const tensor_list& tensors,
+caf::expected<tensor_list> broadcast_op(rank_context& ctx, const tensor_list& tensors,
                                          const int32_t& root);
 
 /// Drops the in-process rendezvous store of a group (after its ranks are gone).

@@ -78,7 +78,7 @@ engine_tokenizer load_tokenizer(const model_spec& spec, int32_t rank) {
   return t;
 }
 
-caf::expected<caf::message> init_model(rank_context& ctx, engine_state& st,
+caf::expected<int64_t> init_model(rank_context& ctx, engine_state& st,
                                        const model_spec& spec) {
   if (spec.lora_rank != 0)
     be::fail(error_code::invalid_argument,
@@ -115,10 +115,10 @@ caf::expected<caf::message> init_model(rank_context& ctx, engine_state& st,
   st.asleep.clear();
   st.host_weights.clear();
   build_engine(st);
-  return caf::make_message(st.model->num_parameters());
+  return st.model->num_parameters();
 }
 
-caf::expected<caf::message> configure(rank_context& ctx, engine_state& st,
+caf::expected<no_values> configure(rank_context& ctx, engine_state& st,
                                       const engine_options& o) {
   auto& model = model_of(st, "configure");
   be::engine_config c;
@@ -135,7 +135,7 @@ caf::expected<caf::message> configure(rank_context& ctx, engine_state& st,
   be::validate(c, model.config());
   st.config = c;
   build_engine(st);
-  return caf::message{};
+  return no_values{};
 }
 
 caf::expected<caf::message> generate(rank_context& ctx, engine_state& st,
@@ -154,7 +154,7 @@ caf::expected<caf::message> generate(rank_context& ctx, engine_state& st,
   return caf::message{};
 }
 
-caf::expected<caf::message> submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+caf::expected<int64_t> submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
                                    const std::vector<int64_t>& ids,
                                    const std::vector<sample_request>& requests,
                                    const int64_t& timeout_ms) {
@@ -169,10 +169,10 @@ caf::expected<caf::message> submit(rank_context& ctx, engine_state& st, const ca
     start_stream(st, consumer, ids, std::move(converted), timeout_ms,
                  clock_type::now() + std::chrono::milliseconds(timeout_ms));
   }
-  return caf::make_message(static_cast<int64_t>(requests.size()));
+  return static_cast<int64_t>(requests.size());
 }
 
-caf::expected<caf::message> cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+caf::expected<int64_t> cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
                                    const std::vector<int64_t>& ids) {
   model_of(st, "cancel");
   int64_t n = 0;
@@ -199,10 +199,10 @@ caf::expected<caf::message> cancel(rank_context& ctx, engine_state& st, const ca
       break;
     }
   }
-  return caf::make_message(n);
+  return n;
 }
 
-caf::expected<caf::message> sleep_op(rank_context& ctx, engine_state& st,
+caf::expected<no_values> sleep_op(rank_context& ctx, engine_state& st,
                                      const std::vector<std::string>& tags) {
   auto& model = model_of(st, "sleep");
   for (auto& tag : parse_tags(tags, "sleep")) {
@@ -230,10 +230,10 @@ caf::expected<caf::message> sleep_op(rank_context& ctx, engine_state& st,
   // A CUDA device's freed blocks return to the driver for the role that runs next.
   be::release_cached_memory();
   (void)ctx;
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> wake_up(rank_context& ctx, engine_state& st,
+caf::expected<no_values> wake_up(rank_context& ctx, engine_state& st,
                                     const std::vector<std::string>& tags) {
   auto& model = model_of(st, "wake_up");
   for (auto& tag : parse_tags(tags, "wake_up")) {
@@ -256,18 +256,18 @@ caf::expected<caf::message> wake_up(rank_context& ctx, engine_state& st,
     st.asleep.erase(tag);
   }
   (void)ctx;
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> memory(rank_context&, engine_state& st) {
+caf::expected<std::tuple<int64_t, int64_t>> memory(rank_context&, engine_state& st) {
   auto& model = model_of(st, "memory");
   auto resident = be::storage_bytes(model.named_parameters()) + st.weights.bytes() +
                   st.engine->cache_bytes();
   auto host = be::storage_bytes(st.host_weights);
-  return caf::make_message(resident, host);
+  return std::make_tuple(resident, host);
 }
 
-caf::expected<caf::message> pause_op(rank_context& ctx, engine_state& st,
+caf::expected<int64_t> pause_op(rank_context& ctx, engine_state& st,
                                      const std::optional<std::string>& given) {
   model_of(st, "pause");
   const std::string mode = given.value_or("keep");
@@ -275,18 +275,18 @@ caf::expected<caf::message> pause_op(rank_context& ctx, engine_state& st,
     be::fail(error_code::invalid_argument,
              "pause: unknown mode '" + mode + "' (modes: keep, abort)");
   st.paused = true;
-  return caf::make_message(mode == "abort" ? abort_everything(ctx, st) : int64_t{0});
+  return mode == "abort" ? abort_everything(ctx, st) : int64_t{0};
 }
 
-caf::expected<caf::message> resume(rank_context& ctx, engine_state& st) {
+caf::expected<int64_t> resume(rank_context& ctx, engine_state& st) {
   model_of(st, "resume");
   st.paused = false;
-  return caf::make_message(release_queue(ctx, st));
+  return release_queue(ctx, st);
 }
 
-caf::expected<caf::message> weight_version(rank_context&, engine_state& st) {
+caf::expected<int64_t> weight_version(rank_context&, engine_state& st) {
   model_of(st, "weight_version");
-  return caf::make_message(st.weights.current());
+  return st.weights.current();
 }
 
 /// Before the live weights change: copies of the current version for who still needs it.
@@ -300,7 +300,7 @@ void after_new_weights(engine_state& st, int64_t version) {
   st.engine->weights_changed();
 }
 
-caf::expected<caf::message> set_weights(rank_context& ctx, engine_state& st,
+caf::expected<no_values> set_weights(rank_context& ctx, engine_state& st,
                                         const tensor_map& weights, const int64_t& version) {
   auto& model = model_of(st, "set_weights");
   if (version < 0)
@@ -344,10 +344,10 @@ caf::expected<caf::message> set_weights(rank_context& ctx, engine_state& st,
   // Written in place: a Gloo channel's receiving buffer no longer holds what its sender sent.
   st.channels.forget_bases();
   after_new_weights(st, version);
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> receive_weights(rank_context& ctx, engine_state& st,
+caf::expected<int64_t> receive_weights(rank_context& ctx, engine_state& st,
                                             const weight_sync_spec& spec) {
   auto& model = model_of(st, "receive_weights");
   if (st.asleep.count(tag_weights))
@@ -366,16 +366,16 @@ caf::expected<caf::message> receive_weights(rank_context& ctx, engine_state& st,
       after_new_weights(st, 0);
     throw;
   }
-  return caf::make_message(st.weights.current());
+  return st.weights.current();
 }
 
-caf::expected<caf::message> retain_weights(rank_context&, engine_state& st, const int64_t& version,
+caf::expected<std::vector<int64_t>> retain_weights(rank_context&, engine_state& st, const int64_t& version,
                                            const int64_t& max_retained) {
   model_of(st, "retain_weights");
-  return caf::make_message(st.weights.retain(version, max_retained));
+  return st.weights.retain(version, max_retained);
 }
 
-caf::expected<caf::message> get_weights(rank_context&, engine_state& st) {
+caf::expected<tensor_map> get_weights(rank_context&, engine_state& st) {
   auto& model = model_of(st, "get_weights");
   if (st.asleep.count(tag_weights))
     be::fail(error_code::invalid_argument,
@@ -386,10 +386,10 @@ caf::expected<caf::message> get_weights(rank_context&, engine_state& st) {
   auto blobs = to_blobs(tensors);
   if (!blobs)
     return std::move(blobs.error());
-  return caf::make_message(std::move(*blobs));
+  return std::move(*blobs);
 }
 
-caf::expected<caf::message> stats(rank_context&, engine_state& st) {
+caf::expected<std::string> stats(rank_context&, engine_state& st) {
   model_of(st, "stats");
   const auto s = st.engine->stats();
   const auto& c = s.counters;
@@ -417,7 +417,7 @@ caf::expected<caf::message> stats(rank_context&, engine_state& st) {
       {"copies", c.copies},
       {"steps", c.steps},
   };
-  return caf::make_message(j.dump());
+  return j.dump();
 }
 
 } // namespace rlforge::actors::engine_detail

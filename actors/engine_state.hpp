@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -160,26 +161,26 @@ bool engine_step(rank_context& ctx);
 
 // Each takes the rank's context, the engine's state and the op's arguments by type; engine.cpp
 // declares them as the kind's ops (`typed_op`), whose signatures name the arguments.
-op_reply init_model(rank_context& ctx, engine_state& st, const model_spec& spec);
-op_reply configure(rank_context& ctx, engine_state& st, const engine_options& o);
+caf::expected<int64_t> init_model(rank_context& ctx, engine_state& st, const model_spec& spec);
+caf::expected<no_values> configure(rank_context& ctx, engine_state& st, const engine_options& o);
 op_reply generate(rank_context& ctx, engine_state& st, const std::vector<sample_request>& requests);
-op_reply submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+caf::expected<int64_t> submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
                 const std::vector<int64_t>& ids, const std::vector<sample_request>& requests,
                 const int64_t& timeout_ms);
-op_reply cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
+caf::expected<int64_t> cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
                 const std::vector<int64_t>& ids);
-op_reply sleep_op(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
-op_reply wake_up(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
-op_reply memory(rank_context& ctx, engine_state& st);
-op_reply pause_op(rank_context& ctx, engine_state& st, const std::optional<std::string>& mode);
-op_reply resume(rank_context& ctx, engine_state& st);
-op_reply weight_version(rank_context& ctx, engine_state& st);
-op_reply set_weights(rank_context& ctx, engine_state& st, const tensor_map& weights,
+caf::expected<no_values> sleep_op(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
+caf::expected<no_values> wake_up(rank_context& ctx, engine_state& st, const std::vector<std::string>& tags);
+caf::expected<std::tuple<int64_t, int64_t>> memory(rank_context& ctx, engine_state& st);
+caf::expected<int64_t> pause_op(rank_context& ctx, engine_state& st, const std::optional<std::string>& mode);
+caf::expected<int64_t> resume(rank_context& ctx, engine_state& st);
+caf::expected<int64_t> weight_version(rank_context& ctx, engine_state& st);
+caf::expected<no_values> set_weights(rank_context& ctx, engine_state& st, const tensor_map& weights,
                      const int64_t& version);
-op_reply receive_weights(rank_context& ctx, engine_state& st, const weight_sync_spec& spec);
-op_reply retain_weights(rank_context& ctx, engine_state& st, const int64_t& version,
+caf::expected<int64_t> receive_weights(rank_context& ctx, engine_state& st, const weight_sync_spec& spec);
+caf::expected<std::vector<int64_t>> retain_weights(rank_context& ctx, engine_state& st, const int64_t& version,
                         const int64_t& max_retained);
-op_reply get_weights(rank_context& ctx, engine_state& st);
-op_reply stats(rank_context& ctx, engine_state& st);
+caf::expected<tensor_map> get_weights(rank_context& ctx, engine_state& st);
+caf::expected<std::string> stats(rank_context& ctx, engine_state& st);
 
 } // namespace rlforge::actors::engine_detail

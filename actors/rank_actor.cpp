@@ -38,31 +38,31 @@ std::string describe(const rank_info& info, const std::string& op) {
   return "group '" + info.group + "' rank " + std::to_string(info.rank) + " op '" + op + "'";
 }
 
-caf::expected<caf::message> info_op(rank_context& ctx) {
-  return caf::make_message(ctx.info);
+caf::expected<rank_info> info_op(rank_context& ctx) {
+  return ctx.info;
 }
 
-caf::expected<caf::message> kind_op(rank_context& ctx) {
-  return caf::make_message(ctx.kind);
+caf::expected<std::string> kind_op(rank_context& ctx) {
+  return ctx.kind;
 }
 
-caf::expected<caf::message> ping_op(rank_context&) {
-  return caf::message{};
+caf::expected<no_values> ping_op(rank_context&) {
+  return no_values{};
 }
 
-caf::expected<caf::message> threads_op(rank_context&) {
-  return caf::make_message(static_cast<int32_t>(backends::intra_op_threads()));
+caf::expected<int32_t> threads_op(rank_context&) {
+  return static_cast<int32_t>(backends::intra_op_threads());
 }
 
-caf::expected<caf::message> location_op(rank_context& ctx) {
+caf::expected<std::tuple<std::string, int64_t, std::string, std::string>> location_op(rank_context& ctx) {
   auto here = this_process();
-  return caf::make_message(here.host, here.pid, here.address, compute_device(ctx.info).str());
+  return std::make_tuple(here.host, here.pid, here.address, compute_device(ctx.info).str());
 }
 
-caf::expected<caf::message> device_memory_op(rank_context& ctx) {
+caf::expected<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>> device_memory_op(rank_context& ctx) {
   // The rank's CUDA device as its process's caching allocator and the driver see it.
   auto m = backends::cuda_memory(compute_device(ctx.info));
-  return caf::make_message(m.allocated, m.reserved, m.peak_allocated, m.free, m.total);
+  return std::make_tuple(m.allocated, m.reserved, m.peak_allocated, m.free, m.total);
 }
 
 /// Adds the rank's context to an `errc` error that does not start with it yet.

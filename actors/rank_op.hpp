@@ -1,10 +1,11 @@
 #pragma once
-// One operation of a rank kind, declared with its argument types (actor_kind.hpp holds the
-// table of a kind's ops). The op's C++ signature is the declaration: `typed_op(fn, names)` reads
-// the argument types from `fn`, checks each call's arguments against them before `fn` runs, and
-// hands `fn` the kind's own state and the arguments by type. Its text form ("tensor_map weights,
-// int64 version") names the op in errors and in the kind's interface, which a cluster compares
-// between its head and a joining node.
+// One operation of a rank kind, declared with its argument and result types (actor_kind.hpp
+// holds the table of a kind's ops). The op's C++ signature is the declaration: `typed_op(fn,
+// names)` reads the argument types and the answer's type from `fn`, checks each call's arguments
+// against them before `fn` runs, hands `fn` the kind's own state and the arguments by type, and
+// sends its typed answer as the message's values. Its text form ("tensor_map weights, int64
+// version" -> "int64") names the op in errors and in the kind's interface, which a cluster
+// compares between its head and a joining node.
 //
 // Thread safety: a `rank_op` is immutable once built and may be called from any thread; the
 // rank actor calls it on the rank's own thread only.
@@ -40,6 +41,9 @@ kind_state* state_of(rank_context& ctx);
 
 /// What an op answers: its result values, or an error.
 using op_reply = caf::expected<caf::message>;
+
+/// The answer of an op that answers no values (`caf::expected<no_values>`).
+struct no_values {};
 
 /// An op as the rank actor calls it: the rank's context and the call's arguments in, the answer
 /// out. May throw (the rank turns the exception into an error naming group, rank and op).
@@ -108,6 +112,9 @@ struct op_dispatch {
 struct rank_op {
   /// "type name, type name[, type name]": the argument list, optional trailing ones bracketed.
   std::string signature;
+  /// "type, type": what the op answers ("" for no values; "message" for an op whose answer is
+  /// an untyped caf::message).
+  std::string result;
   /// True when a call's arguments match the signature (the check `call` makes first).
   std::function<bool(const caf::message& args)> accepts;
   op_fn call;
@@ -248,25 +255,65 @@ decltype(auto) arg_at(const caf::message& args, std::size_t i) {
     return args.get_as<T>(i);
 }
 
-template <class State, class... Args, std::size_t... Is>
-op_reply call_with_state(op_reply (*fn)(rank_context&, State&, const Args&...), rank_context& ctx,
-                         const caf::message& args, std::index_sequence<Is...>) {
-  return fn(ctx, state_as<State>(ctx), arg_at<Args>(args, Is)...);
+/// An op's typed answer `R` as text and as the message the rank sends: one value, a
+/// std::tuple of values, `no_values`, or an untyped caf::message.
+template <class R>
+struct result_of {
+  static std::string text() { return arg_text<R>(); }
+  static caf::message message(R&& r) { return caf::make_message(std::move(r)); }
+};
+template <>
+struct result_of<caf::message> {
+  static std::string text() { return "message"; }
+  static caf::message message(caf::message&& r) { return std::move(r); }
+};
+template <>
+struct result_of<no_values> {
+  static std::string text() { return ""; }
+  static caf::message message(no_values&&) { return caf::message{}; }
+};
+template <class... Ts>
+struct result_of<std::tuple<Ts...>> {
+  static std::string text() {
+    std::string out;
+    for (const auto& t : {arg_text<Ts>()...})
+      out += (out.empty() ? "" : ", ") + t;
+    return out;
+  }
+  static caf::message message(std::tuple<Ts...>&& r) {
+    return std::apply([](auto&&... xs) { return caf::make_message(std::move(xs)...); },
+                      std::move(r));
+  }
+};
+
+template <class R>
+op_reply to_reply(caf::expected<R>&& r) {
+  if (!r)
+    return std::move(r.error());
+  return result_of<R>::message(std::move(*r));
 }
 
-template <class... Args, std::size_t... Is>
-op_reply call_with_context(op_reply (*fn)(rank_context&, const Args&...), rank_context& ctx,
-                           const caf::message& args, std::index_sequence<Is...>) {
-  return fn(ctx, arg_at<Args>(args, Is)...);
+template <class R, class State, class... Args, std::size_t... Is>
+op_reply call_with_state(caf::expected<R> (*fn)(rank_context&, State&, const Args&...),
+                         rank_context& ctx, const caf::message& args, std::index_sequence<Is...>) {
+  return to_reply(fn(ctx, state_as<State>(ctx), arg_at<Args>(args, Is)...));
+}
+
+template <class R, class... Args, std::size_t... Is>
+op_reply call_with_context(caf::expected<R> (*fn)(rank_context&, const Args&...),
+                           rank_context& ctx, const caf::message& args,
+                           std::index_sequence<Is...>) {
+  return to_reply(fn(ctx, arg_at<Args>(args, Is)...));
 }
 
 /// The op `call(ctx, args)`, after a check that `args` holds `Args` (optional ones may be
 /// left off the end).
-template <class... Args, class Call>
+template <class R, class... Args, class Call>
 rank_op make(const char* op, std::vector<std::string> names, Call call) {
   static_assert(optionals_trail<Args...>(), "optional arguments come last");
   rank_op out;
   out.signature = signature_text<Args...>(names);
+  out.result = result_of<R>::text();
   const std::string expects = std::string{op} + " expects (" + out.signature + "), got ";
   out.accepts = [](const caf::message& args) {
     for (std::size_t n = required_count<Args...>(); n <= sizeof...(Args); ++n)
@@ -288,10 +335,12 @@ rank_op make(const char* op, std::vector<std::string> names, Call call) {
 /// An op of a kind whose state is `State`: `fn(ctx, state, args...)`. `names` names the
 /// arguments in the signature text (in order; fewer names leave the rest unnamed). A
 /// `std::optional<T>` argument is an optional trailing `T`: absent from the call, it is empty.
-template <class State, class... Args>
-rank_op typed_op(const char* op, op_reply (*fn)(rank_context&, State&, const Args&...),
+/// `fn` answers `caf::expected<R>`: one value, a std::tuple of values, `no_values`, or (for an
+/// answer whose types vary) a caf::message; the op's `result` text names R.
+template <class R, class State, class... Args>
+rank_op typed_op(const char* op, caf::expected<R> (*fn)(rank_context&, State&, const Args&...),
                  std::vector<std::string> names = {}) {
-  return op_detail::make<Args...>(op, std::move(names),
+  return op_detail::make<R, Args...>(op, std::move(names),
                                   [fn](rank_context& ctx, const caf::message& args) {
                                     return op_detail::call_with_state(
                                         fn, ctx, args, std::index_sequence_for<Args...>{});
@@ -299,10 +348,10 @@ rank_op typed_op(const char* op, op_reply (*fn)(rank_context&, State&, const Arg
 }
 
 /// An op that needs no kind state: `fn(ctx, args...)` (the built-in ops of every rank).
-template <class... Args>
-rank_op context_op(const char* op, op_reply (*fn)(rank_context&, const Args&...),
+template <class R, class... Args>
+rank_op context_op(const char* op, caf::expected<R> (*fn)(rank_context&, const Args&...),
                    std::vector<std::string> names = {}) {
-  return op_detail::make<Args...>(op, std::move(names),
+  return op_detail::make<R, Args...>(op, std::move(names),
                                   [fn](rank_context& ctx, const caf::message& args) {
                                     return op_detail::call_with_context(
                                         fn, ctx, args, std::index_sequence_for<Args...>{});

@@ -523,11 +523,11 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
   return spec.version;
 }
 
-caf::expected<caf::message> send_weights_op(rank_context& ctx,
+caf::expected<int64_t> send_weights_op(rank_context& ctx,
                                             const std::vector<weight_sync_spec>& specs) {
   const auto& model = worker_model(ctx, "send_weights");
   if (ctx.info.rank != 0)
-    return caf::make_message(int64_t{0});
+    return int64_t{0};
   auto& channels = worker_weight_channels(ctx);
   std::vector<std::string> named;
   for (auto& spec : specs)
@@ -548,7 +548,7 @@ caf::expected<caf::message> send_weights_op(rank_context& ctx,
   }
   if (first)
     std::rethrow_exception(first);
-  return caf::make_message(bytes);
+  return bytes;
 }
 
 } // namespace rlforge::actors

@@ -171,7 +171,7 @@ struct rank_context;
 /// (`weights_for_sync`) once per spec, in order, and keeps open only the Gloo channels these
 /// specs name; the other ranks answer 0 at once. Refused before init_model and while the model
 /// is offloaded.
-caf::expected<caf::message> send_weights_op(rank_context& ctx,
+caf::expected<int64_t> send_weights_op(rank_context& ctx,
                                             const std::vector<weight_sync_spec>& specs);
 
 } // namespace rlforge::actors

@@ -210,7 +210,7 @@ batch_result make_result(std::map<std::string, at::Tensor> outputs,
 
 // -- ops --------------------------------------------------------------------------------------
 
-caf::expected<caf::message> init_model(rank_context& ctx, worker_state& st,
+caf::expected<int64_t> init_model(rank_context& ctx, worker_state& st,
                                        const model_spec& spec) {
   const auto dtype = compute_dtype_of(spec); // refused before anything is built
   auto model = build_model(spec);
@@ -263,7 +263,7 @@ caf::expected<caf::message> init_model(rank_context& ctx, worker_state& st,
   st.host_grads.clear();
   st.optimizer_offloaded = false;
   st.host_optimizer = be::adamw_state{};
-  return caf::make_message(st.model->num_parameters());
+  return st.model->num_parameters();
 }
 
 /// Resolves and checks a loss request for this worker's role (the registry checks its config).
@@ -387,22 +387,22 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
   return make_result(std::move(outputs), std::move(metrics), tokens);
 }
 
-caf::expected<caf::message> forward(rank_context&, worker_state& st, const batch_payload& payload,
+caf::expected<batch_result> forward(rank_context&, worker_state& st, const batch_payload& payload,
                                     const std::optional<loss_request>& req) {
   resident_model(st, "forward");
   auto batch = decode_batch(st, payload);
-  return caf::make_message(run_pass(st, batch, req ? &*req : nullptr, false));
+  return run_pass(st, batch, req ? &*req : nullptr, false);
 }
 
-caf::expected<caf::message> forward_backward(rank_context&, worker_state& st,
+caf::expected<batch_result> forward_backward(rank_context&, worker_state& st,
                                              const batch_payload& payload,
                                              const loss_request& req) {
   resident_model(st, "forward_backward");
   auto batch = decode_batch(st, payload);
-  return caf::make_message(run_pass(st, batch, &req, true)); // checks `req` first
+  return run_pass(st, batch, &req, true); // checks `req` first
 }
 
-caf::expected<caf::message> optim_step(rank_context& ctx, worker_state& st,
+caf::expected<optim_result> optim_step(rank_context& ctx, worker_state& st,
                                        const be::adam_params& given) {
   auto& model = resident_model(st, "optim_step");
   require_resident_optimizer(st, "optim_step");
@@ -441,10 +441,10 @@ caf::expected<caf::message> optim_step(rank_context& ctx, worker_state& st,
                "clipped={}",
                ctx.info.group, out.step, out.grad_norm, out.learning_rate, out.skipped,
                out.clipped);
-  return caf::make_message(out);
+  return out;
 }
 
-caf::expected<caf::message> set_lr(rank_context&, worker_state& st, const double& lr) {
+caf::expected<no_values> set_lr(rank_context&, worker_state& st, const double& lr) {
   model_of(st, "set_lr");
   if (!std::isfinite(lr) || lr < 0)
     be::fail(error_code::invalid_argument,
@@ -452,10 +452,10 @@ caf::expected<caf::message> set_lr(rank_context&, worker_state& st, const double
   auto j = st.schedule->to_json();
   j["base_lr"] = lr;
   st.schedule = be::lr_schedule::from_json(j);
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> set_algorithm_config(rank_context&, worker_state& st,
+caf::expected<no_values> set_algorithm_config(rank_context&, worker_state& st,
                                                  const algorithm_config& a) {
   auto bad = [](const std::string& what) { be::fail(error_code::invalid_argument, what); };
   if (a.micro_batch_size < 0)
@@ -475,7 +475,7 @@ caf::expected<caf::message> set_algorithm_config(rank_context&, worker_state& st
   if (!std::isfinite(a.entropy_loss_coef) || a.entropy_loss_coef < 0)
     bad("entropy_loss_coef must be finite and >= 0, got " + std::to_string(a.entropy_loss_coef));
   st.algo = a;
-  return caf::message{};
+  return no_values{};
 }
 
 namespace {

@@ -49,7 +49,7 @@ be::checkpoint_location location_of(const rank_context& ctx, const worker_state&
                                  ctx.info.world_size};
 }
 
-caf::expected<caf::message> save_checkpoint(rank_context& ctx, worker_state& st,
+caf::expected<no_values> save_checkpoint(rank_context& ctx, worker_state& st,
                                             const std::string& root, const int64_t& global_step,
                                             const std::optional<std::string>& role) {
   auto where = location_of(ctx, st, root, global_step, role);
@@ -58,10 +58,10 @@ caf::expected<caf::message> save_checkpoint(rank_context& ctx, worker_state& st,
   where.validate();
   be::save_rank_state(where, model.named_parameters(), st.optimizer, &*st.schedule,
                       be::capture_rng_state());
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> load_checkpoint(rank_context& ctx, worker_state& st,
+caf::expected<int64_t> load_checkpoint(rank_context& ctx, worker_state& st,
                                             const std::string& root, const int64_t& global_step,
                                             const std::optional<std::string>& role,
                                             const std::optional<bool>& restore_optimizer) {
@@ -93,7 +93,7 @@ caf::expected<caf::message> load_checkpoint(rank_context& ctx, worker_state& st,
     }
     st.optimizer = be::adamw{};
     be::zero_grad(model.named_parameters());
-    return caf::make_message(step);
+    return step;
   }
   optimizer.load_state(loaded.optimizer);
   if (!loaded.scheduler)
@@ -105,17 +105,17 @@ caf::expected<caf::message> load_checkpoint(rank_context& ctx, worker_state& st,
   st.optimizer = std::move(optimizer);
   st.schedule = std::move(schedule);
   be::zero_grad(model.named_parameters());
-  return caf::make_message(step);
+  return step;
 }
 
-caf::expected<caf::message> save_hf_model(rank_context& ctx, worker_state& st,
+caf::expected<no_values> save_hf_model(rank_context& ctx, worker_state& st,
                                           const std::string& dir) {
   auto& model = resident_model(st, "save_hf_model");
   if (dir.empty())
     be::fail(error_code::invalid_argument, "save_hf_model: empty directory");
   if (ctx.info.rank == 0)
     model.save_hf(dir);
-  return caf::message{};
+  return no_values{};
 }
 
 /// Moves parameters and accumulated gradients into host buffers, then frees the device side.
@@ -204,7 +204,7 @@ void onload_optimizer(worker_state& st) {
   st.optimizer_offloaded = false;
 }
 
-caf::expected<caf::message> offload(rank_context&, worker_state& st,
+caf::expected<no_values> offload(rank_context&, worker_state& st,
                                     const std::vector<std::string>& tags) {
   model_of(st, "offload");
   for (const auto& tag : parse_tags(st, tags, "offload")) {
@@ -217,10 +217,10 @@ caf::expected<caf::message> offload(rank_context&, worker_state& st,
   // tag's tensors are gone (the allocator frees only whole segments, which tensors of the model
   // and of the optimizer may share).
   be::release_cached_memory();
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> onload(rank_context&, worker_state& st,
+caf::expected<no_values> onload(rank_context&, worker_state& st,
                                    const std::vector<std::string>& tags) {
   model_of(st, "onload");
   for (const auto& tag : parse_tags(st, tags, "onload")) {
@@ -229,10 +229,10 @@ caf::expected<caf::message> onload(rank_context&, worker_state& st,
     else if (tag == tag_optimizer && st.optimizer_offloaded)
       onload_optimizer(st);
   }
-  return caf::message{};
+  return no_values{};
 }
 
-caf::expected<caf::message> memory(rank_context&, worker_state& st) {
+caf::expected<std::tuple<int64_t, int64_t>> memory(rank_context&, worker_state& st) {
   auto& model = model_of(st, "memory");
   auto params = model.named_parameters();
   std::vector<std::pair<std::string, at::Tensor>> grads, moments;
@@ -251,7 +251,7 @@ caf::expected<caf::message> memory(rank_context&, worker_state& st) {
   int64_t host = storage_bytes(st.host_params, seen_host) +
                  storage_bytes(st.host_grads, seen_host) +
                  storage_bytes(moments_of(st.host_optimizer), seen_host);
-  return caf::make_message(resident, host);
+  return std::make_tuple(resident, host);
 }
 
 } // namespace rlforge::actors::worker_detail

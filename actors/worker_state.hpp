@@ -106,14 +106,14 @@ void require_resident_optimizer(const worker_state& st, const char* op);
 // worker.cpp declares them as the kind's ops (`typed_op`), whose signatures name the arguments.
 // A checkpoint's role directory defaults to the worker's role; load_checkpoint restores the
 // optimizer too unless `with_optimizer` is false.
-op_reply save_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
+caf::expected<no_values> save_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
                          const int64_t& global_step, const std::optional<std::string>& role);
-op_reply load_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
+caf::expected<int64_t> load_checkpoint(rank_context& ctx, worker_state& st, const std::string& root,
                          const int64_t& global_step, const std::optional<std::string>& role,
                          const std::optional<bool>& with_optimizer);
-op_reply save_hf_model(rank_context& ctx, worker_state& st, const std::string& dir);
-op_reply offload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
-op_reply onload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
-op_reply memory(rank_context& ctx, worker_state& st);
+caf::expected<no_values> save_hf_model(rank_context& ctx, worker_state& st, const std::string& dir);
+caf::expected<no_values> offload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
+caf::expected<no_values> onload(rank_context& ctx, worker_state& st, const std::vector<std::string>& tags);
+caf::expected<std::tuple<int64_t, int64_t>> memory(rank_context& ctx, worker_state& st);
 
 } // namespace rlforge::actors::worker_detail

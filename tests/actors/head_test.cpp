@@ -139,14 +139,24 @@ TEST_F(HeadProtocol, RefusesAnotherBuildNamingTheDifference) {
     return k.rfind("engine.generate(", 0) == 0;
   });
   ASSERT_NE(generate, ops.kinds.end());
-  EXPECT_EQ(*generate, "engine.generate(std::vector<sample_request>)");
-  *generate = "engine.generate(std::vector<sample_request>, int64)";
+  EXPECT_EQ(*generate, "engine.generate(std::vector<sample_request>) -> message");
+  *generate = "engine.generate(std::vector<sample_request>, int64) -> message";
   msg = refusal(ops);
   EXPECT_NE(msg.find("other actor kinds or ops"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("lacks kinds [engine.generate(std::vector<sample_request>)]"),
+  EXPECT_NE(msg.find("lacks kinds [engine.generate(std::vector<sample_request>) -> message]"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("[engine.generate(std::vector<sample_request>, int64)]"), std::string::npos)
+  EXPECT_NE(msg.find("[engine.generate(std::vector<sample_request>, int64) -> message]"),
+            std::string::npos)
+      << msg;
+  // So is one whose op answers another type.
+  auto results = good("n1");
+  auto version = std::find(results.kinds.begin(), results.kinds.end(),
+                           "engine.weight_version() -> (int64)");
+  ASSERT_NE(version, results.kinds.end());
+  *version = "engine.weight_version() -> (int32)";
+  msg = refusal(results);
+  EXPECT_NE(msg.find("lacks kinds [engine.weight_version() -> (int64)]"), std::string::npos)
       << msg;
   // The head keeps serving: the same node of the right build joins.
   EXPECT_TRUE(join(good("n1")));

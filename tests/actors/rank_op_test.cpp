@@ -109,7 +109,7 @@ TEST(RankOp, AnOpDeclaredForAnotherKindsStateIsAnInternalError) {
                                   backends::error_code::internal, {"not the type"});
 }
 
-TEST(RankOp, KindInterfacesListEveryOpWithItsSignature) {
+TEST(RankOp, KindInterfacesListEveryOpWithItsSignatureAndResult) {
   register_worker_kinds();
   register_engine_kind();
   auto lines = kind_interfaces();
@@ -118,16 +118,54 @@ TEST(RankOp, KindInterfacesListEveryOpWithItsSignature) {
     return std::find(lines.begin(), lines.end(), line) != lines.end();
   };
   EXPECT_TRUE(has("engine"));
-  EXPECT_TRUE(has("engine.set_weights(tensor_map weights, int64 version)"));
-  EXPECT_TRUE(has("engine.pause([string mode: keep | abort])"));
-  EXPECT_TRUE(has("policy.forward(batch_payload[, loss_request])"));
+  EXPECT_TRUE(has("engine.set_weights(tensor_map weights, int64 version) -> ()"));
+  EXPECT_TRUE(has("engine.pause([string mode: keep | abort]) -> (int64)"));
+  EXPECT_TRUE(has("engine.memory() -> (int64, int64)"));
+  EXPECT_TRUE(has("engine.retain_weights(int64 version, int64 max_retained) -> "
+                  "(std::vector<int64_t>)"));
+  // generate answers later, through the rank's deliveries: its answer is not typed.
+  EXPECT_TRUE(has("engine.generate(std::vector<sample_request>) -> message"));
+  EXPECT_TRUE(has("policy.forward(batch_payload[, loss_request]) -> (batch_result)"));
   EXPECT_TRUE(has("policy.load_checkpoint(string root, int64 global_step[, string role[, bool "
-                  "with_optimizer]])"));
-  EXPECT_TRUE(has("ref.forward(batch_payload[, loss_request])"));
-  EXPECT_FALSE(has("ref.optim_step(adam_params)")); // the reference does not train
-  EXPECT_TRUE(has("policy.optim_step(adam_params)"));
-  EXPECT_TRUE(has("rank.broadcast(std::vector<tensor_blob>, int32 root)"));
-  EXPECT_TRUE(has("rank.checkpoint_visible(string root, int64 global_step, string role)"));
+                  "with_optimizer]]) -> (int64)"));
+  EXPECT_TRUE(has("ref.forward(batch_payload[, loss_request]) -> (batch_result)"));
+  EXPECT_FALSE(has("ref.optim_step(adam_params) -> (optim_result)")); // the reference does not train
+  EXPECT_TRUE(has("policy.optim_step(adam_params) -> (optim_result)"));
+  EXPECT_TRUE(has("rank.broadcast(std::vector<tensor_blob>, int32 root) -> "
+                  "(std::vector<tensor_blob>)"));
+  EXPECT_TRUE(has("rank.checkpoint_visible(string root, int64 global_step, string role) -> ()"));
+  EXPECT_TRUE(has("rank.location() -> (string, int64, string, string)"));
+}
+
+// An op's typed answer is the message the rank sends: one value, a tuple's values in order, or
+// none.
+TEST(RankOp, TypedAnswersBecomeTheirValues) {
+  auto one = context_op("one", +[](rank_context&) -> caf::expected<int64_t> { return 7; });
+  auto two = context_op("two", +[](rank_context&) -> caf::expected<std::tuple<int64_t, std::string>> {
+    return std::make_tuple(int64_t{3}, std::string{"x"});
+  });
+  auto none = context_op("none", +[](rank_context&) -> caf::expected<no_values> {
+    return no_values{};
+  });
+  auto refused = context_op("refused", +[](rank_context&) -> caf::expected<int64_t> {
+    return caf::make_error(caf::sec::unexpected_message);
+  });
+  EXPECT_EQ(one.result, "int64");
+  EXPECT_EQ(two.result, "int64, string");
+  EXPECT_EQ(none.result, "");
+  auto ctx = context_with(nullptr);
+  auto a = one.call(ctx, caf::message{});
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->match_elements<int64_t>());
+  EXPECT_EQ(a->get_as<int64_t>(0), 7);
+  auto b = two.call(ctx, caf::message{});
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((b->match_elements<int64_t, std::string>()));
+  EXPECT_EQ(b->get_as<std::string>(1), "x");
+  auto c = none.call(ctx, caf::message{});
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->empty());
+  EXPECT_FALSE(refused.call(ctx, caf::message{}));
 }
 
 // How the dispatcher runs each op is declared with the op (dispatcher tests cover the routing
