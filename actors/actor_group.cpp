@@ -236,17 +236,19 @@ caf::expected<collective_spec> collective_plan(caf::actor_system& sys,
   std::vector<std::pair<std::string, int64_t>> where;
   caf::error failure;
   for (size_t r = 0; r < ranks.size() && !failure; ++r)
-    self->request(ranks[r], timeout, call_atom::value, std::string{"location"}, caf::message{})
-      .receive(
-        [&](op_result& x) {
-          if (x.value.match_elements<std::string, int64_t, std::string, std::string>())
-            where.emplace_back(x.value.get_as<std::string>(0), x.value.get_as<int64_t>(1));
-          else
-            failure = make_error(errc::internal, "group '" + name + "': rank " + std::to_string(r)
-                                                   + " answered location with "
-                                                   + caf::to_string(x.value));
-        },
-        [&](caf::error& err) { failure = std::move(err); });
+    self->request(ranks[r], timeout, call_atom::value, std::string{rank_ops::location.name},
+                  rank_ops::location.args())
+        .receive(
+            [&](op_result& x) {
+              auto at = rank_ops::location.answer(std::move(x.value));
+              if (at)
+                where.emplace_back(std::get<0>(*at), std::get<1>(*at));
+              else
+                failure =
+                    make_error(errc::internal, "group '" + name + "': rank " + std::to_string(r) +
+                                                   ": " + error_message(at.error()));
+            },
+            [&](caf::error& err) { failure = std::move(err); });
   if (failure)
     return failure;
   bool one_process = std::all_of(where.begin(), where.end(),
@@ -399,8 +401,8 @@ caf::expected<caf::actor> spawn_actor_group(caf::actor_system& sys, const group_
     }
     // Ranks rendezvous concurrently; the call's deadline is the rendezvous timeout plus slack
     // for thread start-up.
-    auto res = handle.call_all("init_collective", caf::make_message(*cs),
-                               spec.init_timeout + std::chrono::seconds(5));
+    auto res = handle.call_all(rank_ops::init_collective,
+                               spec.init_timeout + std::chrono::seconds(5), *cs);
     if (!res) {
       handle.stop();
       return std::move(res.error());

@@ -10,6 +10,7 @@
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
 
+#include "actors/rank_op.hpp"
 #include "runtime/messages.hpp"
 
 namespace rlforge::actors {
@@ -69,6 +70,22 @@ public:
   caf::expected<std::vector<caf::message>> call_mesh(const std::string& op,
                                                      std::vector<caf::message> chunks,
                                                      std::chrono::milliseconds timeout);
+
+  /// `call_all` of a declared op (op_ref, rank_op.hpp): `args` checked against its argument
+  /// types when this compiles, each rank's answer read as its answer type.
+  template <class R, class... Declared, class... Given>
+  caf::expected<std::vector<R>> call_all(const op_ref<R(Declared...)>& op,
+                                         std::chrono::milliseconds timeout, Given&&... args) {
+    return op.answers(call_all(op.name, op.args(std::forward<Given>(args)...), timeout));
+  }
+
+  /// `call_mesh` of a declared op: rank i gets `chunks[i]` (each built with `op.args`).
+  template <class R, class... Declared>
+  caf::expected<std::vector<R>> call_mesh(const op_ref<R(Declared...)>& op,
+                                          std::vector<caf::message> chunks,
+                                          std::chrono::milliseconds timeout) {
+    return op.answers(call_mesh(op.name, std::move(chunks), timeout));
+  }
 
   /// What each rank knows about itself.
   caf::expected<std::vector<rank_info>> ranks();

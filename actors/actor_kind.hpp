@@ -83,6 +83,12 @@ struct actor_kind {
   std::function<std::unique_ptr<kind_state>(const rank_info&)> make_state;
   std::map<std::string, rank_op> ops;
   step_fn step;
+
+  /// Adds `op` under its name (replacing an op of that name).
+  void add(rank_op op) {
+    auto key = op.name;
+    ops.insert_or_assign(std::move(key), std::move(op));
+  }
 };
 
 /// Registers a kind under its name so groups (and node agents, for remote spawns) can spawn it.

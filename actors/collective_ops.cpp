@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "actors/rank_actor.hpp"
 #include "actors/rank_device.hpp"
 #include "actors/rendezvous_store.hpp"
 #include "actors/tensor_convert.hpp"
@@ -125,7 +126,7 @@ caf::expected<no_values> init_collective_op(rank_context& ctx, const collective_
 }
 
 caf::expected<tensor_list> all_reduce_op(rank_context& ctx, const tensor_list& tensors) {
-  auto& group = require_group(ctx, "all_reduce");
+  auto& group = require_group(ctx, rank_ops::all_reduce.name);
   auto ts = on_group_device(group, ctx, to_tensors(tensors));
   group.all_reduce_sum(ts);
   return to_blobs(on_host(ts));
@@ -133,7 +134,7 @@ caf::expected<tensor_list> all_reduce_op(rank_context& ctx, const tensor_list& t
 
 caf::expected<tensor_list> broadcast_op(rank_context& ctx, const tensor_list& tensors,
                                          const int32_t& root) {
-  auto& group = require_group(ctx, "broadcast");
+  auto& group = require_group(ctx, rank_ops::broadcast.name);
   auto ts = on_group_device(group, ctx, to_tensors(tensors));
   group.broadcast(ts, root);
   return to_blobs(on_host(ts));

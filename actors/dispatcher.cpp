@@ -10,6 +10,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,9 +19,12 @@
 
 #include "actors/actor_kind.hpp"
 #include "actors/batch_wire.hpp"
+#include "actors/engine.hpp"
 #include "actors/protocol.hpp"
+#include "actors/rank_actor.hpp"
 #include "actors/rendezvous_store.hpp"
 #include "actors/weight_sync.hpp"
+#include "actors/worker.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/messages.hpp"
@@ -127,7 +131,7 @@ namespace {
 caf::error check_call_args(self_ptr self, const std::string& role, const std::string& op,
                            const caf::message& args) {
   auto& entry = self->state.roles.at(role);
-  if (op == sync_weights_op)
+  if (op == dispatcher_ops::sync_weights.name)
     return check_sync_args(self, role, args);
   switch (dispatch_of(entry, op).route) {
     case op_route::split_batch:
@@ -167,7 +171,7 @@ caf::result<op_result> route(self_ptr self, const std::string& role, const std::
     return bad;
   // The weight sync is the dispatcher's own op (its steps onload and offload as they go); every
   // other op runs on the role's ranks after what it needs is resident.
-  const bool sync = op == sync_weights_op;
+  const bool sync = op == dispatcher_ops::sync_weights.name;
   auto promise = self->make_response_promise<op_result>();
   auto job = [=](std::function<void()> finished) mutable {
     reply_fn k = [=](caf::expected<op_result> r) mutable {
@@ -258,31 +262,35 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
     auto& e = st.roles.at(name);
     auto infos = e.infos;
     auto where = e.where;
-    group_all(self, e.group, "device_memory", caf::message{}, timeout_ms,
-              [=](caf::expected<std::vector<caf::message>> r) mutable {
-                auto& d = *doc;
-                if (r) {
-                  for (size_t i = 0; i < r->size() && i < infos.size() && i < where.size(); ++i) {
-                    const auto& m = (*r)[i];
-                    if (!m.match_elements<int64_t, int64_t, int64_t, int64_t, int64_t>())
-                      continue;
-                    d["devices"][device_of(infos[i])]["cuda"] = {
-                        {"device", where[i].device},       {"allocated", m.get_as<int64_t>(0)},
-                        {"reserved", m.get_as<int64_t>(1)}, {"peak_allocated", m.get_as<int64_t>(2)},
-                        {"free", m.get_as<int64_t>(3)},     {"total", m.get_as<int64_t>(4)}};
-                  }
-                } else {
-                  d["roles"][name]["device_memory_error"] = self->system().render(r.error());
-                }
-                if (--*pending == 0)
-                  promise.deliver(d.dump());
-              });
+    const auto& op = rank_ops::device_memory;
+    group_all(
+        self, e.group, op.name, op.args(), timeout_ms,
+        [=](caf::expected<std::vector<caf::message>> answers) mutable {
+          auto& d = *doc;
+          auto r = op.answers(std::move(answers));
+          if (r) {
+            for (size_t i = 0; i < r->size() && i < infos.size() && i < where.size(); ++i) {
+              auto [allocated, reserved, peak, free, total] = (*r)[i];
+              d["devices"][device_of(infos[i])]["cuda"] = {
+                  {"device", where[i].device}, {"allocated", allocated}, {"reserved", reserved},
+                  {"peak_allocated", peak},    {"free", free},           {"total", total}};
+            }
+          } else {
+            d["roles"][name]["device_memory_error"] = self->system().render(r.error());
+          }
+          if (--*pending == 0)
+            promise.deliver(d.dump());
+        });
   }
   for (auto& [name, e] : st.roles) {
     auto infos = e.infos;
-    group_all(self, e.group, "memory", caf::message{}, timeout_ms,
-              [=](caf::expected<std::vector<caf::message>> r) mutable {
+    // Workers and engines declare `memory` alike: (resident bytes, host bytes).
+    static_assert(std::is_same_v<decltype(worker_ops::memory), decltype(engine_ops::memory)>);
+    const auto& op = worker_ops::memory;
+    group_all(self, e.group, op.name, op.args(), timeout_ms,
+              [=](caf::expected<std::vector<caf::message>> answers) mutable {
                 auto& d = *doc;
+                auto r = op.answers(std::move(answers));
                 if (!r) {
                   d["roles"][name]["memory_error"] = error_message(r.error()).empty()
                                                          ? self->system().render(r.error())
@@ -290,9 +298,7 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
                 } else {
                   int64_t resident = 0;
                   for (size_t i = 0; i < r->size(); ++i) {
-                    if (!(*r)[i].match_elements<int64_t, int64_t>())
-                      continue;
-                    auto bytes = (*r)[i].get_as<int64_t>(0);
+                    auto bytes = std::get<0>((*r)[i]);
                     resident += bytes;
                     auto dev = i < infos.size() ? device_of(infos[i]) : std::string{"unknown"};
                     auto& slot = d["devices"][dev][name];
@@ -337,8 +343,9 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                 .then(
                     [=](std::vector<caf::actor>& handles) mutable {
                       group_all(
-                          self, group, "location", caf::message{}, 30000,
-                          [=](caf::expected<std::vector<caf::message>> where) mutable {
+                          self, group, rank_ops::location.name, rank_ops::location.args(), 30000,
+                          [=](caf::expected<std::vector<caf::message>> answers) mutable {
+                            auto where = rank_ops::location.answers(std::move(answers));
                             if (!where)
                               return fail(where.error());
                             role_entry e;
@@ -347,25 +354,21 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                             e.engine = kind == "engine";
                             e.ranks = handles;
                             e.infos = ranks;
-                            for (auto& m : *where)
-                              if (m.match_elements<std::string, int64_t, std::string,
-                                                   std::string>())
-                                e.where.push_back({m.get_as<std::string>(0), m.get_as<int64_t>(1),
-                                                   m.get_as<std::string>(2),
-                                                   m.get_as<std::string>(3)});
+                            for (auto& [host, pid, address, device] : *where)
+                              e.where.push_back({host, pid, address, device});
                             e.load.assign(handles.size(), 0);
                             // How each op runs is declared with the op, in the kind the ranks
                             // were spawned as (registered in this process too).
                             group_all(
-                                self, group, "kind", caf::message{}, 30000,
-                                [=](caf::expected<std::vector<caf::message>> kinds) mutable {
+                                self, group, rank_ops::kind.name, rank_ops::kind.args(), 30000,
+                                [=](caf::expected<std::vector<caf::message>> answers) mutable {
+                                  auto kinds = rank_ops::kind.answers(std::move(answers));
                                   if (!kinds)
                                     return fail(kinds.error());
-                                  if (kinds->empty() ||
-                                      !kinds->front().match_elements<std::string>())
+                                  if (kinds->empty())
                                     return fail(make_error(errc::internal,
                                                            "the ranks did not name their kind"));
-                                  const auto& name = kinds->front().get_as<std::string>(0);
+                                  const auto& name = kinds->front();
                                   auto k = find_kind(name);
                                   if (!k)
                                     return fail(k.error());

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "actors/engine.hpp"
+#include "actors/rank_op.hpp"
 #include "runtime/messages.hpp"
 
 namespace rlforge::actors {
@@ -28,10 +30,21 @@ using dispatcher_unregister_atom = caf::atom_constant<caf::atom("dunreg")>;
 ///  int64 timeout_ms) → op_result: runs `op` on the role's group (see `spawn_dispatcher`).
 using dispatcher_call_atom = caf::atom_constant<caf::atom("dcall")>;
 
-/// The op of `dispatcher_call_atom` that the dispatcher runs itself, on no rank kind: the weight
-/// sync from a training role to the engines (see `spawn_dispatcher`). Every other op is one its
-/// role's kind declares (actor_kind.hpp), run as the op's `op_dispatch` says.
-inline constexpr const char* sync_weights_op = "save_weights_for_sampler";
+/// Ops of `dispatcher_call_atom` whose arguments or answer are the dispatcher's own (op_ref,
+/// rank_op.hpp). Every other op is one its role's kind declares (actor_kind.hpp: worker_ops,
+/// engine_ops), called with the kind's types and run as the op's `op_dispatch` says.
+namespace dispatcher_ops {
+/// The weight sync from a training role to the engines, which the dispatcher runs itself on no
+/// rank kind: ([pause mode[, least version]]) → the engines' new version (see
+/// `spawn_dispatcher`).
+inline constexpr op_ref<int64_t(std::optional<std::string>, std::optional<int64_t>)> sync_weights{
+    "save_weights_for_sampler"};
+/// An engine role's streaming `submit` (op_route::stream_requests): (consumer, ids, requests)
+/// → the engine rank of each request; the call's own timeout_ms is the requests' deadline.
+inline constexpr op_ref<std::vector<int32_t>(caf::actor, std::vector<int64_t>,
+                                             std::vector<sample_request>)>
+    submit{engine_ops::submit.name};
+} // namespace dispatcher_ops
 
 /// (dispatcher_register_atom, std::string role, caf::actor group, std::string kind) → int32:
 /// the same with the group's kind: "worker" (policy, critic, ref) or "engine" (inference

@@ -61,7 +61,7 @@ caf::expected<std::string> op_routed(const role_entry& e, const std::string& rol
     if (op.dispatch.route == route)
       return name;
   return make_error(errc::internal, "dispatcher role '" + role + "': its kind declares no op " +
-                                        "routed " + std::to_string(static_cast<int>(route)));
+                                        "routed " + to_string(route));
 }
 
 // -- plumbing ----------------------------------------------------------------------------------

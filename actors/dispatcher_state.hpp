@@ -230,7 +230,7 @@ void engine_down(self_ptr self, const caf::actor_addr& who, const caf::error& re
 /// The registered engine roles.
 std::vector<std::string> engine_roles(self_ptr self);
 
-/// Checks the arguments of `sync_weights_op` from `role` before anything moves.
+/// Checks the arguments of `dispatcher_ops::sync_weights` from `role` before anything moves.
 caf::error check_sync_args(self_ptr self, const std::string& role, const caf::message& args);
 
 /// `save_weights_for_sampler` from `role` to every engine role (see dispatcher.hpp).

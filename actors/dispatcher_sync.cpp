@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,9 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/batch_wire.hpp"
+#include "actors/engine.hpp"
 #include "actors/protocol.hpp"
 #include "actors/rendezvous_store.hpp"
 #include "actors/weight_sync.hpp"
+#include "actors/worker.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/logging.hpp"
 #include "runtime/messages.hpp"
@@ -41,7 +44,7 @@ namespace {
 step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int64_t> version,
                    int64_t timeout_ms) {
   return [=](done_fn done) {
-    const char* op = sync_weights_op;
+    const char* op = dispatcher_ops::sync_weights.name;
     auto& st = self->state;
     auto* src = find_role(self, source);
     if (!src)
@@ -143,21 +146,24 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
       auto* s = find_role(self, source);
       if (!s)
         return done(role_gone(source, op));
-      group_all(self, s->group, "send_weights", caf::make_message(std::move(sends)), timeout_ms,
-                [=](caf::expected<std::vector<caf::message>> r) {
+      const auto& send = worker_ops::send_weights;
+      group_all(self, s->group, send.name, send.args(std::move(sends)), timeout_ms,
+                [=](caf::expected<std::vector<caf::message>> answers) {
+                  auto r = send.answers(std::move(answers));
                   if (!r)
                     g->sender_error = wrap(self, source, op, r.error());
                   else
-                    for (const auto& m : *r)
-                      if (m.match_elements<int64_t>())
-                        g->bytes += m.get_as<int64_t>(0);
+                    for (auto bytes : *r)
+                      g->bytes += bytes;
                   finish();
                 });
       for (auto& r : rs) {
         auto context = prefix(source, op) + ": engine role '" + r.role + "' rank " +
                        std::to_string(r.index) + " (" + r.spec.transport + ")";
-        rank_call(self, r.rank, "receive_weights", caf::make_message(r.spec), timeout_ms + 1000,
-                  [=](caf::expected<caf::message> x) {
+        const auto& receive = engine_ops::receive_weights;
+        rank_call(self, r.rank, receive.name, receive.args(r.spec), timeout_ms + 1000,
+                  [=](caf::expected<caf::message> answer) {
+                    auto x = receive.answer(std::move(answer));
                     if (!x && !g->receiver_error)
                       g->receiver_error = with_context(self, context, x.error(), timeout_ms);
                     // A receiver declared dead fails the sync now: the sender may wait for it
@@ -208,8 +214,9 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
 
 /// `op(args)` on every live rank of every engine role; `k` gets each answer, then
 /// `done` the first error. An engine role whose ranks all died fails with `no_live_engine`.
-step live_engines_step(self_ptr self, const std::string& op, caf::message args,
-                       int64_t timeout_ms, std::function<void(const caf::message&)> k) {
+template <class R, class... Declared>
+step live_engines_step(self_ptr self, const op_ref<R(Declared...)>& op, caf::message args,
+                       int64_t timeout_ms, std::function<void(const std::common_type_t<R>&)> k) {
   return [=](done_fn done) {
     struct target {
       std::string role;
@@ -226,27 +233,26 @@ step live_engines_step(self_ptr self, const std::string& op, caf::message args,
           ++live;
         }
       if (live == 0 && !e.ranks.empty())
-        return done(no_live_engine(e, name, op));
+        return done(no_live_engine(e, name, op.name));
     }
     if (targets.empty())
       return done(caf::error{});
     auto pending = std::make_shared<size_t>(targets.size());
     auto failed = std::make_shared<caf::error>();
     for (auto& t : targets) {
-      auto context = prefix(t.role, op) + ": engine rank " + std::to_string(t.rank);
-      rank_call(self, t.handle, op, args, timeout_ms,
-                [=](caf::expected<caf::message> r) {
-                  if (!r && !*failed)
-                    *failed = with_context(self, context, r.error(), timeout_ms);
-                  if (r)
-                    k(*r);
-                  if (--*pending == 0)
-                    done(*failed);
-                });
+      auto context = prefix(t.role, op.name) + ": engine rank " + std::to_string(t.rank);
+      rank_call(self, t.handle, op.name, args, timeout_ms, [=](caf::expected<caf::message> answer) {
+        auto r = op.answer(std::move(answer));
+        if (!r && !*failed)
+          *failed = with_context(self, context, r.error(), timeout_ms);
+        if (r)
+          k(*r);
+        if (--*pending == 0)
+          done(*failed);
+      });
     }
   };
 }
-
 
 /// The highest weight version any live engine holds plus one, or `least` when that is higher,
 /// into `version`.
@@ -254,22 +260,16 @@ step next_version_step(self_ptr self, std::shared_ptr<int64_t> version, int64_t 
                        int64_t timeout_ms) {
   return [=](done_fn done) {
     *version = std::max(self->state.weight_version + 1, least);
-    live_engines_step(self, "weight_version", caf::message{}, timeout_ms, [=](const caf::message& m) {
-      if (m.match_elements<int64_t>())
-        *version = std::max(*version, m.get_as<int64_t>(0) + 1);
-    })(std::move(done));
+    live_engines_step(self, engine_ops::weight_version, engine_ops::weight_version.args(),
+                      timeout_ms, [=](const int64_t& v) { *version = std::max(*version, v + 1); })(
+        std::move(done));
   };
-}
-
-
-step all_engines_step(self_ptr self, const std::string& op, int64_t timeout_ms) {
-  return live_engines_step(self, op, caf::message{}, timeout_ms, [](const caf::message&) {});
 }
 
 } // namespace
 
 caf::error check_sync_args(self_ptr self, const std::string& role, const caf::message& args) {
-  const std::string op = sync_weights_op;
+  const std::string op = dispatcher_ops::sync_weights.name;
   auto& st = self->state;
   if (st.roles.at(role).engine)
     return make_error(errc::invalid_argument,
@@ -308,7 +308,7 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
   // A failed internal step (reading the versions, a pause or resume of an engine that died in
   // between) is this sync's failure, and says so.
   auto in_sync = [=](const caf::error& err, const char* doing) {
-    return with_context(self, prefix(role, sync_weights_op) + ": " + doing, err,
+    return with_context(self, prefix(role, dispatcher_ops::sync_weights.name) + ": " + doing, err,
                         timeout_ms);
   };
   auto steps = std::make_shared<std::vector<step>>();
@@ -344,12 +344,13 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
   run_steps(steps, 0, [=](caf::error err) {
     if (err)
       return k(std::move(err));
-    live_engines_step(self, "pause", caf::make_message(pause_mode), timeout_ms,
-                      [](const caf::message&) {})([=](caf::error pause_err) {
+    live_engines_step(self, engine_ops::pause, engine_ops::pause.args(pause_mode), timeout_ms,
+                      [](const int64_t&) {})([=](caf::error pause_err) {
       if (pause_err)
         return k(in_sync(pause_err, "pausing the engines"));
       transfer_step(self, role, version, timeout_ms)([=](caf::error transfer_err) {
-        all_engines_step(self, "resume", timeout_ms)([=](caf::error resume_err) {
+        live_engines_step(self, engine_ops::resume, engine_ops::resume.args(), timeout_ms,
+                          [](const int64_t&) {})([=](caf::error resume_err) {
           if (transfer_err)
             return k(std::move(transfer_err));
           if (resume_err)

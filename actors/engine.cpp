@@ -214,8 +214,9 @@ int64_t release_queue(rank_context& ctx, engine_state& st) {
   for (auto& q : queue) {
     try {
       check_awake(st);
-      auto requests = check_requests(q.requests, *st.engine, st.weights, st.tokenizer,
-                                     q.ticket ? "generate" : "submit");
+      auto requests =
+          check_requests(q.requests, *st.engine, st.weights, st.tokenizer,
+                         q.ticket ? engine_ops::generate.name : engine_ops::submit.name);
       if (q.ticket)
         start_call(st, q.ticket, std::move(requests));
       else
@@ -363,30 +364,30 @@ actor_kind make_kind() {
     st->rank = info.rank;
     return st;
   };
-  auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
-  add("init_model", typed_op("init_model", init_model)
-                        .dispatched(op_dispatch::moves(op_residency::everything_on)));
-  add("configure", typed_op("configure", configure));
+  namespace ops = engine_ops;
+  k.add(typed_op(ops::init_model, init_model)
+            .dispatched(op_dispatch::moves(op_residency::everything_on)));
+  k.add(typed_op(ops::configure, configure));
   // Sampling needs the weights and the KV cache awake; requests spread over the ranks.
-  add("generate", typed_op("generate", generate)
-                      .dispatched(op_dispatch::needs(true, true, op_route::spread_requests)));
-  add("submit", typed_op("submit", submit, {"consumer", "ids", "", "timeout_ms"})
-                    .dispatched(op_dispatch::needs(true, true, op_route::stream_requests)));
-  add("cancel", typed_op("cancel", cancel, {"consumer", "ids"})
-                    .dispatched(op_dispatch::routed(op_route::cancel_streams)));
-  add("sleep", typed_op("sleep", sleep_op, {"tags"})
-                   .dispatched(op_dispatch::moves(op_residency::tagged_off, "weights", "kv_cache")));
-  add("wake_up", typed_op("wake_up", wake_up, {"tags"})
-                     .dispatched(op_dispatch::moves(op_residency::tagged_on, "weights", "kv_cache")));
-  add("memory", typed_op("memory", memory));
-  add("pause", typed_op("pause", pause_op, {"mode: keep | abort"}));
-  add("resume", typed_op("resume", resume));
-  add("weight_version", typed_op("weight_version", weight_version));
-  add("set_weights", typed_op("set_weights", set_weights, {"weights", "version"}));
-  add("get_weights", typed_op("get_weights", get_weights));
-  add("retain_weights", typed_op("retain_weights", retain_weights, {"version", "max_retained"}));
-  add("receive_weights", typed_op("receive_weights", receive_weights));
-  add("stats", typed_op("stats", stats));
+  k.add(typed_op(ops::generate, generate)
+            .dispatched(op_dispatch::needs(true, true, op_route::spread_requests)));
+  k.add(typed_op(ops::submit, submit, {"consumer", "ids", "", "timeout_ms"})
+            .dispatched(op_dispatch::needs(true, true, op_route::stream_requests)));
+  k.add(typed_op(ops::cancel, cancel, {"consumer", "ids"})
+            .dispatched(op_dispatch::routed(op_route::cancel_streams)));
+  k.add(typed_op(ops::sleep, sleep_op, {"tags"})
+            .dispatched(op_dispatch::moves(op_residency::tagged_off, "weights", "kv_cache")));
+  k.add(typed_op(ops::wake_up, wake_up, {"tags"})
+            .dispatched(op_dispatch::moves(op_residency::tagged_on, "weights", "kv_cache")));
+  k.add(typed_op(ops::memory, memory));
+  k.add(typed_op(ops::pause, pause_op, {"mode: keep | abort"}));
+  k.add(typed_op(ops::resume, resume));
+  k.add(typed_op(ops::weight_version, weight_version));
+  k.add(typed_op(ops::set_weights, set_weights, {"weights", "version"}));
+  k.add(typed_op(ops::get_weights, get_weights));
+  k.add(typed_op(ops::retain_weights, retain_weights, {"version", "max_retained"}));
+  k.add(typed_op(ops::receive_weights, receive_weights));
+  k.add(typed_op(ops::stats, stats));
   k.step = engine_step;
   return k;
 }

@@ -1,5 +1,16 @@
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include "actors/rank_op.hpp"
+#include "runtime/messages.hpp"
+
 namespace rlforge::actors {
 
 /// Registers the inference-engine kind `engine` (idempotent). Spawn it as an actor group
@@ -144,5 +155,29 @@ namespace rlforge::actors {
 /// A failing op leaves the engine as it was; the engine stays usable. A step that fails
 /// (an internal error) fails the requests of the weights version it ran, not the engine.
 void register_engine_kind();
+
+/// The engine kind's ops, with their argument and answer types as above (op_ref, rank_op.hpp):
+/// the kind is built from these and every caller calls through them.
+namespace engine_ops {
+inline constexpr op_ref<int64_t(model_spec)> init_model{"init_model"};
+inline constexpr op_ref<no_values(engine_options)> configure{"configure"};
+inline constexpr op_ref<std::vector<sample_output>(std::vector<sample_request>)> generate{
+    "generate"};
+inline constexpr op_ref<int64_t(caf::actor, std::vector<int64_t>, std::vector<sample_request>,
+                                int64_t)>
+    submit{"submit"};
+inline constexpr op_ref<int64_t(caf::actor, std::vector<int64_t>)> cancel{"cancel"};
+inline constexpr op_ref<no_values(std::vector<std::string>)> sleep{"sleep"};
+inline constexpr op_ref<no_values(std::vector<std::string>)> wake_up{"wake_up"};
+inline constexpr op_ref<std::tuple<int64_t, int64_t>()> memory{"memory"};
+inline constexpr op_ref<int64_t(std::optional<std::string>)> pause{"pause"};
+inline constexpr op_ref<int64_t()> resume{"resume"};
+inline constexpr op_ref<int64_t()> weight_version{"weight_version"};
+inline constexpr op_ref<no_values(tensor_map, int64_t)> set_weights{"set_weights"};
+inline constexpr op_ref<tensor_map()> get_weights{"get_weights"};
+inline constexpr op_ref<std::vector<int64_t>(int64_t, int64_t)> retain_weights{"retain_weights"};
+inline constexpr op_ref<int64_t(weight_sync_spec)> receive_weights{"receive_weights"};
+inline constexpr op_ref<std::string()> stats{"stats"};
+} // namespace engine_ops
 
 } // namespace rlforge::actors

@@ -21,6 +21,7 @@
 #include "actors/actor_kind.hpp"
 #include "actors/backend_seam.hpp"
 #include "actors/batch_wire.hpp"
+#include "actors/engine.hpp"
 #include "actors/engine_requests.hpp"
 #include "actors/engine_weights.hpp"
 #include "actors/rank_device.hpp"
@@ -120,7 +121,7 @@ caf::expected<int64_t> init_model(rank_context& ctx, engine_state& st,
 
 caf::expected<no_values> configure(rank_context& ctx, engine_state& st,
                                       const engine_options& o) {
-  auto& model = model_of(st, "configure");
+  auto& model = model_of(st, engine_ops::configure.name);
   be::engine_config c;
   c.kv_cache_bytes = o.kv_cache_bytes;
   c.block_size = o.block_size;
@@ -138,30 +139,32 @@ caf::expected<no_values> configure(rank_context& ctx, engine_state& st,
   return no_values{};
 }
 
-caf::expected<caf::message> generate(rank_context& ctx, engine_state& st,
-                                     const std::vector<sample_request>& requests) {
-  model_of(st, "generate");
+caf::expected<answered_later<std::vector<sample_output>>>
+generate(rank_context& ctx, engine_state& st, const std::vector<sample_request>& requests) {
+  model_of(st, engine_ops::generate.name);
   if (st.paused) {
     queued_work q;
     q.ticket = ctx.defer_reply();
     q.requests = requests;
     st.queue.push_back(std::move(q));
-    return caf::message{};
+    return answered_later<std::vector<sample_output>>{};
   }
   check_awake(st);
-  auto converted = check_requests(requests, *st.engine, st.weights, st.tokenizer, "generate");
+  auto converted =
+      check_requests(requests, *st.engine, st.weights, st.tokenizer, engine_ops::generate.name);
   start_call(st, ctx.defer_reply(), std::move(converted));
-  return caf::message{};
+  return answered_later<std::vector<sample_output>>{};
 }
 
 caf::expected<int64_t> submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
                                    const std::vector<int64_t>& ids,
                                    const std::vector<sample_request>& requests,
                                    const int64_t& timeout_ms) {
-  model_of(st, "submit");
+  model_of(st, engine_ops::submit.name);
   check_submission(st, consumer, ids, requests.size(), timeout_ms);
   check_awake(st);
-  auto converted = check_requests(requests, *st.engine, st.weights, st.tokenizer, "submit");
+  auto converted =
+      check_requests(requests, *st.engine, st.weights, st.tokenizer, engine_ops::submit.name);
   if (st.paused) {
     st.queue.push_back(queued_work{0, requests, consumer, ids, timeout_ms,
                                    clock_type::now() + std::chrono::milliseconds(timeout_ms)});
@@ -174,7 +177,7 @@ caf::expected<int64_t> submit(rank_context& ctx, engine_state& st, const caf::ac
 
 caf::expected<int64_t> cancel(rank_context& ctx, engine_state& st, const caf::actor& consumer,
                                    const std::vector<int64_t>& ids) {
-  model_of(st, "cancel");
+  model_of(st, engine_ops::cancel.name);
   int64_t n = 0;
   for (auto uid : ids) {
     if (auto i = st.streams.find({consumer, uid}); i != st.streams.end()) {
@@ -204,8 +207,8 @@ caf::expected<int64_t> cancel(rank_context& ctx, engine_state& st, const caf::ac
 
 caf::expected<no_values> sleep_op(rank_context& ctx, engine_state& st,
                                      const std::vector<std::string>& tags) {
-  auto& model = model_of(st, "sleep");
-  for (auto& tag : parse_tags(tags, "sleep")) {
+  auto& model = model_of(st, engine_ops::sleep.name);
+  for (auto& tag : parse_tags(tags, engine_ops::sleep.name)) {
     if (st.asleep.count(tag))
       continue;
     if (tag == tag_weights) {
@@ -235,8 +238,8 @@ caf::expected<no_values> sleep_op(rank_context& ctx, engine_state& st,
 
 caf::expected<no_values> wake_up(rank_context& ctx, engine_state& st,
                                     const std::vector<std::string>& tags) {
-  auto& model = model_of(st, "wake_up");
-  for (auto& tag : parse_tags(tags, "wake_up")) {
+  auto& model = model_of(st, engine_ops::wake_up.name);
+  for (auto& tag : parse_tags(tags, engine_ops::wake_up.name)) {
     if (!st.asleep.count(tag))
       continue;
     if (tag == tag_weights) {
@@ -260,7 +263,7 @@ caf::expected<no_values> wake_up(rank_context& ctx, engine_state& st,
 }
 
 caf::expected<std::tuple<int64_t, int64_t>> memory(rank_context&, engine_state& st) {
-  auto& model = model_of(st, "memory");
+  auto& model = model_of(st, engine_ops::memory.name);
   auto resident = be::storage_bytes(model.named_parameters()) + st.weights.bytes() +
                   st.engine->cache_bytes();
   auto host = be::storage_bytes(st.host_weights);
@@ -269,7 +272,7 @@ caf::expected<std::tuple<int64_t, int64_t>> memory(rank_context&, engine_state& 
 
 caf::expected<int64_t> pause_op(rank_context& ctx, engine_state& st,
                                      const std::optional<std::string>& given) {
-  model_of(st, "pause");
+  model_of(st, engine_ops::pause.name);
   const std::string mode = given.value_or("keep");
   if (mode != "keep" && mode != "abort")
     be::fail(error_code::invalid_argument,
@@ -279,13 +282,13 @@ caf::expected<int64_t> pause_op(rank_context& ctx, engine_state& st,
 }
 
 caf::expected<int64_t> resume(rank_context& ctx, engine_state& st) {
-  model_of(st, "resume");
+  model_of(st, engine_ops::resume.name);
   st.paused = false;
   return release_queue(ctx, st);
 }
 
 caf::expected<int64_t> weight_version(rank_context&, engine_state& st) {
-  model_of(st, "weight_version");
+  model_of(st, engine_ops::weight_version.name);
   return st.weights.current();
 }
 
@@ -302,7 +305,7 @@ void after_new_weights(engine_state& st, int64_t version) {
 
 caf::expected<no_values> set_weights(rank_context& ctx, engine_state& st,
                                         const tensor_map& weights, const int64_t& version) {
-  auto& model = model_of(st, "set_weights");
+  auto& model = model_of(st, engine_ops::set_weights.name);
   if (version < 0)
     be::fail(error_code::invalid_argument,
              "set_weights: version must be >= 0, got " + std::to_string(version));
@@ -349,7 +352,7 @@ caf::expected<no_values> set_weights(rank_context& ctx, engine_state& st,
 
 caf::expected<int64_t> receive_weights(rank_context& ctx, engine_state& st,
                                             const weight_sync_spec& spec) {
-  auto& model = model_of(st, "receive_weights");
+  auto& model = model_of(st, engine_ops::receive_weights.name);
   if (st.asleep.count(tag_weights))
     be::fail(error_code::invalid_argument,
              "receive_weights: engine is asleep (weights); call wake_up first");
@@ -371,12 +374,12 @@ caf::expected<int64_t> receive_weights(rank_context& ctx, engine_state& st,
 
 caf::expected<std::vector<int64_t>> retain_weights(rank_context&, engine_state& st, const int64_t& version,
                                            const int64_t& max_retained) {
-  model_of(st, "retain_weights");
+  model_of(st, engine_ops::retain_weights.name);
   return st.weights.retain(version, max_retained);
 }
 
 caf::expected<tensor_map> get_weights(rank_context&, engine_state& st) {
-  auto& model = model_of(st, "get_weights");
+  auto& model = model_of(st, engine_ops::get_weights.name);
   if (st.asleep.count(tag_weights))
     be::fail(error_code::invalid_argument,
              "get_weights: engine is asleep (weights); call wake_up first");
@@ -390,7 +393,7 @@ caf::expected<tensor_map> get_weights(rank_context&, engine_state& st) {
 }
 
 caf::expected<std::string> stats(rank_context&, engine_state& st) {
-  model_of(st, "stats");
+  model_of(st, engine_ops::stats.name);
   const auto s = st.engine->stats();
   const auto& c = s.counters;
   nlohmann::json j{

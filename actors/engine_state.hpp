@@ -163,7 +163,9 @@ bool engine_step(rank_context& ctx);
 // declares them as the kind's ops (`typed_op`), whose signatures name the arguments.
 caf::expected<int64_t> init_model(rank_context& ctx, engine_state& st, const model_spec& spec);
 caf::expected<no_values> configure(rank_context& ctx, engine_state& st, const engine_options& o);
-op_reply generate(rank_context& ctx, engine_state& st, const std::vector<sample_request>& requests);
+/// Answers later, when the requests finish (`rank_context::deliver`).
+caf::expected<answered_later<std::vector<sample_output>>>
+generate(rank_context& ctx, engine_state& st, const std::vector<sample_request>& requests);
 caf::expected<int64_t> submit(rank_context& ctx, engine_state& st, const caf::actor& consumer,
                 const std::vector<int64_t>& ids, const std::vector<sample_request>& requests,
                 const int64_t& timeout_ms);

@@ -208,19 +208,20 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
 } // namespace
 
 const std::map<std::string, rank_op>& builtin_ops() {
-  static const std::map<std::string, rank_op> ops = {
-      {"info", context_op("info", info_op)},
-      {"ping", context_op("ping", ping_op)},
-      {"kind", context_op("kind", kind_op)},
-      {"threads", context_op("threads", threads_op)},
-      {"location", context_op("location", location_op)},
-      {"device_memory", context_op("device_memory", device_memory_op)},
-      {"init_collective", context_op("init_collective", init_collective_op)},
-      {"all_reduce", context_op("all_reduce", all_reduce_op)},
-      {"broadcast", context_op("broadcast", broadcast_op, {"", "root"})},
-      {"checkpoint_visible",
-       context_op("checkpoint_visible", checkpoint_visible_op, {"root", "global_step", "role"})},
-  };
+  static const std::map<std::string, rank_op> ops = [] {
+    std::map<std::string, rank_op> out;
+    for (auto op : {context_op(rank_ops::info, info_op), context_op(rank_ops::ping, ping_op),
+                    context_op(rank_ops::kind, kind_op), context_op(rank_ops::threads, threads_op),
+                    context_op(rank_ops::location, location_op),
+                    context_op(rank_ops::device_memory, device_memory_op),
+                    context_op(rank_ops::init_collective, init_collective_op),
+                    context_op(rank_ops::all_reduce, all_reduce_op),
+                    context_op(rank_ops::broadcast, broadcast_op, {"", "root"}),
+                    context_op(rank_ops::checkpoint_visible, checkpoint_visible_op,
+                               {"root", "global_step", "role"})})
+      out.emplace(op.name, op);
+    return out;
+  }();
   return ops;
 }
 

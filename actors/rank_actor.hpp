@@ -1,10 +1,13 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <tuple>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include "actors/rank_op.hpp"
 #include "runtime/messages.hpp"
 
 namespace rlforge::actors {
@@ -43,5 +46,22 @@ namespace rlforge::actors {
 /// the rank sends itself, so the calls that arrived in the meantime are handled in between.
 caf::expected<caf::actor> spawn_rank(caf::actor_system& sys, const std::string& kind,
                                      rank_info info);
+
+/// The built-in ops, with their argument and answer types as above (op_ref, rank_op.hpp).
+namespace rank_ops {
+inline constexpr op_ref<rank_info()> info{"info"};
+inline constexpr op_ref<no_values()> ping{"ping"};
+inline constexpr op_ref<std::string()> kind{"kind"};
+inline constexpr op_ref<int32_t()> threads{"threads"};
+inline constexpr op_ref<std::tuple<std::string, int64_t, std::string, std::string>()> location{
+    "location"};
+inline constexpr op_ref<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>()> device_memory{
+    "device_memory"};
+inline constexpr op_ref<no_values(collective_spec)> init_collective{"init_collective"};
+inline constexpr op_ref<no_values(std::string, int64_t, std::string)> checkpoint_visible{
+    "checkpoint_visible"};
+inline constexpr op_ref<tensor_list(tensor_list)> all_reduce{"all_reduce"};
+inline constexpr op_ref<tensor_list(tensor_list, int32_t)> broadcast{"broadcast"};
+} // namespace rank_ops
 
 } // namespace rlforge::actors

@@ -1,11 +1,12 @@
 #pragma once
 // One operation of a rank kind, declared with its argument and result types (actor_kind.hpp
-// holds the table of a kind's ops). The op's C++ signature is the declaration: `typed_op(fn,
-// names)` reads the argument types and the answer's type from `fn`, checks each call's arguments
-// against them before `fn` runs, hands `fn` the kind's own state and the arguments by type, and
-// sends its typed answer as the message's values. Its text form ("tensor_map weights, int64
-// version" -> "int64") names the op in errors and in the kind's interface, which a cluster
-// compares between its head and a joining node.
+// holds the table of a kind's ops). Each op of rlforge's kinds is declared once as an `op_ref`
+// (name, argument types, answer type; worker.hpp, engine.hpp, rank_actor.hpp), which both the
+// kind and its callers use. `typed_op(ref, fn, names)` builds the op from `fn`, whose types must
+// be the declared ones; it checks each call's arguments against them before `fn` runs, hands `fn`
+// the kind's own state and the arguments by type, and sends its typed answer as the message's
+// values. Its text form ("tensor_map weights, int64 version" -> "int64") names the op in errors
+// and in the kind's interface, which a cluster compares between its head and a joining node.
 //
 // Thread safety: a `rank_op` is immutable once built and may be called from any thread; the
 // rank actor calls it on the rank's own thread only.
@@ -25,6 +26,7 @@
 #include <caf/message.hpp>
 
 #include "backends/error.hpp"
+#include "runtime/errc.hpp"
 #include "runtime/type_registry.hpp"
 
 namespace rlforge::actors {
@@ -44,6 +46,10 @@ using op_reply = caf::expected<caf::message>;
 
 /// The answer of an op that answers no values (`caf::expected<no_values>`).
 struct no_values {};
+
+/// The answer of an op that answers `R` later (`rank_context::defer_reply`, then `deliver` with
+/// an R): the op itself returns `caf::expected<answered_later<R>>{}`, which sends nothing.
+template <class R> struct answered_later {};
 
 /// An op as the rank actor calls it: the rank's context and the call's arguments in, the answer
 /// out. May throw (the rank turns the exception into an error naming group, rank and op).
@@ -74,6 +80,36 @@ enum class op_residency : uint8_t {
   tagged_on,        ///< the tags given (all when none) come onto the device (onload, wake_up)
   tagged_off,       ///< the tags given (all when none) leave the device (offload, sleep)
 };
+
+/// The enumerator's name ("split_batch", "tagged_off", ...), for errors and tests.
+constexpr const char* to_string(op_route r) {
+  switch (r) {
+  case op_route::every_rank:
+    return "every_rank";
+  case op_route::split_batch:
+    return "split_batch";
+  case op_route::spread_requests:
+    return "spread_requests";
+  case op_route::stream_requests:
+    return "stream_requests";
+  case op_route::cancel_streams:
+    return "cancel_streams";
+  }
+  return "?";
+}
+constexpr const char* to_string(op_residency r) {
+  switch (r) {
+  case op_residency::unchanged:
+    return "unchanged";
+  case op_residency::everything_on:
+    return "everything_on";
+  case op_residency::tagged_on:
+    return "tagged_on";
+  case op_residency::tagged_off:
+    return "tagged_off";
+  }
+  return "?";
+}
 
 /// How the dispatcher runs an op of a role, declared with the op: what it makes resident on the
 /// ranks first, how it spreads the call over them, and what the op changes on their devices.
@@ -110,6 +146,8 @@ struct op_dispatch {
 
 /// One op of a kind: what it takes, as text, how it is called, and how the dispatcher runs it.
 struct rank_op {
+  /// The op's name (its key in the kind's table).
+  std::string name;
   /// "type name, type name[, type name]": the argument list, optional trailing ones bracketed.
   std::string signature;
   /// "type, type": what the op answers ("" for no values; "message" for an op whose answer is
@@ -257,20 +295,36 @@ decltype(auto) arg_at(const caf::message& args, std::size_t i) {
 
 /// An op's typed answer `R` as text and as the message the rank sends: one value, a
 /// std::tuple of values, `no_values`, or an untyped caf::message.
+/// An op's typed answer `R` as text, as the message the rank sends (`message`) and back from
+/// that message (`read`, empty when the message holds other types): one value, a std::tuple of
+/// values, `no_values`, an untyped caf::message, or `answered_later<R>` (sent later, as R).
 template <class R>
 struct result_of {
   static std::string text() { return arg_text<R>(); }
   static caf::message message(R&& r) { return caf::make_message(std::move(r)); }
+  static std::optional<R> read(const caf::message& m) {
+    if (!m.match_elements<R>())
+      return std::nullopt;
+    return m.get_as<R>(0);
+  }
 };
 template <>
 struct result_of<caf::message> {
   static std::string text() { return "message"; }
   static caf::message message(caf::message&& r) { return std::move(r); }
+  static std::optional<caf::message> read(const caf::message& m) { return m; }
 };
 template <>
 struct result_of<no_values> {
   static std::string text() { return ""; }
   static caf::message message(no_values&&) { return caf::message{}; }
+  static std::optional<no_values> read(const caf::message& m) {
+    return m.empty() ? std::optional<no_values>{no_values{}} : std::nullopt;
+  }
+};
+template <class R> struct result_of<answered_later<R>> {
+  static std::string text() { return result_of<R>::text(); }
+  static caf::message message(answered_later<R>&&) { return caf::message{}; }
 };
 template <class... Ts>
 struct result_of<std::tuple<Ts...>> {
@@ -283,6 +337,15 @@ struct result_of<std::tuple<Ts...>> {
   static caf::message message(std::tuple<Ts...>&& r) {
     return std::apply([](auto&&... xs) { return caf::make_message(std::move(xs)...); },
                       std::move(r));
+  }
+  static std::optional<std::tuple<Ts...>> read(const caf::message& m) {
+    if (!m.match_elements<Ts...>())
+      return std::nullopt;
+    return read(m, std::index_sequence_for<Ts...>{});
+  }
+  template <std::size_t... Is>
+  static std::tuple<Ts...> read(const caf::message& m, std::index_sequence<Is...>) {
+    return std::tuple<Ts...>{m.get_as<Ts>(Is)...};
   }
 };
 
@@ -312,6 +375,7 @@ template <class R, class... Args, class Call>
 rank_op make(const char* op, std::vector<std::string> names, Call call) {
   static_assert(optionals_trail<Args...>(), "optional arguments come last");
   rank_op out;
+  out.name = op;
   out.signature = signature_text<Args...>(names);
   out.result = result_of<R>::text();
   const std::string expects = std::string{op} + " expects (" + out.signature + "), got ";
@@ -332,6 +396,71 @@ rank_op make(const char* op, std::vector<std::string> names, Call call) {
 
 } // namespace op_detail
 
+/// An op's name with the types of its arguments and of its answer, `op_ref<R(Args...)>`, where
+/// Args and R are as `typed_op` reads them from the op's function (a `std::optional<T>` argument
+/// is an optional trailing T). Each op has one, declared next to its kind (worker_ops.hpp,
+/// engine_ops.hpp, builtin_ops.hpp), and both sides of a call use it:
+///  - the kind builds the op from it: `typed_op(ref, fn)` does not compile unless `fn` takes
+///    Args and answers R (or `answered_later<R>`);
+///  - a caller builds the call's arguments with `args(...)` (checked against Args when it
+///    compiles) and reads the answer with `answer(...)` (checked against R when it arrives).
+/// So an op's name and types are written once, and no caller spells them.
+///
+/// Thread safety: a constant; its members are pure.
+template <class Signature> struct op_ref;
+
+template <class R, class... Args> struct op_ref<R(Args...)> {
+  static_assert(op_detail::optionals_trail<Args...>(), "optional arguments come last");
+  const char* name;
+
+  /// The arguments of one call: every required argument, then none, some or all of the optional
+  /// ones, each given as (or convertible to) its declared type.
+  template <class... Given> caf::message args(Given&&... given) const {
+    constexpr std::size_t n = sizeof...(Given);
+    static_assert(n >= op_detail::required_count<Args...>() && n <= sizeof...(Args),
+                  "a call gives every required argument of the op and at most all of them");
+    if constexpr (n == 0)
+      return caf::message{};
+    else
+      return make_args(std::index_sequence_for<Given...>{}, std::forward<Given>(given)...);
+  }
+
+  /// The answer of a call as R; an error naming the op when it holds other types.
+  caf::expected<R> answer(caf::expected<caf::message> m) const {
+    if (!m)
+      return std::move(m.error());
+    if (auto r = op_detail::result_of<R>::read(*m))
+      return std::move(*r);
+    return make_error(errc::internal, std::string{name} + " answered " + caf::to_string(*m) +
+                                          ", not its declared (" + op_detail::result_of<R>::text() +
+                                          ")");
+  }
+
+  /// The answers of a call to several ranks, in rank order, each read as R; an error naming the
+  /// op when one holds other types.
+  caf::expected<std::vector<R>> answers(caf::expected<std::vector<caf::message>> ms) const {
+    if (!ms)
+      return std::move(ms.error());
+    std::vector<R> out;
+    out.reserve(ms->size());
+    for (auto& m : *ms) {
+      auto r = answer(std::move(m));
+      if (!r)
+        return std::move(r.error());
+      out.push_back(std::move(*r));
+    }
+    return out;
+  }
+
+private:
+  template <std::size_t... Is, class... Given>
+  static caf::message make_args(std::index_sequence<Is...>, Given&&... given) {
+    return caf::make_message(
+        static_cast<op_detail::wire_t<std::tuple_element_t<Is, std::tuple<Args...>>>>(
+            std::forward<Given>(given))...);
+  }
+};
+
 /// An op of a kind whose state is `State`: `fn(ctx, state, args...)`. `names` names the
 /// arguments in the signature text (in order; fewer names leave the rest unnamed). A
 /// `std::optional<T>` argument is an optional trailing `T`: absent from the call, it is empty.
@@ -347,6 +476,21 @@ rank_op typed_op(const char* op, caf::expected<R> (*fn)(rank_context&, State&, c
                                   });
 }
 
+/// The op `ref` declares, implemented by `fn` (which must take its arguments and answer its
+/// type, now or later).
+template <class R, class State, class... Args>
+rank_op typed_op(const op_ref<R(Args...)>& ref,
+                 caf::expected<R> (*fn)(rank_context&, State&, const Args&...),
+                 std::vector<std::string> names = {}) {
+  return typed_op(ref.name, fn, std::move(names));
+}
+template <class R, class State, class... Args>
+rank_op typed_op(const op_ref<R(Args...)>& ref,
+                 caf::expected<answered_later<R>> (*fn)(rank_context&, State&, const Args&...),
+                 std::vector<std::string> names = {}) {
+  return typed_op(ref.name, fn, std::move(names));
+}
+
 /// An op that needs no kind state: `fn(ctx, args...)` (the built-in ops of every rank).
 template <class R, class... Args>
 rank_op context_op(const char* op, caf::expected<R> (*fn)(rank_context&, const Args&...),
@@ -356,6 +500,14 @@ rank_op context_op(const char* op, caf::expected<R> (*fn)(rank_context&, const A
                                     return op_detail::call_with_context(
                                         fn, ctx, args, std::index_sequence_for<Args...>{});
                                   });
+}
+
+/// The op `ref` declares, implemented by `fn`, which needs no kind state.
+template <class R, class... Args>
+rank_op context_op(const op_ref<R(Args...)>& ref,
+                   caf::expected<R> (*fn)(rank_context&, const Args&...),
+                   std::vector<std::string> names = {}) {
+  return context_op(ref.name, fn, std::move(names));
 }
 
 } // namespace rlforge::actors

@@ -54,8 +54,8 @@ void save_tinker_checkpoint(tinker_groups& groups, const caf::actor& dispatcher,
   hiding_paths(where, [&] {
     // The workers always write the optimizer state; the meta file says what was asked for.
     value_of(groups.client(dispatcher)
-                 .call(m.id, "save_checkpoint",
-                       caf::make_message(where.dir, int64_t{0}, std::string{checkpoint_role_dir})),
+                 .call(m.id, worker_ops::save_checkpoint, where.dir, int64_t{0},
+                       std::string{checkpoint_role_dir}),
              context);
     write_json(fs::path(where.dir) / checkpoint_meta,
                {{"format", "rlforge-tinker-checkpoint"},
@@ -97,9 +97,8 @@ void load_tinker_checkpoint(tinker_groups& groups, const caf::actor& dispatcher,
     if (with_optimizer && !j["with_optimizer"].get<bool>())
       tinker::fail_user(context + ": the checkpoint was saved without optimizer state");
     value_of(groups.client(dispatcher)
-                 .call(m.id, "load_checkpoint",
-                       caf::make_message(where.dir, int64_t{0}, std::string{checkpoint_role_dir},
-                                         with_optimizer)),
+                 .call(m.id, worker_ops::load_checkpoint, where.dir, int64_t{0},
+                       std::string{checkpoint_role_dir}, with_optimizer),
              context);
   });
 }

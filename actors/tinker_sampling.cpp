@@ -10,8 +10,9 @@
 #include <caf/all.hpp>
 #include <nlohmann/json.hpp>
 
-#include "runtime/errc.hpp"
+#include "actors/engine.hpp"
 #include "backends/model/detokenizer.hpp"
+#include "runtime/errc.hpp"
 #include "tinker/error.hpp"
 
 namespace rlforge::actors {
@@ -240,16 +241,13 @@ int64_t tinker_sampling::save_snapshot(tinker_model& m, int64_t replayed_version
     tinker::fail_server(context + ": replaying snapshot version " +
                         std::to_string(replayed_version) + " gave version " +
                         std::to_string(version));
-  auto answers = value_of(
-      me->e->group.call_all(
-          "retain_weights",
-          caf::make_message(version, static_cast<int64_t>(groups_.options().max_sampler_snapshots)),
-          groups_.options().timeout),
-      context + ": retaining the snapshot");
-  for (auto& a : answers)
-    if (a.match_elements<std::vector<int64_t>>())
-      for (auto v : a.get_as<std::vector<int64_t>>(0))
-        me->evicted.insert(v);
+  auto evicted =
+      value_of(me->e->group.call_all(engine_ops::retain_weights, groups_.options().timeout, version,
+                                     static_cast<int64_t>(groups_.options().max_sampler_snapshots)),
+               context + ": retaining the snapshot");
+  for (auto& versions : evicted)
+    for (auto v : versions)
+      me->evicted.insert(v);
   me->version = std::max(me->version, version);
   me->lost.erase(version);
   // The dispatcher is the model's own: what its totals grew by is this sync.
@@ -282,15 +280,13 @@ backend_stats tinker_sampling::stats(std::chrono::milliseconds timeout) {
     out.sync_seconds = syncs_.seconds;
   }
   for (auto& [name, e] : engines) {
-    auto answers = e->group.call_all("stats", caf::message{}, timeout);
+    auto answers = e->group.call_all(engine_ops::stats, timeout);
     if (!answers)
       continue;
     backend_stats::engine_cache c;
     c.engine = name;
-    for (auto& a : *answers) {
-      if (!a.match_elements<std::string>())
-        continue;
-      auto j = nlohmann::json::parse(a.get_as<std::string>(0), nullptr, false);
+    for (auto& text : *answers) {
+      auto j = nlohmann::json::parse(text, nullptr, false);
       if (j.is_discarded())
         continue;
       c.blocks += j.value("num_blocks", int64_t{0});

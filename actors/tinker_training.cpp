@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "actors/batch_wire.hpp"
+#include "actors/worker.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/tinker_batch.hpp"
 #include "tinker/error.hpp"
@@ -44,7 +45,7 @@ tinker_forward_backward(tinker_groups& groups, const caf::actor& dispatcher, tin
   if (batch.empty())
     tinker::fail_user("forward_backward: empty batch of requests");
   const bool forward_only = batch.front().forward_only;
-  const char* op = forward_only ? "forward" : "forward_backward";
+  const char* op = forward_only ? worker_ops::forward.name : worker_ops::forward_backward.name;
   const bool critic = m.role == tinker::model_role::critic;
   // Everything is checked before the first call, so a refused batch changes no gradient.
   std::vector<tinker::resolved_loss> losses;

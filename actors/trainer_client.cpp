@@ -12,6 +12,9 @@
 #include "actors/backend_seam.hpp"
 #include "actors/batch_wire.hpp"
 #include "actors/dispatcher.hpp"
+#include "actors/engine.hpp"
+#include "actors/rank_actor.hpp"
+#include "actors/worker.hpp"
 #include "backends/train/checkpoint.hpp"
 #include "runtime/errc.hpp"
 
@@ -31,15 +34,7 @@ trainer_client::trainer_client(caf::actor_system& sys, caf::actor dispatcher,
 
 namespace {
 
-template <class T> caf::expected<T> unwrap(caf::expected<caf::message> m, const std::string& what) {
-  if (!m)
-    return std::move(m.error());
-  if (!m->match_elements<T>())
-    return make_error(errc::internal, what + ": unexpected answer " + caf::to_string(*m));
-  return m->get_as<T>(0);
-}
-
-caf::expected<void> as_void(caf::expected<caf::message> m) {
+caf::expected<void> as_void(caf::expected<no_values> m) {
   if (!m)
     return std::move(m.error());
   return caf::unit;
@@ -78,12 +73,10 @@ caf::expected<int32_t> trainer_client::register_group(const std::string& role,
 }
 
 caf::expected<int64_t> trainer_client::init_model(const std::string& role, const model_spec& spec) {
-  return unwrap<int64_t>(call(role, "init_model", caf::make_message(spec)), "init_model");
+  return call(role, worker_ops::init_model, spec);
 }
 
-caf::expected<train_output> trainer_client::batch_op(const std::string& role, const std::string& op,
-                                                     caf::message args) {
-  auto r = unwrap<batch_result>(call(role, op, std::move(args)), op);
+caf::expected<train_output> trainer_client::train_output_of(caf::expected<batch_result> r) {
   if (!r)
     return std::move(r.error());
   auto outputs = from_blobs(r->outputs);
@@ -97,12 +90,12 @@ caf::expected<train_output> trainer_client::forward(const std::string& role,
   auto p = to_payload(batch);
   if (!p)
     return std::move(p.error());
-  return batch_op(role, "forward", caf::make_message(std::move(*p)));
+  return train_output_of(call(role, worker_ops::forward, std::move(*p)));
 }
 
 caf::expected<train_output> trainer_client::forward(const std::string& role, batch_payload batch,
                                                     const loss_request& loss) {
-  return batch_op(role, "forward", caf::make_message(std::move(batch), loss));
+  return train_output_of(call(role, worker_ops::forward, std::move(batch), loss));
 }
 
 caf::expected<train_output>
@@ -119,21 +112,21 @@ trainer_client::forward_backward(const std::string& role, const backends::traini
 caf::expected<train_output> trainer_client::forward_backward(const std::string& role,
                                                              batch_payload batch,
                                                              const loss_request& loss) {
-  return batch_op(role, "forward_backward", caf::make_message(std::move(batch), loss));
+  return train_output_of(call(role, worker_ops::forward_backward, std::move(batch), loss));
 }
 
 caf::expected<optim_result> trainer_client::optim_step(const std::string& role,
                                                        const backends::adam_params& params) {
-  return unwrap<optim_result>(call(role, "optim_step", caf::make_message(params)), "optim_step");
+  return call(role, worker_ops::optim_step, params);
 }
 
 caf::expected<void> trainer_client::set_lr(const std::string& role, double lr) {
-  return as_void(call(role, "set_lr", caf::make_message(lr)));
+  return as_void(call(role, worker_ops::set_lr, lr));
 }
 
 caf::expected<void> trainer_client::set_algorithm_config(const std::string& role,
                                                          const algorithm_config& config) {
-  return as_void(call(role, "set_algorithm_config", caf::make_message(config)));
+  return as_void(call(role, worker_ops::set_algorithm_config, config));
 }
 
 caf::expected<void> trainer_client::save_checkpoint(const std::string& root, int64_t global_step,
@@ -142,14 +135,14 @@ caf::expected<void> trainer_client::save_checkpoint(const std::string& root, int
   if (roles.empty())
     return make_error(errc::invalid_argument, "save_checkpoint: no roles given");
   for (const auto& role : roles) {
-    auto r = call(role, "save_checkpoint", caf::make_message(root, global_step, role));
+    auto r = call(role, worker_ops::save_checkpoint, root, global_step, role);
     if (!r)
       return std::move(r.error());
   }
   // Every rank of every role has written its directory: commit the step. Ranks on other nodes
   // may have written to their own file systems (per-node directories): the driver's copy of the
   // step directory holds the trainer state and the commit marker.
-  auto done = call_backend("save_checkpoint", [&] {
+  auto done = call_backend(worker_ops::save_checkpoint.name, [&] {
     std::filesystem::create_directories(backends::step_directory(root, global_step));
     backends::finalize_checkpoint(root, global_step, trainer_state);
     return true;
@@ -165,7 +158,8 @@ caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root, 
     return make_error(errc::invalid_argument, "load_checkpoint: no roles given");
   if (global_step < 0) {
     // Resolve "latest" once, so every role loads the same step.
-    auto latest = call_backend("load_checkpoint", [&] { return backends::latest_step(root); });
+    auto latest =
+        call_backend(worker_ops::load_checkpoint.name, [&] { return backends::latest_step(root); });
     if (!latest)
       return std::move(latest.error());
     if (!*latest)
@@ -176,12 +170,12 @@ caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root, 
   // Every rank must see its files before any rank loads (ranks on other nodes may not share
   // this file system): a refused resume changes nothing.
   for (const auto& role : roles) {
-    auto r = call(role, "checkpoint_visible", caf::make_message(root, global_step, role));
+    auto r = call(role, rank_ops::checkpoint_visible, root, global_step, role);
     if (!r)
       return std::move(r.error());
   }
   for (const auto& role : roles) {
-    auto r = call(role, "load_checkpoint", caf::make_message(root, global_step, role));
+    auto r = call(role, worker_ops::load_checkpoint, root, global_step, role);
     if (!r)
       return std::move(r.error());
   }
@@ -189,7 +183,7 @@ caf::expected<int64_t> trainer_client::load_checkpoint(const std::string& root, 
 }
 
 caf::expected<void> trainer_client::save_hf_model(const std::string& role, const std::string& dir) {
-  return as_void(call(role, "save_hf_model", caf::make_message(dir)));
+  return as_void(call(role, worker_ops::save_hf_model, dir));
 }
 
 caf::expected<int32_t> trainer_client::lcm_dp_size() {
@@ -236,19 +230,18 @@ caf::expected<void> trainer_client::set_weight_delta(bool on) {
 
 caf::expected<std::vector<sample_output>>
 trainer_client::generate(const std::vector<sample_request>& requests, const std::string& role) {
-  return unwrap<std::vector<sample_output>>(call(role, "generate", caf::make_message(requests)),
-                                            "generate");
+  return call(role, engine_ops::generate, requests);
 }
 
 caf::expected<int64_t> trainer_client::save_weights_for_sampler(const std::string& role,
                                                                  const std::string& pause_mode,
                                                                  int64_t least_version) {
   auto mode = pause_mode.empty() ? std::string{"keep"} : pause_mode;
-  auto args = least_version > 0   ? caf::make_message(mode, least_version)
-              : pause_mode.empty() ? caf::message{}
-                                   : caf::make_message(mode);
-  return unwrap<int64_t>(call(role, "save_weights_for_sampler", std::move(args)),
-                         "save_weights_for_sampler");
+  if (least_version > 0)
+    return call(role, dispatcher_ops::sync_weights, mode, least_version);
+  if (pause_mode.empty())
+    return call(role, dispatcher_ops::sync_weights);
+  return call(role, dispatcher_ops::sync_weights, mode);
 }
 
 caf::expected<nlohmann::json> trainer_client::status() {

@@ -15,6 +15,8 @@
 
 #include "actors/actor_group.hpp"
 #include "actors/dispatcher.hpp"
+#include "actors/rank_op.hpp"
+#include "actors/worker.hpp"
 #include "backends/algo/common.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/training_batch.hpp"
@@ -141,15 +143,24 @@ public:
   /// LCM of the registered groups' DP sizes.
   caf::expected<int32_t> lcm_dp_size();
 
-  /// Raw call: `op` with `args` on `role`; the answer of the dispatcher.
+  /// `op` on `role` (as the op's kind declares it, or the dispatcher's own
+  /// `dispatcher_ops::sync_weights`): the arguments are checked against the op's declared types
+  /// when this compiles, and the answer is read as its declared type.
+  template <class R, class... Declared, class... Given>
+  caf::expected<R> call(const std::string& role, const op_ref<R(Declared...)>& op,
+                        Given&&... args) {
+    return op.answer(call(role, op.name, op.args(std::forward<Given>(args)...)));
+  }
+
+  /// Raw call: `op` with `args` on `role`; the answer of the dispatcher (for kinds that declare
+  /// no op_ref, and for tests of bad calls).
   caf::expected<caf::message> call(const std::string& role, const std::string& op,
                                    caf::message args);
 
   const caf::actor& dispatcher() const { return dispatcher_; }
 
 private:
-  caf::expected<train_output> batch_op(const std::string& role, const std::string& op,
-                                       caf::message args);
+  caf::expected<train_output> train_output_of(caf::expected<batch_result> r);
 
   caf::actor_system* sys_;
   caf::actor dispatcher_;

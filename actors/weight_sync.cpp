@@ -20,6 +20,7 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_kind.hpp"
+#include "actors/engine.hpp"
 #include "actors/rendezvous_store.hpp"
 #include "actors/worker.hpp"
 
@@ -393,7 +394,7 @@ std::vector<std::pair<std::string, at::Tensor>> adapters_for_sync(const be::caus
 
 int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& spec,
                            weight_channels& channels) {
-  const char* who = "send_weights";
+  const char* who = worker_ops::send_weights.name;
   auto opts = options_of(spec, who);
   auto weights = spec.delta ? adapters_for_sync(model) : decltype(weights_for_sync(model)){};
   if (weights.empty())
@@ -449,7 +450,7 @@ int64_t send_model_weights(const be::causal_lm& model, const weight_sync_spec& s
 int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
                               const weight_sync_spec& spec, bool& torn,
                               weight_channels& channels) {
-  const char* who = "receive_weights";
+  const char* who = engine_ops::receive_weights.name;
   torn = false;
   auto opts = options_of(spec, who);
   if (current_version < 0)
@@ -525,7 +526,7 @@ int64_t receive_model_weights(be::causal_lm& model, int64_t current_version,
 
 caf::expected<int64_t> send_weights_op(rank_context& ctx,
                                             const std::vector<weight_sync_spec>& specs) {
-  const auto& model = worker_model(ctx, "send_weights");
+  const auto& model = worker_model(ctx, worker_ops::send_weights.name);
   if (ctx.info.rank != 0)
     return int64_t{0};
   auto& channels = worker_weight_channels(ctx);

@@ -389,7 +389,7 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
 
 caf::expected<batch_result> forward(rank_context&, worker_state& st, const batch_payload& payload,
                                     const std::optional<loss_request>& req) {
-  resident_model(st, "forward");
+  resident_model(st, worker_ops::forward.name);
   auto batch = decode_batch(st, payload);
   return run_pass(st, batch, req ? &*req : nullptr, false);
 }
@@ -397,15 +397,15 @@ caf::expected<batch_result> forward(rank_context&, worker_state& st, const batch
 caf::expected<batch_result> forward_backward(rank_context&, worker_state& st,
                                              const batch_payload& payload,
                                              const loss_request& req) {
-  resident_model(st, "forward_backward");
+  resident_model(st, worker_ops::forward_backward.name);
   auto batch = decode_batch(st, payload);
   return run_pass(st, batch, &req, true); // checks `req` first
 }
 
 caf::expected<optim_result> optim_step(rank_context& ctx, worker_state& st,
                                        const be::adam_params& given) {
-  auto& model = resident_model(st, "optim_step");
-  require_resident_optimizer(st, "optim_step");
+  auto& model = resident_model(st, worker_ops::optim_step.name);
+  require_resident_optimizer(st, worker_ops::optim_step.name);
   be::adam_params hp = given;
   if (std::isnan(hp.learning_rate))
     be::fail(error_code::invalid_argument, "optim_step: learning_rate is NaN");
@@ -445,7 +445,7 @@ caf::expected<optim_result> optim_step(rank_context& ctx, worker_state& st,
 }
 
 caf::expected<no_values> set_lr(rank_context&, worker_state& st, const double& lr) {
-  model_of(st, "set_lr");
+  model_of(st, worker_ops::set_lr.name);
   if (!std::isfinite(lr) || lr < 0)
     be::fail(error_code::invalid_argument,
              "set_lr: learning rate must be finite and >= 0, got " + std::to_string(lr));
@@ -488,32 +488,31 @@ actor_kind make_kind(const std::string& role) {
     st->role = role;
     return st;
   };
-  auto add = [&k](const char* name, rank_op op) { k.ops.emplace(name, std::move(op)); };
-  add("init_model", typed_op("init_model", init_model)
-                        .dispatched(op_dispatch::moves(op_residency::everything_on)));
+  namespace ops = worker_ops;
+  k.add(typed_op(ops::init_model, init_model)
+            .dispatched(op_dispatch::moves(op_residency::everything_on)));
   const auto model_only = op_dispatch::needs(true, false);
   const auto model_and_optimizer = op_dispatch::needs(true, true);
-  add("forward",
-      typed_op("forward", forward).dispatched(op_dispatch::needs(true, false, op_route::split_batch)));
-  add("set_algorithm_config", typed_op("set_algorithm_config", set_algorithm_config));
-  add("save_hf_model", typed_op("save_hf_model", save_hf_model, {"dir"}).dispatched(model_only));
-  add("offload", typed_op("offload", offload, {"tags"})
-                     .dispatched(op_dispatch::moves(op_residency::tagged_off, "model", "optimizer")));
-  add("onload", typed_op("onload", onload, {"tags"})
-                    .dispatched(op_dispatch::moves(op_residency::tagged_on, "model", "optimizer")));
-  add("memory", typed_op("memory", memory));
-  add("send_weights", context_op("send_weights", send_weights_op)); // weight_sync.hpp
+  k.add(typed_op(ops::forward, forward)
+            .dispatched(op_dispatch::needs(true, false, op_route::split_batch)));
+  k.add(typed_op(ops::set_algorithm_config, set_algorithm_config));
+  k.add(typed_op(ops::save_hf_model, save_hf_model, {"dir"}).dispatched(model_only));
+  k.add(typed_op(ops::offload, offload, {"tags"})
+            .dispatched(op_dispatch::moves(op_residency::tagged_off, "model", "optimizer")));
+  k.add(typed_op(ops::onload, onload, {"tags"})
+            .dispatched(op_dispatch::moves(op_residency::tagged_on, "model", "optimizer")));
+  k.add(typed_op(ops::memory, memory));
+  k.add(context_op(ops::send_weights, send_weights_op)); // weight_sync.hpp
   if (role != "ref") {
-    add("forward_backward", typed_op("forward_backward", forward_backward)
-                                .dispatched(op_dispatch::needs(true, true, op_route::split_batch)));
-    add("optim_step", typed_op("optim_step", optim_step));
-    add("set_lr", typed_op("set_lr", set_lr));
-    add("save_checkpoint",
-        typed_op("save_checkpoint", save_checkpoint, {"root", "global_step", "role"})
-            .dispatched(model_and_optimizer));
-    add("load_checkpoint", typed_op("load_checkpoint", load_checkpoint,
-                                    {"root", "global_step", "role", "with_optimizer"})
-                               .dispatched(model_and_optimizer));
+    k.add(typed_op(ops::forward_backward, forward_backward)
+              .dispatched(op_dispatch::needs(true, true, op_route::split_batch)));
+    k.add(typed_op(ops::optim_step, optim_step));
+    k.add(typed_op(ops::set_lr, set_lr));
+    k.add(typed_op(ops::save_checkpoint, save_checkpoint, {"root", "global_step", "role"})
+              .dispatched(model_and_optimizer));
+    k.add(typed_op(ops::load_checkpoint, load_checkpoint,
+                   {"root", "global_step", "role", "with_optimizer"})
+              .dispatched(model_and_optimizer));
   }
   return k;
 }

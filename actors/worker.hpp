@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/rank_op.hpp"
 #include "backends/model/compute_dtype.hpp"
 #include "runtime/messages.hpp"
 
@@ -79,6 +80,31 @@ class weight_channels;
 /// A failing op answers an error naming group, rank and op and leaves the rank's state as it
 /// was; the rank stays usable.
 void register_worker_kinds();
+
+/// The worker kinds' ops, with their argument and answer types as above (op_ref, rank_op.hpp):
+/// the kinds are built from these and every caller calls through them. `forward_backward`,
+/// `optim_step`, `set_lr` and the checkpoints are not on `ref`.
+namespace worker_ops {
+inline constexpr op_ref<int64_t(model_spec)> init_model{"init_model"};
+inline constexpr op_ref<batch_result(batch_payload, std::optional<loss_request>)> forward{
+    "forward"};
+inline constexpr op_ref<batch_result(batch_payload, loss_request)> forward_backward{
+    "forward_backward"};
+inline constexpr op_ref<optim_result(tinker::adam_params)> optim_step{"optim_step"};
+inline constexpr op_ref<no_values(double)> set_lr{"set_lr"};
+inline constexpr op_ref<no_values(algorithm_config)> set_algorithm_config{"set_algorithm_config"};
+inline constexpr op_ref<no_values(std::string, int64_t, std::optional<std::string>)>
+    save_checkpoint{"save_checkpoint"};
+inline constexpr op_ref<int64_t(std::string, int64_t, std::optional<std::string>,
+                                std::optional<bool>)>
+    load_checkpoint{"load_checkpoint"};
+inline constexpr op_ref<no_values(std::string)> save_hf_model{"save_hf_model"};
+inline constexpr op_ref<no_values(std::vector<std::string>)> offload{"offload"};
+inline constexpr op_ref<no_values(std::vector<std::string>)> onload{"onload"};
+inline constexpr op_ref<std::tuple<int64_t, int64_t>()> memory{"memory"};
+/// Sends this rank's weights to engines (weight_sync.hpp) → the bytes this rank sent.
+inline constexpr op_ref<int64_t(std::vector<weight_sync_spec>)> send_weights{"send_weights"};
+} // namespace worker_ops
 
 /// Builds the model a `model_spec` names: loaded from `hf_dir`, or random from `preset` or
 /// `config_json` with `spec.seed`. Exactly one of the three must be set. LoRA fields are not

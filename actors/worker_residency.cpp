@@ -20,6 +20,7 @@
 #include "actors/batch_wire.hpp"
 #include "actors/rank_device.hpp"
 #include "actors/weight_sync.hpp"
+#include "actors/worker.hpp"
 #include "backends/algo/kl.hpp"
 #include "backends/algo/losses.hpp"
 #include "backends/collective_group.hpp"
@@ -29,12 +30,12 @@
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
 #include "backends/storage_bytes.hpp"
+#include "backends/storage_copier.hpp"
 #include "backends/train/checkpoint.hpp"
 #include "backends/train/lr_schedule.hpp"
+#include "backends/train/micro_batches.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/rng_state.hpp"
-#include "backends/train/micro_batches.hpp"
-#include "backends/storage_copier.hpp"
 #include "backends/train/training_batch.hpp"
 #include "runtime/errc.hpp"
 
@@ -53,8 +54,8 @@ caf::expected<no_values> save_checkpoint(rank_context& ctx, worker_state& st,
                                             const std::string& root, const int64_t& global_step,
                                             const std::optional<std::string>& role) {
   auto where = location_of(ctx, st, root, global_step, role);
-  auto& model = resident_model(st, "save_checkpoint");
-  require_resident_optimizer(st, "save_checkpoint");
+  auto& model = resident_model(st, worker_ops::save_checkpoint.name);
+  require_resident_optimizer(st, worker_ops::save_checkpoint.name);
   where.validate();
   be::save_rank_state(where, model.named_parameters(), st.optimizer, &*st.schedule,
                       be::capture_rng_state());
@@ -67,9 +68,9 @@ caf::expected<int64_t> load_checkpoint(rank_context& ctx, worker_state& st,
                                             const std::optional<bool>& restore_optimizer) {
   auto where = location_of(ctx, st, root, global_step, role);
   const bool with_optimizer = restore_optimizer.value_or(true);
-  auto& model = resident_model(st, "load_checkpoint");
+  auto& model = resident_model(st, worker_ops::load_checkpoint.name);
   if (with_optimizer)
-    require_resident_optimizer(st, "load_checkpoint");
+    require_resident_optimizer(st, worker_ops::load_checkpoint.name);
   if (where.global_step < 0) {
     auto latest = be::latest_step(where.root);
     if (!latest)
@@ -110,7 +111,7 @@ caf::expected<int64_t> load_checkpoint(rank_context& ctx, worker_state& st,
 
 caf::expected<no_values> save_hf_model(rank_context& ctx, worker_state& st,
                                           const std::string& dir) {
-  auto& model = resident_model(st, "save_hf_model");
+  auto& model = resident_model(st, worker_ops::save_hf_model.name);
   if (dir.empty())
     be::fail(error_code::invalid_argument, "save_hf_model: empty directory");
   if (ctx.info.rank == 0)
@@ -206,8 +207,8 @@ void onload_optimizer(worker_state& st) {
 
 caf::expected<no_values> offload(rank_context&, worker_state& st,
                                     const std::vector<std::string>& tags) {
-  model_of(st, "offload");
-  for (const auto& tag : parse_tags(st, tags, "offload")) {
+  model_of(st, worker_ops::offload.name);
+  for (const auto& tag : parse_tags(st, tags, worker_ops::offload.name)) {
     if (tag == tag_model && !st.model_offloaded)
       offload_model(st);
     else if (tag == tag_optimizer && !st.optimizer_offloaded)
@@ -222,8 +223,8 @@ caf::expected<no_values> offload(rank_context&, worker_state& st,
 
 caf::expected<no_values> onload(rank_context&, worker_state& st,
                                    const std::vector<std::string>& tags) {
-  model_of(st, "onload");
-  for (const auto& tag : parse_tags(st, tags, "onload")) {
+  model_of(st, worker_ops::onload.name);
+  for (const auto& tag : parse_tags(st, tags, worker_ops::onload.name)) {
     if (tag == tag_model && st.model_offloaded)
       onload_model(st);
     else if (tag == tag_optimizer && st.optimizer_offloaded)
@@ -233,7 +234,7 @@ caf::expected<no_values> onload(rank_context&, worker_state& st,
 }
 
 caf::expected<std::tuple<int64_t, int64_t>> memory(rank_context&, worker_state& st) {
-  auto& model = model_of(st, "memory");
+  auto& model = model_of(st, worker_ops::memory.name);
   auto params = model.named_parameters();
   std::vector<std::pair<std::string, at::Tensor>> grads, moments;
   for (auto& [name, p] : params) {

@@ -25,6 +25,7 @@
 #include "actors/actor_kind.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/protocol.hpp"
+#include "actors/rank_actor.hpp"
 #include "runtime/system_config.hpp"
 
 using namespace rlforge;
@@ -148,7 +149,8 @@ double spawn_rate(caf::actor_system& sys, const caf::actor& manager, int rep) {
                                      int64_t{0}))> pings;
   for (auto& g : groups)
     pings.push_back(self->request(g.handle(), std::chrono::seconds(60), all_atom::value,
-                                  std::string{"ping"}, caf::message{}, int64_t{60000}));
+                                  std::string{rank_ops::ping.name}, caf::message{},
+                                  int64_t{60000}));
   for (auto& h : pings)
     h.receive([&](std::vector<caf::message>&) {}, [&](caf::error& e) { die(sys, e, "ping"); });
   double rate = spawn_ranks / seconds_since(start);
@@ -163,7 +165,7 @@ std::vector<double> blocking_round_trips(actor_group& group, int n) {
   std::vector<double> us;
   for (int i = 0; i < n; ++i) {
     auto t = clock_type::now();
-    auto r = group.call_all("ping", caf::message{}, std::chrono::seconds(10));
+    auto r = group.call_all(rank_ops::ping, std::chrono::seconds(10));
     us.push_back(seconds_since(t) * 1e6);
     if (!r) {
       std::fprintf(stderr, "actor_bench: ping failed\n");
@@ -185,7 +187,8 @@ std::vector<double> event_based_round_trips(caf::actor_system& sys, const caf::a
   auto driver = sys.spawn([=](caf::stateful_actor<driver_state>* d) -> caf::behavior {
     auto next = [=] {
       d->state.sent = clock_type::now();
-      d->send(group, all_atom::value, std::string{"ping"}, caf::message{}, int64_t{10000});
+      d->send(group, all_atom::value, std::string{rank_ops::ping.name}, caf::message{},
+              int64_t{10000});
     };
     next();
     return {

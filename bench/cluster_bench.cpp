@@ -57,16 +57,17 @@
 #include "actors/actor_group.hpp"
 #include "actors/dispatcher.hpp"
 #include "actors/protocol.hpp"
+#include "actors/rank_actor.hpp"
 #include "actors/trainer_client.hpp"
 #include "backends/train/optimizer.hpp"
 #include "backends/train/training_batch.hpp"
-#include "tinker/types.hpp"
 #include "bench/bench_util.hpp"
 #include "bench/cluster_bench_support.hpp"
 #include "service/tinker_client.hpp"
 #include "tests/cluster/cluster_fixture.hpp"
 #include "tests/cluster/network_namespace.hpp"
 #include "tests/cluster/tinker_datums.hpp"
+#include "tinker/types.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -126,13 +127,13 @@ void control_round_trip(test_driver& d) {
   auto g = group.handle();
   auto one = handles.at(0);
   round_trips(d.sys(), 200, [=](caf::event_based_actor* a) {
-    a->send(g, all_atom::value, std::string{"ping"}, caf::message{}, int64_t{10000});
+    a->send(g, all_atom::value, std::string{rank_ops::ping.name}, caf::message{}, int64_t{10000});
   });
   auto group_us = median(round_trips(d.sys(), 2000, [=](caf::event_based_actor* a) {
-    a->send(g, all_atom::value, std::string{"ping"}, caf::message{}, int64_t{10000});
+    a->send(g, all_atom::value, std::string{rank_ops::ping.name}, caf::message{}, int64_t{10000});
   }));
   auto single_us = median(round_trips(d.sys(), 2000, [=](caf::event_based_actor* a) {
-    a->send(one, call_atom::value, std::string{"ping"}, caf::message{});
+    a->send(one, call_atom::value, std::string{rank_ops::ping.name}, caf::message{});
   }));
   std::printf("cluster.rtt group of 4 ranks on 2 node processes, event-based driver: %.0f us "
               "(median of 2000) | one remote rank (CAF loopback RTT): %.0f us, ratio %.2f | "
@@ -153,7 +154,7 @@ double spawn_rate_on(test_driver& d, const placement_group_info& pg, int groups,
       spawned.push_back(spawn_group(d, "s" + std::to_string(rep) + "_" + std::to_string(i), "ref",
                                     pg, per_group));
     for (auto& g : spawned)
-      or_die(g.call_all("ping", caf::message{}, 60s), d.sys(), "first call");
+      or_die(g.call_all(rank_ops::ping, 60s), d.sys(), "first call");
     rates.push_back(groups * per_group / seconds_since(t0));
     for (auto& g : spawned)
       g.stop();

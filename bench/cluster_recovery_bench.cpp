@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/protocol.hpp"
+#include "actors/rank_actor.hpp"
 #include "actors/trainer_client.hpp"
 #include "bench/bench_util.hpp"
 #include "bench/cluster_bench_support.hpp"
@@ -117,7 +118,7 @@ std::pair<double, double> head_restart_once(int rep) {
     if (rejoined < 0)
       std::this_thread::sleep_for(10ms);
   }
-  if (rejoined < 0 || !group.call_all("ping", caf::message{}, 10s))
+  if (rejoined < 0 || !group.call_all(rank_ops::ping, 10s))
     die("the cluster did not come back after its head restarted:\n" + cluster.logs());
   group.stop();
   std::filesystem::remove(state);

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   ok(client.register_engines(engines), "register engines");
   model_spec engine_spec = spec;
   engine_spec.lora_rank = 0;
-  ok(engines.call_all("init_model", caf::make_message(engine_spec), std::chrono::minutes(10)),
+  ok(engines.call_all(engine_ops::init_model, std::chrono::minutes(10), engine_spec),
      "init engines");
   const std::vector<int64_t> prompt{1, 17, 42, 99, 7, 300, 12, 5};
   std::vector<nlohmann::json> rows;

@@ -94,8 +94,9 @@ void submit(self_ptr self, const std::vector<int64_t>& ids,
   const auto timeout_ms = st.options.request_timeout_ms;
   self->request(st.dispatcher, std::chrono::milliseconds{timeout_ms + 5000},
                 actors::dispatcher_call_atom::value, st.options.engine_role,
-                std::string{"submit"},
-                caf::make_message(caf::actor_cast<caf::actor>(self), ids, std::move(requests)),
+                std::string{actors::dispatcher_ops::submit.name},
+                actors::dispatcher_ops::submit.args(caf::actor_cast<caf::actor>(self), ids,
+                                                    std::move(requests)),
                 timeout_ms)
       .then([k](op_result&) { k(caf::error{}); }, [k](caf::error& err) { k(std::move(err)); });
 }
@@ -265,16 +266,17 @@ caf::behavior producer(self_ptr self, caf::actor dispatcher, producer_options op
           return int64_t{0};
         auto promise = self->make_response_promise<int64_t>();
         self->request(st.dispatcher, std::chrono::seconds(60), actors::dispatcher_call_atom::value,
-                      st.options.engine_role, std::string{"cancel"},
-                      caf::make_message(caf::actor_cast<caf::actor>(self), ids), int64_t{55000})
+                      st.options.engine_role, std::string{actors::engine_ops::cancel.name},
+                      actors::engine_ops::cancel.args(caf::actor_cast<caf::actor>(self), ids),
+                      int64_t{55000})
             .then(
                 [=](op_result& r) mutable {
-                  if (r.value.match_elements<int64_t>())
-                    promise.deliver(r.value.get_as<int64_t>(0));
+                  auto stopped = actors::engine_ops::cancel.answer(std::move(r.value));
+                  if (stopped)
+                    promise.deliver(*stopped);
                   else
-                    promise.deliver(make_error(errc::internal,
-                                               "rollout producer: cancel answered " +
-                                                   caf::to_string(r.value)));
+                    promise.deliver(make_error(errc::internal, "rollout producer: " +
+                                                                   error_message(stopped.error())));
                 },
                 [=](caf::error& err) mutable { promise.deliver(std::move(err)); });
         return promise;

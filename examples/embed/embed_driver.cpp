@@ -13,6 +13,7 @@
 #include "actors/actor_kind.hpp"
 #include "actors/node.hpp"
 #include "actors/placement_manager.hpp"
+#include "actors/rank_actor.hpp"
 #include "actors/tensor_convert.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
@@ -81,12 +82,13 @@ int main(int argc, char** argv) {
                           "mesh call");
     std::vector<caf::message> reduce_in;
     for (auto& p : partials)
-      reduce_in.push_back(caf::make_message(p.get_as<tensor_list>(0)));
-    auto reduced = value(sys, group.call_mesh("all_reduce", reduce_in, std::chrono::seconds(30)),
-                         "all-reduce");
+      reduce_in.push_back(rank_ops::all_reduce.args(p.get_as<tensor_list>(0)));
+    auto reduced =
+        value(sys, group.call_mesh(rank_ops::all_reduce, reduce_in, std::chrono::seconds(30)),
+              "all-reduce");
     const double expected = batch.pow(3).sum().item<double>();
     for (auto& r : reduced) {
-      auto t = value(sys, from_blob(r.get_as<tensor_list>(0).at(0)), "from_blob");
+      auto t = value(sys, from_blob(r.at(0)), "from_blob");
       std::printf("rank sum %.0f\n", t.item<double>());
       if (t.item<double>() != expected)
         status = 1;

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/engine.hpp"
 #include "runtime/errc.hpp"
 
 #include "../common/driver.hpp"
@@ -17,7 +18,7 @@ engine_recovery::engine_recovery(const fatal_errors& or_die, actors::placement_c
 }
 
 bool engine_recovery::engines_lost(std::chrono::milliseconds patience) {
-  return !engines_.call_all("weight_version", caf::message{}, patience);
+  return !engines_.call_all(actors::engine_ops::weight_version, patience);
 }
 
 caf::expected<std::string> engine_recovery::replace(actors::trainer_client& client) {

@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/rank_actor.hpp"
 #include "backends/train/checkpoint.hpp"
 #include "runtime/errc.hpp"
 
@@ -35,8 +36,8 @@ trainer_recovery::trainer_recovery(const fatal_errors& or_die, actors::trainer_c
 }
 
 bool trainer_recovery::trainer_lost(std::chrono::milliseconds patience) {
-  return !policy_.call_all("ping", caf::message{}, patience) ||
-         !ref_.call_all("ping", caf::message{}, patience);
+  return !policy_.call_all(actors::rank_ops::ping, patience) ||
+         !ref_.call_all(actors::rank_ops::ping, patience);
 }
 
 caf::expected<trainer_recovery::replaced> trainer_recovery::replace() {

@@ -11,12 +11,13 @@
 #include <ATen/ATen.h>
 #include <caf/all.hpp>
 
+#include "../common/driver.hpp"
 #include "actors/actor_group.hpp"
 #include "actors/actor_kind.hpp"
 #include "actors/node.hpp"
 #include "actors/placement_manager.hpp"
+#include "actors/rank_actor.hpp"
 #include "actors/tensor_convert.hpp"
-#include "../common/driver.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
 
@@ -162,14 +163,14 @@ int main(int argc, char** argv) {
     for (auto& p : partials) {
       auto t = or_die(sys, from_blob(p.get_as<tensor_list>(0).at(0)), "from_blob");
       std::printf(" %.0f", t.item<float>());
-      reduce_in.push_back(caf::make_message(p.get_as<tensor_list>(0)));
+      reduce_in.push_back(rank_ops::all_reduce.args(p.get_as<tensor_list>(0)));
     }
-    auto reduced = or_die(sys, group.call_mesh("all_reduce", reduce_in, 30s), "all-reduce");
+    auto reduced = or_die(sys, group.call_mesh(rank_ops::all_reduce, reduce_in, 30s), "all-reduce");
     double expected = batch.pow(2).sum().item<double>();
     bool all_equal = true;
     std::printf("\nall-reduce (Gloo) by rank:");
     for (auto& r : reduced) {
-      auto t = or_die(sys, from_blob(r.get_as<tensor_list>(0).at(0)), "from_blob");
+      auto t = or_die(sys, from_blob(r.at(0)), "from_blob");
       std::printf(" %.0f", t.item<double>());
       all_equal = all_equal && t.item<double>() == expected;
     }

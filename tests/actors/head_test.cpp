@@ -139,14 +139,15 @@ TEST_F(HeadProtocol, RefusesAnotherBuildNamingTheDifference) {
     return k.rfind("engine.generate(", 0) == 0;
   });
   ASSERT_NE(generate, ops.kinds.end());
-  EXPECT_EQ(*generate, "engine.generate(std::vector<sample_request>) -> message");
-  *generate = "engine.generate(std::vector<sample_request>, int64) -> message";
+  const std::string declared =
+      "engine.generate(std::vector<sample_request>) -> (std::vector<sample_output>)";
+  EXPECT_EQ(*generate, declared);
+  *generate = "engine.generate(std::vector<sample_request>, int64) -> (std::vector<sample_output>)";
   msg = refusal(ops);
   EXPECT_NE(msg.find("other actor kinds or ops"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("lacks kinds [engine.generate(std::vector<sample_request>) -> message]"),
-            std::string::npos)
-      << msg;
-  EXPECT_NE(msg.find("[engine.generate(std::vector<sample_request>, int64) -> message]"),
+  EXPECT_NE(msg.find("lacks kinds [" + declared + "]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[engine.generate(std::vector<sample_request>, int64) -> "
+                     "(std::vector<sample_output>)]"),
             std::string::npos)
       << msg;
   // So is one whose op answers another type.

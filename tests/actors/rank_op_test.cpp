@@ -123,8 +123,8 @@ TEST(RankOp, KindInterfacesListEveryOpWithItsSignatureAndResult) {
   EXPECT_TRUE(has("engine.memory() -> (int64, int64)"));
   EXPECT_TRUE(has("engine.retain_weights(int64 version, int64 max_retained) -> "
                   "(std::vector<int64_t>)"));
-  // generate answers later, through the rank's deliveries: its answer is not typed.
-  EXPECT_TRUE(has("engine.generate(std::vector<sample_request>) -> message"));
+  // generate answers later, through the rank's deliveries, with its declared type.
+  EXPECT_TRUE(has("engine.generate(std::vector<sample_request>) -> (std::vector<sample_output>)"));
   EXPECT_TRUE(has("policy.forward(batch_payload[, loss_request]) -> (batch_result)"));
   EXPECT_TRUE(has("policy.load_checkpoint(string root, int64 global_step[, string role[, bool "
                   "with_optimizer]]) -> (int64)"));
@@ -180,12 +180,8 @@ TEST(RankOp, KindsDeclareHowTheDispatcherRunsTheirOps) {
   // "<needs model><needs optimizer> <route> <residency>[ <model tag>/<optimizer tag>]"
   auto of = [](const actor_kind& k, const std::string& op) {
     const auto& d = k.ops.at(op).dispatch;
-    const char* routes[] = {"every_rank", "split_batch", "spread_requests", "stream_requests",
-                            "cancel_streams"};
-    const char* residencies[] = {"unchanged", "everything_on", "tagged_on", "tagged_off"};
     auto out = std::to_string(d.needs_model) + std::to_string(d.needs_optimizer) + " " +
-               routes[static_cast<int>(d.route)] + " " +
-               residencies[static_cast<int>(d.residency)];
+               to_string(d.route) + " " + to_string(d.residency);
     if (!d.model_tag.empty() || !d.optimizer_tag.empty())
       out += " " + d.model_tag + "/" + d.optimizer_tag;
     return out;
