@@ -266,8 +266,8 @@ caf::expected<int64_t> init_model(rank_context& ctx, worker_state& st,
   return st.model->num_parameters();
 }
 
-/// Resolves and checks a loss request for this worker's role (the registry checks its config).
-void check_loss_request(const worker_state& st, const loss_request& req) {
+/// The loss of a request, checked for this worker's role (the registry checks its config).
+algo::checked_loss check_loss_request(const worker_state& st, const loss_request& req) {
   const bool critic = st.role == "critic";
   if (!algo::is_loss_name(req.loss_fn)) {
     std::vector<std::string> names = critic ? algo::value_loss_names() : algo::policy_loss_names();
@@ -285,30 +285,26 @@ void check_loss_request(const worker_state& st, const loss_request& req) {
     be::fail(error_code::invalid_argument, "loss_fn '" + req.loss_fn +
                                                "' is a value loss; send it to a critic, not to "
                                                "a policy");
-  algo::validate_loss_config(req.loss_fn, algo::loss_config{req.values, req.options});
+  return algo::check_loss(req.loss_fn, algo::loss_config{req.values, req.options});
 }
 
 /// One pass over a batch, micro-batch by micro-batch: the model's outputs (`logprobs` and
 /// `entropy`, or `values`) and, with a loss, `elementwise_loss` and the loss's metrics. With
-/// `backward` the loss's gradients accumulate. Everything that could refuse the batch (its layout,
-/// a missing loss input, a bad config) is checked before the first micro-batch runs, so a refused
-/// call leaves the gradients as they were.
+/// `backward` the loss's gradients accumulate. The request is checked once, before the first
+/// micro-batch runs (its layout in `decode_batch`; here its loss, config and the whole batch's
+/// loss inputs), so a refused call leaves the gradients as they were, and the micro-batches,
+/// slices of the checked batch, are computed without checking again.
 batch_result run_pass(worker_state& st, const be::training_batch& batch, const loss_request* req,
                       bool backward) {
   const bool critic = st.role == "critic";
-  algo::loss_config cfg;
+  std::optional<algo::checked_loss> loss;
   auto reg = regularizers(st.algo);
   if (req) {
-    check_loss_request(st, *req);
-    cfg = algo::loss_config{req->values, req->options};
+    loss = check_loss_request(st, *req);
     if (!critic && reg.use_kl_loss && !batch.has(keys::base_action_log_probs))
       be::fail(error_code::invalid_argument,
                "use_kl_loss needs base_action_log_probs (the reference policy's) in the batch");
-    // The whole batch's inputs, the model's outputs standing in as zeros: a missing input or a
-    // bad shape is refused here, before any micro-batch adds to the gradients.
-    auto in = loss_inputs_of(batch);
-    (critic ? in.values : in.logprobs) = at::zeros_like(in.loss_mask);
-    algo::check_loss_inputs(req->loss_fn, in, cfg);
+    algo::check_request_inputs(*loss, loss_inputs_of(batch));
   }
   std::optional<c10::NoGradGuard> no_grad;
   if (!backward)
@@ -350,7 +346,7 @@ batch_result run_pass(worker_state& st, const be::training_batch& batch, const l
             {{{"entropy:mean", algo::masked_mean(in.entropy, in.loss_mask.abs()).item<double>()}}, w});
       continue;
     }
-    auto out = algo::compute_loss(req->loss_fn, in, cfg);
+    auto out = algo::compute_loss(*loss, in);
     if (!critic) {
       algo::apply_regularizers(out, in, reg);
       // Each micro-batch's regularizer metrics are its share of the pass's means: they add up.

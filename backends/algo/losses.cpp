@@ -488,15 +488,29 @@ std::vector<std::string> loss_option_keys(const std::string& name) {
 }
 
 void validate_loss_config(const std::string& name, const loss_config& cfg) {
-  validate(name, find_entry(name), cfg);
+  (void)check_loss(name, cfg);
 }
+
+checked_loss check_loss(const std::string& name, const loss_config& cfg) {
+  return checked_loss{name, cfg, validate(name, find_entry(name), cfg)};
+}
+
+struct checked_loss_access {
+  static const off_policy_config& off_policy(const checked_loss& l) { return l.off_policy_; }
+};
 
 namespace {
 
+/// What `check_inputs` checks: everything `compute_loss` reads, or a request's inputs before
+/// the model computed its outputs (logprobs, values, entropy).
+enum class input_set { everything, before_outputs };
+
 /// The input checks of `compute_loss` (config `cfg` already validated into `op`).
 void check_inputs(const std::string& name, const loss_entry& entry, const off_policy_config& op,
-                  const loss_inputs& in, const loss_config& cfg) {
+                  const loss_inputs& in, const loss_config& cfg,
+                  input_set which = input_set::everything) {
   const auto what = what_of(name);
+  const bool outputs = which == input_set::everything;
 
   // Which inputs this loss needs.
   std::vector<std::pair<std::string, const at::Tensor*>> need;
@@ -529,12 +543,16 @@ void check_inputs(const std::string& name, const loss_entry& entry, const off_po
            what + ": missing input 'rollout_logprobs' (or, failing that, 'old_logprobs')");
   }
   for (const auto& [input, t] : need)
-    if (!t->defined())
+    if (!t->defined() && (outputs || (input != "logprobs" && input != "values")))
       fail(error_code::invalid_argument, what + ": missing input '" + input + "'");
 
-  // Shapes and values of every tensor given.
-  const std::string ref_name = entry.value_loss ? "values" : "logprobs";
-  const at::Tensor& ref = entry.value_loss ? in.values : in.logprobs;
+  // Shapes and values of every tensor given: like the model's output, or before it exists,
+  // like the loss mask.
+  if (!outputs && !in.loss_mask.defined())
+    fail(error_code::internal, what + ": a request's inputs are checked against its loss mask, "
+                                      "which is missing");
+  const std::string ref_name = !outputs ? "loss_mask" : entry.value_loss ? "values" : "logprobs";
+  const at::Tensor& ref = !outputs ? in.loss_mask : entry.value_loss ? in.values : in.logprobs;
   detail::require_2d(ref, ref_name, what);
   const std::vector<std::pair<std::string, const at::Tensor*>> all = {
       {"logprobs", &in.logprobs},
@@ -568,10 +586,33 @@ void check_loss_inputs(const std::string& name, const loss_inputs& in, const los
   check_inputs(name, entry, validate(name, entry, cfg), in, cfg);
 }
 
+void check_request_inputs(const checked_loss& loss, const loss_inputs& in) {
+  auto given = in;
+  given.logprobs = given.values = given.entropy = at::Tensor{};
+  check_inputs(loss.name(), find_entry(loss.name()), checked_loss_access::off_policy(loss), given,
+               loss.config(), input_set::before_outputs);
+}
+
 loss_output compute_loss(const std::string& name, const loss_inputs& in, const loss_config& cfg) {
+  auto loss = check_loss(name, cfg);
+  check_inputs(name, find_entry(name), checked_loss_access::off_policy(loss), in, cfg);
+  return compute_loss(loss, in);
+}
+
+loss_output compute_loss(const checked_loss& loss, const loss_inputs& in) {
+  const auto& name = loss.name();
+  const auto& cfg = loss.config();
   const auto& entry = find_entry(name);
-  const auto op = validate(name, entry, cfg);
-  check_inputs(name, entry, op, in, cfg);
+  const auto& op = checked_loss_access::off_policy(loss);
+#ifndef NDEBUG
+  try {
+    check_inputs(name, entry, op, in, cfg);
+  } catch (const error& e) {
+    fail(error_code::internal,
+         std::string{"compute_loss on inputs that were not checked with their request: "} +
+             e.what());
+  }
+#endif
   const auto what = what_of(name);
   const bool op_active = entry.off_policy && op.enabled() && in.rollout_logprobs.defined();
   const at::Tensor& ref = entry.value_loss ? in.values : in.logprobs;

@@ -4,9 +4,11 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/algo/common.hpp"
+#include "backends/algo/off_policy.hpp"
 
 /// RL policy and value losses, one registry keyed by name.
 ///
@@ -140,8 +142,6 @@ void validate_loss_config(const std::string& name, const loss_config& cfg);
 
 /// Everything `compute_loss` would refuse, checked without computing: the config errors of
 /// `validate_loss_config`, a missing required input, shapes, non-floating or non-finite inputs.
-/// The worker checks a whole batch so (the model's outputs stand in as zeros) before its first
-/// micro-batch adds to the gradients.
 void check_loss_inputs(const std::string& name, const loss_inputs& in,
                        const loss_config& cfg = {});
 
@@ -151,5 +151,39 @@ void check_loss_inputs(const std::string& name, const loss_inputs& in,
 /// NaN or inf in an input (naming the tensor) and negative loss-mask weights.
 loss_output compute_loss(const std::string& name, const loss_inputs& in,
                          const loss_config& cfg = {});
+
+/// A loss and its config, validated once (`check_loss`). A training pass checks its request
+/// once, its loss with `check_loss` and its whole batch's inputs with `check_request_inputs`,
+/// then computes each micro-batch (a slice of that batch) with `compute_loss(checked, in)`,
+/// which checks nothing again. Immutable; safe to share between threads.
+class checked_loss {
+public:
+  const std::string& name() const { return name_; }
+  const loss_config& config() const { return cfg_; }
+
+private:
+  friend checked_loss check_loss(const std::string& name, const loss_config& cfg);
+  friend struct checked_loss_access; // losses.cpp
+  checked_loss(std::string name, loss_config cfg, off_policy_config off_policy)
+      : name_(std::move(name)), cfg_(std::move(cfg)), off_policy_(std::move(off_policy)) {}
+  std::string name_;
+  loss_config cfg_;
+  off_policy_config off_policy_; ///< parsed from cfg_
+};
+
+/// `name` with `cfg`, validated: throws as `validate_loss_config`.
+checked_loss check_loss(const std::string& name, const loss_config& cfg = {});
+
+/// The inputs of a request before the model computed its outputs (`in` without `logprobs`,
+/// `values` and `entropy`): every input `loss` needs is given, and every given one is a finite
+/// floating-point [B, R] tensor shaped like the loss mask (which must be given). Throws
+/// invalid_argument as `compute_loss` would. This is the whole check of a training request's
+/// inputs; its micro-batches are computed without checking again.
+void check_request_inputs(const checked_loss& loss, const loss_inputs& in);
+
+/// Computes `loss` on `in`, whose inputs were checked with the request they came from
+/// (`check_request_inputs`), without checking them again. Only a bug in rlforge can pass
+/// unchecked inputs; builds without NDEBUG check them anyway and throw `internal` for that.
+loss_output compute_loss(const checked_loss& loss, const loss_inputs& in);
 
 } // namespace rlforge::backends::algo

@@ -761,6 +761,103 @@ TEST(AlgoLosses, BadInputsAreRejectedNamingTheInput) {
   expect_refused_by_both("regular", int_adv, {"'advantages'", "floating-point"});
 }
 
+// A request is checked once: its loss and config (check_loss), its inputs before the model's
+// outputs exist (check_request_inputs); then each micro-batch is computed without checks, and
+// gives exactly what the checked call gives.
+TEST(AlgoLosses, ACheckedLossComputesExactlyWhatTheCheckingCallComputes) {
+  auto old = t2({{-1.0, -0.7, -1.2}, {-0.5, -0.9, -0.3}});
+  auto ratios = std::vector<std::vector<double>>{{0.5, 1.0, 1.5}, {0.8, 1.3, 0.6}};
+  loss_inputs in;
+  in.old_logprobs = old;
+  in.rollout_logprobs = old + 0.05;
+  in.advantages = t2({{2, 2, 2}, {-1, -1, -1}});
+  in.loss_mask = t2({{1, 1, 0}, {1, 0.5, 1}});
+  auto corrected = values({{"eps_clip_low", 0.3}, {"token_tis_ratio_clip_high", 1.2}});
+  corrected.options["tis_ratio_type"] = "token";
+  const std::vector<std::pair<std::string, loss_config>> cases = {
+      {"regular", corrected},
+      {"cispo", {}},
+      {"rollout_is", {}},
+      {"importance_sampling", {}},
+      {"cross_entropy", {}},
+  };
+  for (const auto& [name, cfg] : cases) {
+    SCOPED_TRACE(name);
+    auto checked = check_loss(name, cfg);
+    EXPECT_EQ(checked.name(), name);
+    auto request = in;
+    if (name == "cross_entropy")
+      request.old_logprobs = request.rollout_logprobs = request.advantages = at::Tensor();
+    check_request_inputs(checked, request); // no log-probs yet: the model has not run
+    auto a_in = request, b_in = request;
+    a_in.logprobs = logp_for(old, ratios);
+    b_in.logprobs = logp_for(old, ratios);
+    auto a = compute_loss(name, a_in, cfg);
+    auto b = compute_loss(checked, b_in);
+    EXPECT_TRUE(at::equal(a.elementwise, b.elementwise));
+    EXPECT_EQ(a.metrics, b.metrics);
+    EXPECT_TRUE(at::equal(grad_of(a, a_in.logprobs), grad_of(b, b_in.logprobs)));
+  }
+  loss_inputs critic;
+  critic.returns = t2({{1.0, 2.0}});
+  critic.old_values = t2({{0.5, 1.5}});
+  critic.loss_mask = t2({{1.0, 1.0}});
+  auto checked = check_loss("ppo_critic", values({{"value_clip", 0.2}}));
+  check_request_inputs(checked, critic);
+  critic.values = t2({{0.9, 1.1}}).requires_grad_(true);
+  auto a = compute_loss("ppo_critic", critic, values({{"value_clip", 0.2}}));
+  auto b = compute_loss(checked, critic);
+  EXPECT_TRUE(at::equal(a.elementwise, b.elementwise));
+  EXPECT_EQ(a.metrics, b.metrics);
+}
+
+TEST(AlgoLosses, ARequestIsRefusedBeforeTheModelRunsAsComputeLossWouldRefuseIt) {
+  // The config, as validate_loss_config refuses it.
+  expect_error([] { (void)check_loss("ppo_typo"); }, {"ppo_typo"});
+  expect_error([] { (void)check_loss("regular", values({{"eps_clip_low", -1.0}})); },
+               {"eps_clip_low"});
+  loss_inputs in;
+  in.old_logprobs = t2({{-1.0, -1.0}});
+  in.advantages = t2({{1.0, 1.0}});
+  in.loss_mask = t2({{1.0, 1.0}});
+  const auto regular = check_loss("regular");
+  check_request_inputs(regular, in);
+  // Model outputs given with the request are not the request's: they are not looked at.
+  auto with_outputs = in;
+  with_outputs.logprobs = t2({{nan_v, 0.0}});
+  check_request_inputs(regular, with_outputs);
+
+  auto no_adv = in;
+  no_adv.advantages = at::Tensor();
+  expect_error([&] { check_request_inputs(regular, no_adv); }, {"regular", "'advantages'"});
+  auto no_old = in;
+  no_old.old_logprobs = at::Tensor();
+  expect_error([&] { check_request_inputs(regular, no_old); }, {"'old_logprobs'"});
+  expect_error([&] { check_request_inputs(check_loss("rollout_is"), in); },
+               {"rollout_is", "'rollout_logprobs'"});
+  auto shape = in;
+  shape.advantages = t2({{1.0, 1.0, 1.0}});
+  expect_error([&] { check_request_inputs(regular, shape); },
+               {"'advantages'", "[1, 3]", "'loss_mask'", "[1, 2]"});
+  auto inf_in = in;
+  inf_in.advantages = t2({{1.0, inf}});
+  expect_error([&] { check_request_inputs(regular, inf_in); },
+               {"'advantages'", "NaN or infinite"});
+  auto int_adv = in;
+  int_adv.advantages = at::ones({1, 2}, at::kLong);
+  expect_error([&] { check_request_inputs(regular, int_adv); }, {"floating-point"});
+  loss_inputs critic;
+  critic.loss_mask = t2({{1.0}});
+  expect_error([&] { check_request_inputs(check_loss("ppo_critic"), critic); },
+               {"ppo_critic", "'returns'"});
+  // Without a loss mask there is nothing to check the shapes against: only our own code can
+  // send such a request (the worker always builds one).
+  auto no_mask = in;
+  no_mask.loss_mask = at::Tensor();
+  expect_error([&] { check_request_inputs(regular, no_mask); }, error_code::internal,
+               {"loss mask"});
+}
+
 TEST(AlgoLosses, DoubleInputsAreComputedInFloat32WithGradients) {
   auto old = t2({{-1.0, -1.0}}).to(at::kDouble);
   auto logp = (old + t2({{0.1, -0.1}}).to(at::kDouble)).detach().requires_grad_(true);
