@@ -398,8 +398,9 @@ rank_op make(const char* op, std::vector<std::string> names, Call call) {
 
 /// An op's name with the types of its arguments and of its answer, `op_ref<R(Args...)>`, where
 /// Args and R are as `typed_op` reads them from the op's function (a `std::optional<T>` argument
-/// is an optional trailing T). Each op has one, declared next to its kind (worker_ops.hpp,
-/// engine_ops.hpp, builtin_ops.hpp), and both sides of a call use it:
+/// is an optional trailing T). Each op has one, declared next to its kind (`worker_ops` in
+/// worker.hpp, `engine_ops` in engine.hpp, `rank_ops` in rank_actor.hpp, `dispatcher_ops` in
+/// dispatcher.hpp), and both sides of a call use it:
 ///  - the kind builds the op from it: `typed_op(ref, fn)` does not compile unless `fn` takes
 ///    Args and answers R (or `answered_later<R>`);
 ///  - a caller builds the call's arguments with `args(...)` (checked against Args when it
