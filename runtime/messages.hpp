@@ -13,8 +13,11 @@
 #include <caf/message.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "runtime/errc.hpp"
 #include "runtime/rendezvous_protocol.hpp"
 #include "runtime/tensor_blob.hpp"
+#include "tinker/datum_check.hpp"
+#include "tinker/loss_catalog.hpp"
 #include "tinker/types.hpp"
 
 namespace rlforge {
@@ -230,9 +233,59 @@ template <class Inspector> typename Inspector::result_type inspect(Inspector& f,
            x.weight_decay, x.grad_clip_norm);
 }
 
+/// A Tinker tensor on the wire: its dtype as a code, checked when it is read back.
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, tensor_data& x) {
+  auto code = static_cast<uint8_t>(x.type);
+  auto store_code = [&]() -> caf::error {
+    if (code > static_cast<uint8_t>(dtype::bfloat16))
+      return rlforge::make_error(errc::decode_error,
+                                 "tensor_data: dtype code " + std::to_string(code) + " is unknown");
+    x.type = static_cast<dtype>(code);
+    return caf::none;
+  };
+  return f(caf::meta::type_name("tensor_data"), code, caf::meta::load_callback(store_code), x.shape,
+           x.floats, x.ints);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, datum& x) {
+  return f(caf::meta::type_name("datum"), x.tokens, x.loss_fn_inputs);
+}
+
+template <class Inspector> typename Inspector::result_type inspect(Inspector& f, resolved_loss& x) {
+  return f(caf::meta::type_name("resolved_loss"), x.tinker_name, x.name, x.values, x.options,
+           x.required_inputs);
+}
+
+/// A checked Tinker training request on the wire (the friend that tinker/datum_check.hpp
+/// declares): only rlforge processes send one, each having built it with `check_request`.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, checked_request& x) {
+  return f(caf::meta::type_name("checked_request"), x.model_id_, x.data_, x.loss_, x.forward_only_);
+}
+
 } // namespace rlforge::tinker
 
 namespace rlforge {
+
+/// What a worker computed for a `tinker::checked_request` (or the slice of its datums one rank
+/// holds): per datum, in order, its outputs as Tinker tensors (`logprobs` for a policy or
+/// `values` for a critic, and `elementwise_loss`, float32 of the datum's length); the loss's
+/// metrics `name:reduction` (with `loss:sum`, the sum of the elementwise losses); and `tokens`,
+/// the weight of the `:mean` metrics when parts are combined (as `batch_result::tokens`).
+struct tinker_pass_result {
+  std::vector<std::map<std::string, tinker::tensor_data>> datum_outputs;
+  std::map<std::string, double> metrics;
+  double tokens = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tinker_pass_result& x) {
+  return f(caf::meta::type_name("tinker_pass_result"), x.datum_outputs, x.metrics, x.tokens);
+}
+
+inline bool operator==(const tinker_pass_result& a, const tinker_pass_result& b) {
+  return a.datum_outputs == b.datum_outputs && a.metrics == b.metrics && a.tokens == b.tokens;
+}
 
 /// What one optimizer step did: the global gradient norm before clipping (after the
 /// data-parallel all-reduce), whether the step was skipped (non-finite norm: nothing changed) or

@@ -25,6 +25,33 @@ void check_id(int64_t id, const model_limits& limits, const std::string& what) {
 
 } // namespace
 
+checked_request check_request(const forward_backward_request& request, model_role role,
+                              const model_limits& limits, const std::string& where) {
+  checked_request out;
+  try {
+    out.loss_ = resolve_loss(request.loss_fn, request.loss_fn_config, role);
+  } catch (const request_error& e) {
+    fail_user(where + ": " + e.what());
+  }
+  check_datums(request.data, out.loss_, limits, where);
+  out.model_id_ = request.model_id;
+  out.data_ = request.data;
+  out.forward_only_ = request.forward_only;
+  return out;
+}
+
+checked_request checked_request::slice(size_t begin, size_t end) const {
+  checked_request out;
+  out.model_id_ = model_id_;
+  out.loss_ = loss_;
+  out.forward_only_ = forward_only_;
+  end = std::min(end, data_.size());
+  if (begin < end)
+    out.data_.assign(data_.begin() + static_cast<std::ptrdiff_t>(begin),
+                     data_.begin() + static_cast<std::ptrdiff_t>(end));
+  return out;
+}
+
 void check_datums(const std::vector<datum>& data, const resolved_loss& loss,
                   const model_limits& limits, const std::string& where) {
   if (data.empty())

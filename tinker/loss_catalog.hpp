@@ -46,6 +46,11 @@ struct resolved_loss {
   std::vector<std::string> required_inputs;   ///< target_tokens first
 };
 
+inline bool operator==(const resolved_loss& a, const resolved_loss& b) {
+  return a.tinker_name == b.tinker_name && a.name == b.name && a.values == b.values &&
+         a.options == b.options && a.required_inputs == b.required_inputs;
+}
+
 /// The Tinker loss names accepted, sorted.
 const std::vector<std::string>& loss_names();
 

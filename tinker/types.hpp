@@ -39,12 +39,20 @@ struct tensor_data {
   int64_t numel() const;
 };
 
+inline bool operator==(const tensor_data& a, const tensor_data& b) {
+  return a.type == b.type && a.shape == b.shape && a.floats == b.floats && a.ints == b.ints;
+}
+
 /// One training example: the model input tokens and the loss inputs (`target_tokens`,
 /// `weights`, `logprobs`, `advantages`, `values`, `returns`, ...).
 struct datum {
   std::vector<int64_t> tokens; ///< all model_input chunks concatenated
   std::map<std::string, tensor_data> loss_fn_inputs;
 };
+
+inline bool operator==(const datum& a, const datum& b) {
+  return a.tokens == b.tokens && a.loss_fn_inputs == b.loss_fn_inputs;
+}
 
 /// `forward_backward` / `forward` of one model (`forward_only` = no gradients).
 struct forward_backward_request {

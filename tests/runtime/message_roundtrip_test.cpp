@@ -6,6 +6,8 @@
 #include <limits>
 
 #include <caf/all.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
 #include <caf/io/all.hpp>
 
 #include "runtime/errc.hpp"
@@ -130,6 +132,32 @@ rollout sample(rollout*) {
 }
 rollout_batch sample(rollout_batch*) {
   return {{sample(static_cast<rollout*>(nullptr))}, {1}, {3, 5}, 4};
+}
+rlforge::tinker::checked_request sample(rlforge::tinker::checked_request*) {
+  namespace tk = rlforge::tinker;
+  tk::forward_backward_request r;
+  r.model_id = "lora-7";
+  r.data.resize(2);
+  r.data[0].tokens = {3, 1, 4};
+  r.data[0].loss_fn_inputs["target_tokens"] = {tk::dtype::int32, {3}, {}, {1, 4, 1}};
+  r.data[0].loss_fn_inputs["logprobs"] = {tk::dtype::float32, {3}, {-0.5, -1.25, -2}, {}};
+  r.data[0].loss_fn_inputs["advantages"] = {tk::dtype::bfloat16, {3}, {1, 0.5, -0.25}, {}};
+  r.data[1].tokens = {5};
+  r.data[1].loss_fn_inputs["target_tokens"] = {tk::dtype::int64, {1}, {}, {9}};
+  r.data[1].loss_fn_inputs["logprobs"] = {tk::dtype::float32, {1}, {-3}, {}};
+  r.data[1].loss_fn_inputs["advantages"] = {tk::dtype::float32, {1}, {2}, {}};
+  r.loss_fn = "ppo";
+  r.loss_fn_config = {{"clip_low_threshold", 0.75}};
+  r.forward_only = true;
+  return tk::check_request(r, tk::model_role::policy, {16, 8}, "round trip");
+}
+tinker_pass_result sample(tinker_pass_result*) {
+  namespace tk = rlforge::tinker;
+  return {{{{"logprobs", {tk::dtype::float32, {2}, {-0.5, -4}, {}}},
+            {"elementwise_loss", {tk::dtype::float32, {2}, {0.5, 4}, {}}}},
+           {}},
+          {{"loss:sum", 4.5}, {"clip_ratio:mean", 0.25}},
+          2.0};
 }
 rollout_state sample(rollout_state*) {
   return {{sample(static_cast<rollout*>(nullptr))}, {sample(static_cast<rollout*>(nullptr))}, 9,
@@ -264,4 +292,22 @@ TEST_F(MessageRoundTrip, ErrcErrorsCrossTheConnectionWithCodeAndMessage) {
         EXPECT_EQ(client_->render(back), "rlforge.infeasible: bundle 2 needs GPU: 8");
       },
       [&](caf::error& e) { ADD_FAILURE() << client_->render(e); });
+}
+
+// A Tinker tensor whose dtype code is unknown is refused when it is read back, naming the code.
+TEST(TinkerTensorWire, ReadingBackRefusesAnUnknownDtypeCode) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  uint8_t bad = 7;
+  std::vector<int64_t> shape{1};
+  std::vector<double> floats{1.0};
+  std::vector<int64_t> ints;
+  ASSERT_FALSE(sink(bad, shape, floats, ints));
+  rlforge::tinker::tensor_data back;
+  caf::binary_deserializer source{nullptr, buf};
+  auto err = source(back);
+  ASSERT_TRUE(err);
+  EXPECT_TRUE(rlforge::is(err, rlforge::errc::decode_error));
+  EXPECT_NE(rlforge::error_message(err).find("dtype code 7 is unknown"), std::string::npos)
+      << rlforge::error_message(err);
 }

@@ -1,6 +1,8 @@
 // tinker/datum_check.hpp: the one check of a request against the model that computes it.
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "tests/tinker/test_support.hpp"
 #include "tinker/datum_check.hpp"
@@ -137,6 +139,75 @@ TEST(TinkerDatumCheck, RefusesUnknownAndMissingInputs) {
   r.loss_fn_inputs["values"] = floats({0, 0, 0});
   EXPECT_NO_THROW(check({r}, loss("ppo", model_role::critic)));
   EXPECT_NO_THROW(check({r}, loss("ppo_critic", model_role::critic)));
+}
+
+forward_backward_request fb_request(std::vector<datum> data, const std::string& loss_fn,
+                                    std::map<std::string, double> config = {}) {
+  forward_backward_request r;
+  r.model_id = "m";
+  r.seq_id = 3;
+  r.data = std::move(data);
+  r.loss_fn = loss_fn;
+  r.loss_fn_config = std::move(config);
+  return r;
+}
+
+// A request that passes is held as it was sent, with its loss resolved as resolve_loss resolves
+// it; slices of it are requests of consecutive datums with the same loss.
+TEST(TinkerCheckRequest, HoldsTheDatumsAndTheResolvedLoss) {
+  auto r = fb_request({rl_datum(), sft_datum({4, 5}, 6), rl_datum()}, "ppo",
+                      {{"clip_low_threshold", 0.7}});
+  r.data[1].loss_fn_inputs["logprobs"] = floats({-1, -2});
+  r.data[1].loss_fn_inputs["advantages"] = floats({1, 0});
+  auto c = check_request(r, model_role::policy, limits, "forward_backward(m) request 0");
+  EXPECT_EQ(c.model_id(), "m");
+  EXPECT_FALSE(c.forward_only());
+  EXPECT_EQ(c.data(), r.data);
+  EXPECT_EQ(c.loss(), resolve_loss("ppo", {{"clip_low_threshold", 0.7}}, model_role::policy));
+  auto tail = c.slice(1, 3);
+  ASSERT_EQ(tail.data().size(), 2u);
+  EXPECT_EQ(tail.data()[0], r.data[1]);
+  EXPECT_EQ(tail.data()[1], r.data[2]);
+  EXPECT_EQ(tail.loss(), c.loss());
+  EXPECT_EQ(tail.model_id(), "m");
+  EXPECT_TRUE(c.slice(2, 9).data().size() == 1u); // clamped to the datums there are
+  EXPECT_TRUE(c.slice(3, 3).data().empty());
+  EXPECT_TRUE(c.slice(0, 3) == c);
+  EXPECT_FALSE(c.slice(0, 2) == c);
+}
+
+// It refuses what resolve_loss and check_datums refuse, each message starting with `where`.
+TEST(TinkerCheckRequest, RefusesABadLossOrBadDatumsNamingTheRequest) {
+  const std::string where = "forward_backward(m) request 2 (seq_id 3)";
+  expect_user_error(
+      [&] { check_request(fb_request({rl_datum()}, "nope"), model_role::policy, limits, where); },
+      {where + ": ", "nope"});
+  expect_user_error(
+      [&] {
+        check_request(fb_request({rl_datum()}, "ppo", {{"clip_low_threshold", 2}}),
+                      model_role::policy, limits, where);
+      },
+      {where + ": ", "clip_low_threshold"});
+  expect_user_error(
+      [&] {
+        check_request(fb_request({rl_datum()}, "ppo_critic"), model_role::policy, limits, where);
+      },
+      {where + ": ", "ppo_critic"});
+  expect_user_error(
+      [&] {
+        check_request(fb_request({sft_datum({1, 2}, 3)}, "importance_sampling"), model_role::policy,
+                      limits, where);
+      },
+      {where + " datum 0", "logprobs"});
+  expect_user_error(
+      [&] {
+        check_request(fb_request({sft_datum({1, 99}, 3)}, "cross_entropy"), model_role::policy,
+                      limits, where);
+      },
+      {where + " datum 0", "99"});
+  expect_user_error(
+      [&] { check_request(fb_request({}, "cross_entropy"), model_role::policy, limits, where); },
+      {where + ": no data"});
 }
 
 sample_request sample(std::vector<int64_t> prompt, int64_t max_tokens) {
