@@ -57,6 +57,57 @@ caf::error check_batch_args(const std::string& role, const std::string& op, cons
   return caf::error{};
 }
 
+/// Checks the arguments of an op routed `split_datums`: its declared signature (a
+/// tinker::checked_request, which its maker checked) and at least one datum.
+caf::error check_datum_args(const std::string& role, const std::string& op, const rank_op& declared,
+                            const caf::message& args) {
+  if (!declared.accepts(args))
+    return make_error(errc::invalid_argument, prefix(role, op) + ": expects (" +
+                                                  declared.signature + "), got a message of " +
+                                                  std::to_string(args.size()) + " values");
+  if (args.get_as<tinker::checked_request>(0).data().empty())
+    return make_error(errc::invalid_argument, prefix(role, op) + ": a request without datums");
+  return caf::error{};
+}
+
+/// Rank r of n computes datums [r * N / n, (r + 1) * N / n) of the request's N; the answers are
+/// joined in rank order, which is datum order.
+void datum_call(self_ptr self, const role_entry& entry, const std::string& role,
+                const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
+  const auto& request = args.get_as<tinker::checked_request>(0);
+  std::vector<caf::message> chunks;
+  if (entry.world_size == 1) {
+    chunks.push_back(args); // shares the request: no copy
+  } else {
+    const auto n = static_cast<size_t>(entry.world_size);
+    const size_t datums = request.data().size();
+    for (size_t r = 0; r < n; ++r)
+      chunks.push_back(caf::make_message(request.slice(r * datums / n, (r + 1) * datums / n)));
+  }
+  self->request(entry.group, std::chrono::milliseconds{timeout_ms + 1000}, mesh_atom::value, op,
+                std::move(chunks), timeout_ms)
+      .then(
+          [=](std::vector<caf::message>& results) {
+            tinker_pass_result joined;
+            std::vector<std::pair<std::map<std::string, double>, double>> metric_parts;
+            for (size_t r = 0; r < results.size(); ++r) {
+              if (!results[r].match_elements<tinker_pass_result>())
+                return k(make_error(errc::internal, prefix(role, op) + ": rank " +
+                                                        std::to_string(r) + " answered " +
+                                                        caf::to_string(results[r])));
+              auto& part = results[r].get_mutable_as<tinker_pass_result>(0);
+              if (part.datum_outputs.empty())
+                continue; // a rank that got no datums
+              for (auto& d : part.datum_outputs)
+                joined.datum_outputs.push_back(std::move(d));
+              joined.tokens += part.tokens;
+              metric_parts.emplace_back(std::move(part.metrics), part.tokens);
+            }
+            joined.metrics = combine_metrics(metric_parts);
+            k(op_result{caf::make_message(std::move(joined))});
+          },
+          [=](caf::error& err) { k(wrap(self, role, op, err)); });
+}
 
 void batch_call(self_ptr self, const role_entry& entry, const std::string& role,
                 const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
@@ -136,6 +187,8 @@ caf::error check_call_args(self_ptr self, const std::string& role, const std::st
   switch (dispatch_of(entry, op).route) {
     case op_route::split_batch:
       return check_batch_args(role, op, entry.ops.at(op), args);
+    case op_route::split_datums:
+      return check_datum_args(role, op, entry.ops.at(op), args);
     case op_route::spread_requests:
       return check_generate_args(role, op, args);
     case op_route::stream_requests:
@@ -153,6 +206,8 @@ void run_routed(self_ptr self, const role_entry& e, const std::string& role, con
   switch (dispatch_of(e, op).route) {
     case op_route::split_batch:
       return batch_call(self, e, role, op, args, timeout_ms, k);
+    case op_route::split_datums:
+      return datum_call(self, e, role, op, args, timeout_ms, k);
     case op_route::spread_requests:
       return generate_call(self, role, op, args, timeout_ms, k);
     case op_route::stream_requests:

@@ -62,6 +62,10 @@ enum class op_route : uint8_t {
   /// The call's batch (a batch_payload) is split over the ranks, shard i to rank i, and their
   /// outputs merged in input order (data parallel).
   split_batch,
+  /// The call's checked Tinker request (a tinker::checked_request) is split by datums over the
+  /// ranks, consecutive slices of as equal a size as can be (a rank may get none), and their
+  /// tinker_pass_results joined in datum order (data parallel).
+  split_datums,
   /// Sample requests (std::vector<sample_request>) spread over the live ranks, least loaded
   /// first; the answers joined in request order. A rank that dies takes its share to the others.
   spread_requests,
@@ -88,6 +92,8 @@ constexpr const char* to_string(op_route r) {
     return "every_rank";
   case op_route::split_batch:
     return "split_batch";
+  case op_route::split_datums:
+    return "split_datums";
   case op_route::spread_requests:
     return "spread_requests";
   case op_route::stream_requests:

@@ -15,18 +15,13 @@
 /// Training calls of the Tinker backend (dispatcher_backend.hpp) on one locked model.
 namespace rlforge::actors {
 
-/// Padded tokens (rows × longest row) one worker call of `tinker_forward_backward` holds at most:
-/// a request with more is computed in consecutive pieces of whole datums (the losses are sums,
-/// so the pieces add up to the request's loss and gradient).
-inline constexpr int64_t tinker_tokens_per_call = 65536;
-
 /// Runs consecutive `forward_backward` (or `forward`, all `forward_only`) requests of model `m`,
-/// which the caller holds locked: every request is resolved against the loss catalog for the
-/// model's role and checked against `limits` first (`tinker::check_datums`), so a refused batch
-/// changes no gradient; then each request is computed on its own, in order, as one or more worker
-/// calls of whole datums (at most `tinker_tokens_per_call` padded tokens each), so its result
-/// does not depend on which other requests arrived with it. The worker computes the loss for
-/// `forward` exactly as for `forward_backward`.
+/// which the caller holds locked. Every request is checked first (`tinker::check_request`: its
+/// loss resolved for the model's role, its datums against `limits`), so a refused batch changes
+/// no gradient. Then each checked request is computed on its own, in order, as one call of the
+/// workers' `tinker_forward_backward` (or `tinker_forward`), which trust it: its result does not
+/// depend on which other requests arrived with it. The worker computes the loss for `forward`
+/// exactly as for `forward_backward`.
 ///
 /// Outputs per datum: `logprobs` (policy) or `values` (critic), and `elementwise_loss`, float32
 /// of the datum's length. Metrics: the loss's (`name:reduction`, combined over the pieces);

@@ -40,6 +40,15 @@ class weight_channels;
 ///    (`loss:sum` is the masked SUM). A policy takes every policy loss of backends/algo, a critic
 ///    only `ppo_critic`. Bad input (mismatched shapes, unknown loss, missing inputs, NaN/inf,
 ///    empty batch, token ids outside the vocabulary) is refused before any gradient changes.
+///  - `tinker_forward_backward` (tinker::checked_request) → tinker_pass_result (policy, critic):
+///    a Tinker request the backend checked (`tinker::check_request`: its loss resolved for the
+///    model's role, its datums against the model), computed without checking again. The
+///    tensors are built from the datums in pieces of at most `tinker_tokens_per_call` padded
+///    tokens, each run as `forward_backward` runs a batch; per datum `logprobs` (policy) or
+///    `values` (critic) and `elementwise_loss`, and the loss's metrics with `loss:sum`.
+///    `tinker_forward` (tinker::checked_request) → tinker_pass_result: the same without
+///    gradients (also on `ref`). The dispatcher splits the datums over the ranks
+///    (op_route::split_datums); a rank given none answers an empty result.
 ///  - `optim_step` (tinker::adam_params; a negative learning_rate takes the schedule's) →
 ///    optim_result: all-reduces (SUM) the gradients over the group's collective, then AdamW
 ///    with global-norm clipping; a non-finite norm skips the step (`skipped`, nothing changes).
@@ -81,11 +90,21 @@ class weight_channels;
 /// was; the rank stays usable.
 void register_worker_kinds();
 
+/// Padded tokens (rows × longest row) one piece of a Tinker request holds at most in the
+/// workers' `tinker_forward_backward` / `tinker_forward`: a request with more is computed in
+/// consecutive pieces of whole datums (the losses are sums, so the pieces add up to the
+/// request's loss and gradient).
+inline constexpr int64_t tinker_tokens_per_call = 65536;
+
 /// The worker kinds' ops, with their argument and answer types as above (op_ref, rank_op.hpp):
 /// the kinds are built from these and every caller calls through them. `forward_backward`,
-/// `optim_step`, `set_lr` and the checkpoints are not on `ref`.
+/// `tinker_forward_backward`, `optim_step`, `set_lr` and the checkpoints are not on `ref`.
 namespace worker_ops {
 inline constexpr op_ref<int64_t(model_spec)> init_model{"init_model"};
+inline constexpr op_ref<tinker_pass_result(tinker::checked_request)> tinker_forward{
+    "tinker_forward"};
+inline constexpr op_ref<tinker_pass_result(tinker::checked_request)> tinker_forward_backward{
+    "tinker_forward_backward"};
 inline constexpr op_ref<batch_result(batch_payload, std::optional<loss_request>)> forward{
     "forward"};
 inline constexpr op_ref<batch_result(batch_payload, loss_request)> forward_backward{

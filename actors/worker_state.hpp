@@ -100,6 +100,20 @@ be::causal_lm& resident_model(worker_state& st, const char* op);
 /// Refuses `op` while the optimizer state is offloaded.
 void require_resident_optimizer(const worker_state& st, const char* op);
 
+// -- worker_passes.cpp ------------------------------------------------------------------------
+
+// The passes over a batch (worker.hpp): the RL API's, which check their batch once, and the
+// Tinker backend's, which compute a request `tinker::check_request` checked.
+caf::expected<batch_result> forward(rank_context& ctx, worker_state& st,
+                                    const batch_payload& payload,
+                                    const std::optional<loss_request>& req);
+caf::expected<batch_result> forward_backward(rank_context& ctx, worker_state& st,
+                                             const batch_payload& payload, const loss_request& req);
+caf::expected<tinker_pass_result> tinker_forward(rank_context& ctx, worker_state& st,
+                                                 const tinker::checked_request& req);
+caf::expected<tinker_pass_result> tinker_forward_backward(rank_context& ctx, worker_state& st,
+                                                          const tinker::checked_request& req);
+
 // -- worker_residency.cpp ----------------------------------------------------------------------
 
 // Each takes the rank's context, the worker's state and the op's arguments by type;

@@ -499,6 +499,23 @@ struct checked_loss_access {
   static const off_policy_config& off_policy(const checked_loss& l) { return l.off_policy_; }
 };
 
+checked_loss accept_checked_loss(const std::string& name, const loss_config& cfg) {
+#ifndef NDEBUG
+  try {
+    return check_loss(name, cfg);
+  } catch (const error& e) {
+    fail(error_code::internal,
+         std::string{"a loss accepted as checked does not pass check_loss: "} + e.what());
+  }
+#else
+  const auto& entry = find_entry(name);
+  off_policy_config op;
+  if (entry.off_policy)
+    op = parse_off_policy_config(cfg, what_of(name));
+  return checked_loss{name, cfg, std::move(op)};
+#endif
+}
+
 namespace {
 
 /// What `check_inputs` checks: everything `compute_loss` reads, or a request's inputs before

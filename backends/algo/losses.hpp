@@ -163,6 +163,7 @@ public:
 
 private:
   friend checked_loss check_loss(const std::string& name, const loss_config& cfg);
+  friend checked_loss accept_checked_loss(const std::string& name, const loss_config& cfg);
   friend struct checked_loss_access; // losses.cpp
   checked_loss(std::string name, loss_config cfg, off_policy_config off_policy)
       : name_(std::move(name)), cfg_(std::move(cfg)), off_policy_(std::move(off_policy)) {}
@@ -173,6 +174,12 @@ private:
 
 /// `name` with `cfg`, validated: throws as `validate_loss_config`.
 checked_loss check_loss(const std::string& name, const loss_config& cfg = {});
+
+/// `name` with `cfg` as another layer already checked them: a Tinker loss resolved by the loss
+/// catalog (tinker/loss_catalog.hpp), whose keys and domains are the registry's. Parsed, not
+/// checked again. Only a bug in rlforge can pass an unchecked one; builds without NDEBUG check
+/// it anyway and throw `internal` for that.
+checked_loss accept_checked_loss(const std::string& name, const loss_config& cfg);
 
 /// The inputs of a request before the model computed its outputs (`in` without `logprobs`,
 /// `values` and `entropy`): every input `loss` needs is given, and every given one is a finite

@@ -12,7 +12,7 @@
 
 /// Tinker datums to the trainer's batch and the trainer's per-row outputs back to per-datum
 /// tensors: the one conversion of the Tinker request path (REFERENCE.md "Training batch layout").
-/// The datums must have passed `tinker::check_datums`; nothing is checked again here.
+/// The datums must be those of a `tinker::checked_request`; nothing is checked again here.
 namespace rlforge::backends {
 
 /// Builds one batch from checked datums, row i = datum i. For N input tokens the sequence is

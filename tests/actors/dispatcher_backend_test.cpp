@@ -5,6 +5,7 @@
 // and without optimizer state, delete_model freeing the model, the dispatcher's unregister, and
 // bad input. Sampling: tinker_sampling_test.cpp.
 #include "actors/tinker_training.hpp"
+#include "actors/worker.hpp"
 
 #include <c10/core/GradMode.h>
 #include "tests/actors/tinker_backend_fixture.hpp"

@@ -148,18 +148,17 @@ TEST(OpRef, AnswersAreReadAsTheDeclaredTypeOrRefusedNamingTheOp) {
 TEST(OpRef, EveryKindIsBuiltFromExactlyItsDeclarations) {
   register_worker_kinds();
   register_engine_kind();
-  const std::set<std::string> workers_everywhere{worker_ops::init_model.name,
-                                                 worker_ops::forward.name,
-                                                 worker_ops::set_algorithm_config.name,
-                                                 worker_ops::save_hf_model.name,
-                                                 worker_ops::offload.name,
-                                                 worker_ops::onload.name,
-                                                 worker_ops::memory.name,
-                                                 worker_ops::send_weights.name};
+  const std::set<std::string> workers_everywhere{
+      worker_ops::init_model.name,     worker_ops::forward.name,
+      worker_ops::tinker_forward.name, worker_ops::set_algorithm_config.name,
+      worker_ops::save_hf_model.name,  worker_ops::offload.name,
+      worker_ops::onload.name,         worker_ops::memory.name,
+      worker_ops::send_weights.name};
   std::set<std::string> trainers = workers_everywhere;
   for (const char* name :
-       {worker_ops::forward_backward.name, worker_ops::optim_step.name, worker_ops::set_lr.name,
-        worker_ops::save_checkpoint.name, worker_ops::load_checkpoint.name})
+       {worker_ops::forward_backward.name, worker_ops::tinker_forward_backward.name,
+        worker_ops::optim_step.name, worker_ops::set_lr.name, worker_ops::save_checkpoint.name,
+        worker_ops::load_checkpoint.name})
     trainers.insert(name);
   for (const char* kind : {"policy", "critic"}) {
     auto k = find_kind(kind);

@@ -129,6 +129,9 @@ TEST(RankOp, KindInterfacesListEveryOpWithItsSignatureAndResult) {
   EXPECT_TRUE(has("policy.load_checkpoint(string root, int64 global_step[, string role[, bool "
                   "with_optimizer]]) -> (int64)"));
   EXPECT_TRUE(has("ref.forward(batch_payload[, loss_request]) -> (batch_result)"));
+  EXPECT_TRUE(has("critic.tinker_forward_backward(checked_request) -> (tinker_pass_result)"));
+  EXPECT_TRUE(has("ref.tinker_forward(checked_request) -> (tinker_pass_result)"));
+  EXPECT_FALSE(has("ref.tinker_forward_backward(checked_request) -> (tinker_pass_result)"));
   EXPECT_FALSE(has("ref.optim_step(adam_params) -> (optim_result)")); // the reference does not train
   EXPECT_TRUE(has("policy.optim_step(adam_params) -> (optim_result)"));
   EXPECT_TRUE(has("rank.broadcast(std::vector<tensor_blob>, int32 root) -> "
@@ -188,6 +191,8 @@ TEST(RankOp, KindsDeclareHowTheDispatcherRunsTheirOps) {
   };
   EXPECT_EQ(of(*policy, "forward"), "10 split_batch unchanged");
   EXPECT_EQ(of(*policy, "forward_backward"), "11 split_batch unchanged");
+  EXPECT_EQ(of(*policy, "tinker_forward"), "10 split_datums unchanged");
+  EXPECT_EQ(of(*policy, "tinker_forward_backward"), "11 split_datums unchanged");
   EXPECT_EQ(of(*policy, "save_hf_model"), "10 every_rank unchanged");
   EXPECT_EQ(of(*policy, "save_checkpoint"), "11 every_rank unchanged");
   EXPECT_EQ(of(*policy, "load_checkpoint"), "11 every_rank unchanged");

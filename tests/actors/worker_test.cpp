@@ -24,10 +24,12 @@
 #include "backends/model/causal_lm.hpp"
 #include "backends/model/logprobs.hpp"
 #include "backends/model/model_config.hpp"
+#include "backends/train/tinker_batch.hpp"
 #include "backends/train/training_batch.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
 #include "test_support.hpp"
+#include "tinker/datum_check.hpp"
 
 using namespace rlforge;
 using namespace rlforge::actors;
@@ -259,6 +261,131 @@ TEST_F(Workers, PaddingFreeMicroBatchesAndCheckpointingGiveThePaddedPassResults)
   packed.max_tokens_per_micro_batch = -1;
   expect_error(client_->set_algorithm_config("packed", packed), errc::invalid_argument,
                {"max_tokens_per_micro_batch must be >= 0, got -1"});
+}
+
+namespace {
+
+namespace tk = rlforge::tinker;
+
+/// An importance-sampling datum of `n` input tokens drawn from `seed`.
+tk::datum rl_datum(int64_t n, int64_t seed) {
+  tk::datum d;
+  tk::tensor_data targets{tk::dtype::int64, {n}, {}, {}};
+  tk::tensor_data logprobs{tk::dtype::float32, {n}, {}, {}};
+  tk::tensor_data advantages{tk::dtype::float32, {n}, {}, {}};
+  for (int64_t t = 0; t < n; ++t) {
+    d.tokens.push_back((seed * 37 + t * 11) % 400 + 1);
+    targets.ints.push_back((seed * 13 + t * 7) % 400 + 1);
+    logprobs.floats.push_back(-6.2 - 0.01 * static_cast<double>(t));
+    advantages.floats.push_back(seed % 2 ? 1.0 : -0.5);
+  }
+  d.loss_fn_inputs["target_tokens"] = targets;
+  d.loss_fn_inputs["logprobs"] = logprobs;
+  d.loss_fn_inputs["advantages"] = advantages;
+  return d;
+}
+
+tk::checked_request checked(const std::string& model, std::vector<tk::datum> data,
+                            bool forward_only) {
+  tk::forward_backward_request r;
+  r.model_id = model;
+  r.data = std::move(data);
+  r.loss_fn = "importance_sampling";
+  r.forward_only = forward_only;
+  return tk::check_request(r, tk::model_role::policy, {be::preset("tiny").vocab_size, 0}, "test");
+}
+
+} // namespace
+
+// A checked Tinker request computes exactly what the RL API's `forward_backward` computes on the
+// batch its datums make (the worker builds the same tensors and only skips the checks): the same
+// per-datum outputs, metrics and gradients, bit for bit. Split over two data-parallel ranks (a
+// slice of the datums each; a rank with none answers nothing) it is the same work in two parts.
+TEST_F(Workers, ATinkerRequestComputesWhatTheBatchOfItsDatumsComputes) {
+  add_role("batch", "policy", 1, tiny_spec(21));
+  add_role("tinker", "policy", 1, tiny_spec(21));
+  add_role("split", "policy", 2, tiny_spec(21));
+  add_role("ref", "ref", 1, tiny_spec(21));
+  std::vector<tk::datum> data{rl_datum(5, 1), rl_datum(3, 2), rl_datum(7, 3)};
+  std::vector<const tk::datum*> rows;
+  std::vector<int64_t> lengths;
+  for (auto& d : data) {
+    rows.push_back(&d);
+    lengths.push_back(static_cast<int64_t>(d.tokens.size()));
+  }
+  auto via_batch =
+      ok(client_->forward_backward("batch", be::batch_from_datums(rows), "importance_sampling"));
+  auto want = be::datum_outputs({{"logprobs", via_batch.outputs.at("logprobs")},
+                                 {"elementwise_loss", via_batch.outputs.at("elementwise_loss")}},
+                                lengths);
+  auto got = ok(
+      client_->call("tinker", worker_ops::tinker_forward_backward, checked("tinker", data, false)));
+  EXPECT_EQ(got.datum_outputs, want);
+  EXPECT_EQ(got.tokens, via_batch.tokens);
+  for (auto& [name, value] : via_batch.metrics) {
+    if (name != "loss:sum") {
+      EXPECT_EQ(got.metrics.at(name), value) << name;
+    }
+  }
+  double sum = 0;
+  for (auto& d : got.datum_outputs)
+    for (double x : d.at("elementwise_loss").floats)
+      sum += x;
+  EXPECT_EQ(got.metrics.at("loss:sum"), sum);
+  EXPECT_NEAR(sum, via_batch.metric("loss:sum"), 1e-5 * std::abs(sum));
+  // Without gradients, on a policy or a reference: the same outputs.
+  auto forward =
+      ok(client_->call("tinker", worker_ops::tinker_forward, checked("tinker", data, true)));
+  EXPECT_EQ(forward.datum_outputs, want);
+  auto ref = ok(client_->call("ref", worker_ops::tinker_forward, checked("ref", data, true)));
+  EXPECT_EQ(ref.datum_outputs, want);
+  // The gradients accumulated are the same: one step moves both models alike.
+  auto step_batch = ok(client_->optim_step("batch", linear_adam(1e-2)));
+  auto step_tinker = ok(client_->optim_step("tinker", linear_adam(1e-2)));
+  EXPECT_EQ(step_tinker.grad_norm, step_batch.grad_norm);
+  EXPECT_GT(step_batch.grad_norm, 0.0);
+
+  // Two ranks: datums [0, 1) and [1, 3).
+  auto split = ok(
+      client_->call("split", worker_ops::tinker_forward_backward, checked("split", data, false)));
+  ASSERT_EQ(split.datum_outputs.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    for (const char* name : {"logprobs", "elementwise_loss"}) {
+      const auto& a = split.datum_outputs[i].at(name).floats;
+      const auto& b = want[i].at(name).floats;
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t t = 0; t < a.size(); ++t)
+        EXPECT_NEAR(a[t], b[t], 1e-5) << "datum " << i << " " << name << " " << t;
+    }
+  EXPECT_NEAR(split.metrics.at("loss:sum"), sum, 1e-5 * std::abs(sum));
+  EXPECT_EQ(split.tokens, via_batch.tokens);
+  // One datum on two ranks (before the step): rank 0 gets none.
+  auto one =
+      ok(client_->call("split", worker_ops::tinker_forward, checked("split", {data[2]}, true)));
+  ASSERT_EQ(one.datum_outputs.size(), 1u);
+  const auto& a = one.datum_outputs[0].at("logprobs").floats;
+  const auto& b = want[2].at("logprobs").floats;
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t t = 0; t < a.size(); ++t)
+    EXPECT_NEAR(a[t], b[t], 1e-5) << t;
+  auto step_split = ok(client_->optim_step("split", linear_adam(1e-2)));
+  EXPECT_NEAR(step_split.grad_norm, step_batch.grad_norm, 1e-5 * step_batch.grad_norm);
+}
+
+// The dispatcher refuses a Tinker request of the wrong type or without datums before any rank
+// sees it; the workers stay usable.
+TEST_F(Workers, ATinkerCallWithoutARequestOrDatumsIsRefused) {
+  add_role("policy", "policy", 1, tiny_spec(22));
+  auto wrong = client_->call("policy", worker_ops::tinker_forward_backward.name,
+                             caf::make_message(std::string{"datums"}));
+  expect_error(wrong, errc::invalid_argument,
+               {"tinker_forward_backward", "expects (checked_request)"});
+  auto empty = client_->call("policy", worker_ops::tinker_forward.name,
+                             caf::make_message(tk::checked_request{}));
+  expect_error(empty, errc::invalid_argument, {"tinker_forward", "without datums"});
+  auto fine = client_->call("policy", worker_ops::tinker_forward,
+                            checked("policy", {rl_datum(4, 5)}, true));
+  ok(fine);
 }
 
 TEST_F(Workers, NonFiniteGradientNormSkipsTheStepAndSaysSo) {
