@@ -76,7 +76,10 @@ caf::expected<int64_t> trainer_client::init_model(const std::string& role, const
   return call(role, worker_ops::init_model, spec);
 }
 
-caf::expected<train_output> trainer_client::train_output_of(caf::expected<batch_result> r) {
+namespace {
+
+/// A batch_result's blobs as tensors.
+caf::expected<train_output> train_output_of(caf::expected<batch_result> r) {
   if (!r)
     return std::move(r.error());
   auto outputs = from_blobs(r->outputs);
@@ -84,6 +87,8 @@ caf::expected<train_output> trainer_client::train_output_of(caf::expected<batch_
     return std::move(outputs.error());
   return train_output{std::move(*outputs), std::move(r->metrics), r->tokens};
 }
+
+} // namespace
 
 caf::expected<train_output> trainer_client::forward(const std::string& role,
                                                     const backends::training_batch& batch) {

@@ -60,7 +60,8 @@ public:
                                       const backends::training_batch& batch);
 
   /// Forward pass without gradients that also computes `loss` as `forward_backward` would:
-  /// adds `elementwise_loss` and the loss's metrics (Tinker's `forward`).
+  /// adds `elementwise_loss` and the loss's metrics (as Tinker's `forward`, which the Tinker
+  /// backend runs as the workers' `tinker_forward` on a checked request).
   caf::expected<train_output> forward(const std::string& role, batch_payload batch,
                                       const loss_request& loss);
 
@@ -160,8 +161,6 @@ public:
   const caf::actor& dispatcher() const { return dispatcher_; }
 
 private:
-  caf::expected<train_output> train_output_of(caf::expected<batch_result> r);
-
   caf::actor_system* sys_;
   caf::actor dispatcher_;
   std::chrono::milliseconds timeout_;

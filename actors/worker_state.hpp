@@ -1,9 +1,11 @@
 #pragma once
 
 // A worker rank's state (policy, critic, ref) and the helpers its source files share. Internal:
-// the workers' interface is actors/worker.hpp. A worker kind lives in two files:
-//  - worker.cpp: the model and the training ops (init_model, forward, forward_backward,
-//    optim_step, set_lr, set_algorithm_config), the kinds' registration, model building;
+// the workers' interface is actors/worker.hpp. A worker kind lives in three files:
+//  - worker.cpp: the model and the ops around it (init_model, optim_step, set_lr,
+//    set_algorithm_config), the kinds' registration, model building;
+//  - worker_passes.cpp: the passes over a batch (forward, forward_backward on the RL API's
+//    batches; tinker_forward, tinker_forward_backward on checked Tinker requests);
 //  - worker_residency.cpp: checkpoints (save, load, save_hf_model) and residency (offload, onload,
 //    memory).
 //
