@@ -215,7 +215,8 @@ void declare_dead(head_ptr self, const std::string& id, const std::string& reaso
       });
 }
 
-void driver_gone(head_ptr self, const std::string& id, const std::string& reason) {
+/// `id` is a copy: callers pass the key of the `drivers` entry this erases.
+void driver_gone(head_ptr self, std::string id, const std::string& reason) {
   auto& st = self->state;
   std::vector<std::string> pgs;
   for (auto& [pg, owner] : st.pg_owner)
