@@ -91,7 +91,8 @@ public:
   const caf::actor& manager() const { return manager_; }
   actors::placement_client& pgs() { return *pgs_; }
 
-  /// `rlforge status --json` through the driver's session.
+  /// `rlforge status --json` through the driver's session; `{"error": text}` when the head
+  /// does not answer within 10 s.
   nlohmann::json status();
 
   /// Spawns group `name` of `kind` on `pg`, one thread a rank; with `reserve` its shares are
@@ -115,12 +116,15 @@ std::vector<float> floats(const tensor_blob& b);
 /// The node of each bundle, in bundle order.
 std::vector<std::string> bundle_nodes(const placement_group_info& pg);
 
-/// Polls `status()` until `pred` holds (true) or `timeout` passes (false).
+/// Polls `status()` (a `test_driver::status()`) until `pred` holds (true) or `timeout` passes
+/// (false). An error status (`{"error": ...}`: the head did not answer) never satisfies `pred`,
+/// which is not called with it, so a predicate may read the keys of a real status.
 template <class Status, class Pred>
 bool eventually(Status status, Pred pred, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    if (pred(status()))
+    const nlohmann::json s = status();
+    if (!(s.is_object() && s.contains("error")) && pred(s))
       return true;
     if (std::chrono::steady_clock::now() > deadline)
       return false;

@@ -20,8 +20,9 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+/// A short warm start: these tests need GRPO under way, not a policy that learns.
 std::vector<std::string> job(test_cluster& cluster, const std::string& tag) {
-  return grpo_split_job(cluster, tag, {"--steps", "40", "--held-out", "20"});
+  return grpo_split_job(cluster, tag, {"--steps", "40", "--held-out", "20", "--sft-steps", "40"});
 }
 
 /// Waits for the job's opening line; the node the policy is on and the engines' node.

@@ -65,7 +65,7 @@ double seconds_since(clock_type::time_point t) {
 }
 
 std::string pg_state(const nlohmann::json& status, const std::string& name) {
-  for (auto& g : status["placement_groups"])
+  for (auto& g : status.value("placement_groups", nlohmann::json::array()))
     if (g["name"] == name)
       return g["state"];
   return "absent";
