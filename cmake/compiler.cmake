@@ -40,7 +40,13 @@ endfunction()
 # rlforge_install_library(<target> <header dir> <include subdir>): installs a library into the
 # export set of the rlforge package and the headers of <header dir> (its sub-folders too) under
 # include/<include subdir>/.
+#
+# A sanitized build's libraries are instrumented, so a program that links the installed package
+# links the sanitizers' runtimes too: the installed target carries -fsanitize as a link option.
 function(rlforge_install_library target header_dir include_subdir)
+  if(RLFORGE_SANITIZE)
+    target_link_options(${target} INTERFACE $<INSTALL_INTERFACE:-fsanitize=${RLFORGE_SANITIZE}>)
+  endif()
   install(TARGETS ${target} EXPORT rlforgeTargets ARCHIVE DESTINATION lib)
   install(DIRECTORY ${header_dir}/ DESTINATION include/${include_subdir}
           FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
