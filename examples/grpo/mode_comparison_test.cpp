@@ -14,6 +14,7 @@ namespace rlforge::examples::grpo {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 nlohmann::json record(const std::string& mode, int step, int64_t samples, double wall,
                       std::vector<int64_t> staleness, double gap, double acc = -1) {
@@ -105,6 +106,9 @@ TEST(ModeComparison, AccuracyPlotScript) {
   EXPECT_THAT(g, HasSubstr("set output '/tmp/x.png'"));
   EXPECT_THAT(g, HasSubstr("2.000 0.5000"));
   EXPECT_THAT(g, HasSubstr("title 'fully_async'"));
+  // Labels are drawn as written (an underscore is not a subscript).
+  EXPECT_THAT(g, HasSubstr(" noenhanced "));
+  EXPECT_THAT(g, Not(HasSubstr(" enhanced ")));
   EXPECT_THROW(report::accuracy_plot_script({}, "/tmp/x.png", "t"), std::invalid_argument);
   EXPECT_THROW(report::accuracy_plot_script({{"a", {}}}, "/tmp/x.png", "t"),
                std::invalid_argument);
