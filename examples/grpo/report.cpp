@@ -55,6 +55,20 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 
+/// The start of every plot script: checks that the output path is not empty and that neither
+/// it nor the title holds a line break, then selects a 900x500 PNG at `png_path` titled `title`.
+/// `noenhanced`: titles and key labels are drawn as written ("one_step_off", not subscripts).
+/// Throws std::invalid_argument.
+std::string plot_preamble(const std::string& png_path, const std::string& title) {
+  if (png_path.empty())
+    throw std::invalid_argument("plot: the output path is empty");
+  for (const auto* s : {&png_path, &title})
+    if (s->find_first_of("\n\r") != std::string::npos)
+      throw std::invalid_argument("plot: '" + *s + "' holds a line break");
+  return "set terminal pngcairo size 900,500 noenhanced font ',10'\nset output " +
+         quoted(png_path) + "\nset title " + quoted(title) + "\n";
+}
+
 bool executable_file(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
@@ -209,17 +223,8 @@ std::string plot_script(const plot_spec& spec) {
   if (spec.smoothing < 1)
     throw std::invalid_argument("plot: smoothing must be >= 1, got " +
                                 std::to_string(spec.smoothing));
-  if (spec.png_path.empty())
-    throw std::invalid_argument("plot: the output path is empty");
-  for (const auto* s : {&spec.png_path, &spec.title}) {
-    if (s->find_first_of("\n\r") != std::string::npos)
-      throw std::invalid_argument("plot: '" + *s + "' holds a line break");
-  }
   std::ostringstream g;
-  // noenhanced: titles and key labels are drawn as written ("one_step_off", not subscripts).
-  g << "set terminal pngcairo size 900,500 noenhanced font ',10'\n"
-    << "set output " << quoted(spec.png_path) << "\n"
-    << "set title " << quoted(spec.title) << "\n"
+  g << plot_preamble(spec.png_path, spec.title)
     << "set xlabel 'step'\nset ylabel 'mean reward'\nset grid\nset key bottom right\n"
     << "set yrange [0:1.05]\n";
   if (spec.rewards.size() == 1)
@@ -247,16 +252,8 @@ std::string accuracy_plot_script(const std::vector<accuracy_curve>& curves,
                                  const std::string& png_path, const std::string& title) {
   if (curves.empty())
     throw std::invalid_argument("plot: no accuracy curves to draw");
-  if (png_path.empty())
-    throw std::invalid_argument("plot: the output path is empty");
-  for (const auto* s : {&png_path, &title})
-    if (s->find_first_of("\n\r") != std::string::npos)
-      throw std::invalid_argument("plot: '" + *s + "' holds a line break");
   std::ostringstream g;
-  // noenhanced: titles and key labels are drawn as written ("one_step_off", not subscripts).
-  g << "set terminal pngcairo size 900,500 noenhanced font ',10'\n"
-    << "set output " << quoted(png_path) << "\n"
-    << "set title " << quoted(title) << "\n"
+  g << plot_preamble(png_path, title)
     << "set xlabel 'wall seconds of GRPO'\nset ylabel 'held-out accuracy'\nset grid\n"
     // From 0 to a little above the highest accuracy: a task whose accuracy stays at a few
     // percent shows its curves, not a flat line at the bottom.
