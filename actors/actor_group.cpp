@@ -39,7 +39,7 @@ std::string store_name_of(const std::string& group, const std::string& prefix, c
 
 /// One in-flight group call: results per rank until all arrived or one failed.
 struct pending_call {
-  std::string op;
+  caf::atom_value op;
   caf::response_promise promise;
   std::vector<std::optional<caf::message>> results;
   size_t remaining = 0;
@@ -62,8 +62,8 @@ struct group_state {
 
 const char* group_state::name = "rlforge.actor_group";
 
-std::string rank_prefix(const group_state& st, size_t rank, const std::string& op) {
-  auto out = "group '" + st.group + "' rank " + std::to_string(rank) + " op '" + op + "'";
+std::string rank_prefix(const group_state& st, size_t rank, caf::atom_value op) {
+  auto out = "group '" + st.group + "' rank " + std::to_string(rank) + " op '" + op_name(op) + "'";
   // In a cluster the node matters: name it.
   if (st.session && rank < st.infos.size())
     out += " on node '" + st.infos[rank].node_id + "'";
@@ -89,14 +89,15 @@ void fail_call(group_state& st, const std::shared_ptr<pending_call>& call, caf::
   v.erase(std::remove(v.begin(), v.end(), call), v.end());
 }
 
-caf::result<std::vector<caf::message>>
-start_call(caf::stateful_actor<group_state>* self, const std::string& op,
-           std::vector<caf::message> per_rank, int64_t timeout_ms) {
+caf::result<std::vector<caf::message>> start_call(caf::stateful_actor<group_state>* self,
+                                                  caf::atom_value op,
+                                                  std::vector<caf::message> per_rank,
+                                                  int64_t timeout_ms) {
   auto& st = self->state;
   if (timeout_ms <= 0)
-    return make_error(errc::invalid_argument, "group '" + st.group + "' op '" + op
-                                                + "': timeout must be > 0 ms, got "
-                                                + std::to_string(timeout_ms));
+    return make_error(errc::invalid_argument, "group '" + st.group + "' op '" + op_name(op) +
+                                                  "': timeout must be > 0 ms, got " +
+                                                  std::to_string(timeout_ms));
   for (size_t r = 0; r < st.dead.size(); ++r)
     if (!st.dead[r].empty())
       return make_error(errc::rank_failed,
@@ -109,44 +110,46 @@ start_call(caf::stateful_actor<group_state>* self, const std::string& op,
   st.in_flight.push_back(call);
   auto timeout = std::chrono::milliseconds{timeout_ms};
   for (size_t r = 0; r < st.ranks.size(); ++r) {
-    self->request(st.ranks[r], timeout, call_atom::value, op, std::move(per_rank[r]))
-      .then(
-        [=](op_result& result) {
-          auto& st = self->state;
-          if (call->done)
-            return;
-          call->results[r] = std::move(result.value);
-          if (--call->remaining == 0) {
-            std::vector<caf::message> out;
-            out.reserve(call->results.size());
-            for (auto& x : call->results)
-              out.push_back(std::move(*x));
-            call->done = true;
-            call->promise.deliver(std::move(out));
-            auto& v = st.in_flight;
-            v.erase(std::remove(v.begin(), v.end(), call), v.end());
-          }
-        },
-        [=](caf::error& err) {
-          auto& st = self->state;
-          auto prefix = rank_prefix(st, r, op);
-          caf::error out;
-          if (err == caf::sec::request_timeout)
-            out = make_error(errc::timeout, prefix + ": no answer within "
-                                              + std::to_string(timeout_ms) + " ms");
-          else if (err == caf::sec::request_receiver_down)
-            out = make_error(errc::rank_failed,
-                             prefix + ": rank died"
-                               + (st.dead[r].empty() ? std::string{} : " (" + st.dead[r] + ")"));
-          else if (err.category() == errc_category && st.session)
-            out = make_error(static_cast<errc>(err.code()),
-                             error_message(err) + " (on node '" + st.infos[r].node_id + "')");
-          else if (err.category() == errc_category)
-            out = err; // the rank already named itself
-          else
-            out = make_error(errc::rank_failed, prefix + ": " + self->system().render(err));
-          fail_call(st, call, std::move(out));
-        });
+    self->request(st.ranks[r], timeout,
+                  caf::message::concat(caf::make_message(op), std::move(per_rank[r])))
+        .then(
+            [=](op_result& result) {
+              auto& st = self->state;
+              if (call->done)
+                return;
+              call->results[r] = std::move(result.value);
+              if (--call->remaining == 0) {
+                std::vector<caf::message> out;
+                out.reserve(call->results.size());
+                for (auto& x : call->results)
+                  out.push_back(std::move(*x));
+                call->done = true;
+                call->promise.deliver(std::move(out));
+                auto& v = st.in_flight;
+                v.erase(std::remove(v.begin(), v.end(), call), v.end());
+              }
+            },
+            [=](caf::error& err) {
+              auto& st = self->state;
+              auto prefix = rank_prefix(st, r, op);
+              caf::error out;
+              if (err == caf::sec::request_timeout)
+                out = make_error(errc::timeout, prefix + ": no answer within " +
+                                                    std::to_string(timeout_ms) + " ms");
+              else if (err == caf::sec::request_receiver_down)
+                out =
+                    make_error(errc::rank_failed,
+                               prefix + ": rank died" +
+                                   (st.dead[r].empty() ? std::string{} : " (" + st.dead[r] + ")"));
+              else if (err.category() == errc_category && st.session)
+                out = make_error(static_cast<errc>(err.code()),
+                                 error_message(err) + " (on node '" + st.infos[r].node_id + "')");
+              else if (err.category() == errc_category)
+                out = err; // the rank already named itself
+              else
+                out = make_error(errc::rank_failed, prefix + ": " + self->system().render(err));
+              fail_call(st, call, std::move(out));
+            });
   }
   return call->promise;
 }
@@ -186,35 +189,35 @@ caf::behavior group_actor(caf::stateful_actor<group_state>* self, std::string na
     }
   });
   return {
-    [=](all_atom, const std::string& op, const caf::message& args, int64_t timeout_ms)
-      -> caf::result<std::vector<caf::message>> {
-      std::vector<caf::message> per_rank(self->state.ranks.size(), args);
-      return start_call(self, op, std::move(per_rank), timeout_ms);
-    },
-    [=](mesh_atom, const std::string& op, std::vector<caf::message>& chunks, int64_t timeout_ms)
-      -> caf::result<std::vector<caf::message>> {
-      auto& st = self->state;
-      if (chunks.size() != st.ranks.size())
-        return make_error(errc::invalid_argument,
-                          "group '" + st.group + "' op '" + op + "': mesh call got "
-                            + std::to_string(chunks.size()) + " chunks for "
-                            + std::to_string(st.ranks.size()) + " ranks");
-      return start_call(self, op, std::move(chunks), timeout_ms);
-    },
-    [=](ranks_atom) { return self->state.infos; },
-    [=](handles_atom) { return self->state.ranks; },
-    [=](stop_atom) {
-      auto& st = self->state;
-      for (auto& r : st.ranks)
-        self->send_exit(r, caf::exit_reason::user_shutdown);
-      if (st.manager)
-        for (auto id : st.reservations)
-          self->send(st.manager, release_atom::value, st.placement_group, id);
-      release_local_store(st.store_name);
-      if (st.session)
-        retire_group(st.session, st.group);
-      self->quit();
-    },
+      [=](all_atom, caf::atom_value op, const caf::message& args,
+          int64_t timeout_ms) -> caf::result<std::vector<caf::message>> {
+        std::vector<caf::message> per_rank(self->state.ranks.size(), args);
+        return start_call(self, op, std::move(per_rank), timeout_ms);
+      },
+      [=](mesh_atom, caf::atom_value op, std::vector<caf::message>& chunks,
+          int64_t timeout_ms) -> caf::result<std::vector<caf::message>> {
+        auto& st = self->state;
+        if (chunks.size() != st.ranks.size())
+          return make_error(errc::invalid_argument,
+                            "group '" + st.group + "' op '" + op_name(op) + "': mesh call got " +
+                                std::to_string(chunks.size()) + " chunks for " +
+                                std::to_string(st.ranks.size()) + " ranks");
+        return start_call(self, op, std::move(chunks), timeout_ms);
+      },
+      [=](ranks_atom) { return self->state.infos; },
+      [=](handles_atom) { return self->state.ranks; },
+      [=](stop_atom) {
+        auto& st = self->state;
+        for (auto& r : st.ranks)
+          self->send_exit(r, caf::exit_reason::user_shutdown);
+        if (st.manager)
+          for (auto id : st.reservations)
+            self->send(st.manager, release_atom::value, st.placement_group, id);
+        release_local_store(st.store_name);
+        if (st.session)
+          retire_group(st.session, st.group);
+        self->quit();
+      },
   };
 }
 
@@ -236,8 +239,7 @@ caf::expected<collective_spec> collective_plan(caf::actor_system& sys,
   std::vector<std::pair<std::string, int64_t>> where;
   caf::error failure;
   for (size_t r = 0; r < ranks.size() && !failure; ++r)
-    self->request(ranks[r], timeout, call_atom::value, std::string{rank_ops::location.name},
-                  rank_ops::location.args())
+    self->request(ranks[r], timeout, rank_ops::location.call())
         .receive(
             [&](op_result& x) {
               auto at = rank_ops::location.answer(std::move(x.value));
@@ -450,18 +452,18 @@ caf::expected<T> blocking_request(caf::actor_system& sys, const caf::actor& dest
 
 } // namespace
 
-caf::expected<std::vector<caf::message>>
-actor_group::call_all(const std::string& op, const caf::message& args,
-                      std::chrono::milliseconds timeout) {
+caf::expected<std::vector<caf::message>> actor_group::call_all(caf::atom_value op,
+                                                               const caf::message& args,
+                                                               std::chrono::milliseconds timeout) {
   return blocking_request<std::vector<caf::message>>(*sys_, group_,
                                                      timeout + std::chrono::seconds(1),
                                                      all_atom::value, op, args,
                                                      static_cast<int64_t>(timeout.count()));
 }
 
-caf::expected<std::vector<caf::message>>
-actor_group::call_mesh(const std::string& op, std::vector<caf::message> chunks,
-                       std::chrono::milliseconds timeout) {
+caf::expected<std::vector<caf::message>> actor_group::call_mesh(caf::atom_value op,
+                                                                std::vector<caf::message> chunks,
+                                                                std::chrono::milliseconds timeout) {
   return blocking_request<std::vector<caf::message>>(*sys_, group_,
                                                      timeout + std::chrono::seconds(1),
                                                      mesh_atom::value, op, std::move(chunks),

@@ -61,13 +61,13 @@ public:
   /// Spawns a group (see `spawn_actor_group`).
   static caf::expected<actor_group> spawn(caf::actor_system& sys, const group_spec& spec);
 
-  /// Pass-through dispatch: `op(args)` on every rank; results in rank order.
-  caf::expected<std::vector<caf::message>> call_all(const std::string& op,
-                                                    const caf::message& args,
+  /// Pass-through dispatch: the op `op` (its id) with `args` on every rank; results in rank
+  /// order.
+  caf::expected<std::vector<caf::message>> call_all(caf::atom_value op, const caf::message& args,
                                                     std::chrono::milliseconds timeout);
 
   /// Mesh dispatch: rank i gets `chunks[i]` (one chunk per rank); results in rank order.
-  caf::expected<std::vector<caf::message>> call_mesh(const std::string& op,
+  caf::expected<std::vector<caf::message>> call_mesh(caf::atom_value op,
                                                      std::vector<caf::message> chunks,
                                                      std::chrono::milliseconds timeout);
 
@@ -76,7 +76,7 @@ public:
   template <class R, class... Declared, class... Given>
   caf::expected<std::vector<R>> call_all(const op_ref<R(Declared...)>& op,
                                          std::chrono::milliseconds timeout, Given&&... args) {
-    return op.answers(call_all(op.name, op.args(std::forward<Given>(args)...), timeout));
+    return op.answers(call_all(op.id, op.args(std::forward<Given>(args)...), timeout));
   }
 
   /// `call_mesh` of a declared op: rank i gets `chunks[i]` (each built with `op.args`).
@@ -84,7 +84,7 @@ public:
   caf::expected<std::vector<R>> call_mesh(const op_ref<R(Declared...)>& op,
                                           std::vector<caf::message> chunks,
                                           std::chrono::milliseconds timeout) {
-    return op.answers(call_mesh(op.name, std::move(chunks), timeout));
+    return op.answers(call_mesh(op.id, std::move(chunks), timeout));
   }
 
   /// What each rank knows about itself.

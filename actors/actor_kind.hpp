@@ -11,6 +11,8 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
@@ -70,9 +72,10 @@ struct rank_context {
 /// and returns whether more remains. Must not throw (the rank logs and drops an exception).
 using step_fn = std::function<bool(rank_context&)>;
 
-/// A kind of rank actor ("worker", "policy", "engine", ...): a state factory, named ops, each
-/// declared with its argument types (`typed_op`, rank_op.hpp), and optional background work.
-/// Every kind also answers the built-in ops (`builtin_ops`, rank_actor.hpp).
+/// A kind of rank actor ("policy", "engine", ...): a state factory, ops, each declared with
+/// its id and argument types (`op_ref`, `typed_op`, rank_op.hpp), its typed CAF interface
+/// (`rank_interface`, rank_interface.hpp) and optional background work. Every kind also answers
+/// the built-in ops (`builtin_ops`, rank_actor.hpp).
 ///
 /// `step`, when set, is called after every op and again after every step that returned true,
 /// each time through a message the rank sends itself, so calls that arrived in the meantime are
@@ -81,18 +84,38 @@ using step_fn = std::function<bool(rank_context&)>;
 struct actor_kind {
   std::string name;
   std::function<std::unique_ptr<kind_state>(const rank_info&)> make_state;
-  std::map<std::string, rank_op> ops;
+  /// The kind's ops by id.
+  std::map<caf::atom_value, rank_op> ops;
   step_fn step;
+  /// Spawns one rank of this kind as a typed actor of its interface (set by `implements`).
+  caf::actor (*spawn)(caf::actor_system&, const actor_kind&, const rank_info&) = nullptr;
+  /// The ids of the ops the interface lists (set by `implements`); `register_kind` checks that
+  /// `ops` holds exactly these.
+  std::vector<caf::atom_value> interface_ids;
 
-  /// Adds `op` under its name (replacing an op of that name).
+  /// Adds `op` under its id (replacing an op of that id).
   void add(rank_op op) {
-    auto key = op.name;
-    ops.insert_or_assign(std::move(key), std::move(op));
+    auto key = op.id;
+    ops.insert_or_assign(key, std::move(op));
+  }
+
+  /// Makes the kind's ranks typed actors of `Interface`, a `rank_interface<ops...>`.
+  template <class Interface> void implements() {
+    spawn = &Interface::spawn;
+    interface_ids = Interface::ids();
   }
 };
 
+/// The name of the op whose id is `id` among the built-in ops and the registered kinds' ops
+/// (ids name ops of one name; `register_kind` checks it), or the atom's text for an unknown id.
+/// For errors and logs. Thread-safe.
+std::string op_name(caf::atom_value id);
+
 /// Registers a kind under its name so groups (and node agents, for remote spawns) can spawn it.
-/// Registering the same name again replaces it. Thread-safe.
+/// Registering the same name again replaces it. Thread-safe. Refuses (throws
+/// `backends::error{internal}`, naming the op) a kind without an interface, whose ops differ
+/// from its interface's, that redefines a built-in op, or whose op shares an id with an op of
+/// another name (of a registered kind or built in).
 void register_kind(actor_kind kind);
 
 /// The kind registered under `name`, or an error naming it and the known kinds.
@@ -101,11 +124,11 @@ caf::expected<actor_kind> find_kind(const std::string& name);
 /// Names of all registered kinds, sorted.
 std::vector<std::string> kind_names();
 
-/// The ops every rank answers whatever its kind (rank_actor.cpp), by name.
-const std::map<std::string, rank_op>& builtin_ops();
+/// The ops every rank answers whatever its kind (rank_actor.cpp), by id.
+const std::map<caf::atom_value, rank_op>& builtin_ops();
 
 /// Every registered kind's interface, one line per op, sorted:
-/// "kind.op(signature) -> (results)", or "-> message" for an untyped answer (the
+/// "kind.op<id>(signature) -> (results)", or "-> message" for an untyped answer (the
 /// built-in ops as kind "rank"). A cluster refuses a node whose lines differ from the head's,
 /// naming them.
 std::vector<std::string> kind_interfaces();

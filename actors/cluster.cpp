@@ -379,23 +379,23 @@ spawn_cluster_ranks(caf::actor_system& sys, const cluster_session_info& cluster,
   caf::error failure;
   for (auto& [node, handle] : pending) {
     handle.receive(
-      [&, node = node](std::vector<rank_actor>& got) {
-        const auto& idx = by_node[node];
-        for (size_t j = 0; j < got.size() && j < idx.size(); ++j)
-          ranks[idx[j]] = caf::actor_cast<caf::actor>(got[j]);
-        if (got.size() != idx.size() && !failure)
-          failure = make_error(errc::internal, "group '" + group + "': node '" + node
-                                                 + "' spawned " + std::to_string(got.size())
-                                                 + " ranks, asked for "
-                                                 + std::to_string(idx.size()));
-      },
-      [&, node = node](caf::error& err) {
-        if (!failure)
-          failure = make_error(errc::rank_failed,
-                               "group '" + group + "': node '" + node + "' did not spawn its ranks: "
-                                 + (error_message(err).empty() ? sys.render(err)
-                                                               : error_message(err)));
-      });
+        [&, node = node](std::vector<caf::actor>& got) {
+          const auto& idx = by_node[node];
+          for (size_t j = 0; j < got.size() && j < idx.size(); ++j)
+            ranks[idx[j]] = std::move(got[j]);
+          if (got.size() != idx.size() && !failure)
+            failure =
+                make_error(errc::internal, "group '" + group + "': node '" + node + "' spawned " +
+                                               std::to_string(got.size()) + " ranks, asked for " +
+                                               std::to_string(idx.size()));
+        },
+        [&, node = node](caf::error& err) {
+          if (!failure)
+            failure =
+                make_error(errc::rank_failed,
+                           "group '" + group + "': node '" + node + "' did not spawn its ranks: " +
+                               (error_message(err).empty() ? sys.render(err) : error_message(err)));
+        });
   }
   if (failure) {
     stop_spawned();

@@ -39,7 +39,7 @@ namespace {
 
 /// Checks the arguments of an op routed `split_batch` before anything moves: its declared
 /// signature, then the batch itself.
-caf::error check_batch_args(const std::string& role, const std::string& op, const rank_op& declared,
+caf::error check_batch_args(const std::string& role, caf::atom_value op, const rank_op& declared,
                             const caf::message& args) {
   if (!declared.accepts(args) || !args.match_element<batch_payload>(0))
     return make_error(errc::invalid_argument, prefix(role, op) + ": expects (" +
@@ -59,7 +59,7 @@ caf::error check_batch_args(const std::string& role, const std::string& op, cons
 
 /// Checks the arguments of an op routed `split_datums`: its declared signature (a
 /// tinker::checked_request, which its maker checked) and at least one datum.
-caf::error check_datum_args(const std::string& role, const std::string& op, const rank_op& declared,
+caf::error check_datum_args(const std::string& role, caf::atom_value op, const rank_op& declared,
                             const caf::message& args) {
   if (!declared.accepts(args))
     return make_error(errc::invalid_argument, prefix(role, op) + ": expects (" +
@@ -72,8 +72,8 @@ caf::error check_datum_args(const std::string& role, const std::string& op, cons
 
 /// Rank r of n computes datums [r * N / n, (r + 1) * N / n) of the request's N; the answers are
 /// joined in rank order, which is datum order.
-void datum_call(self_ptr self, const role_entry& entry, const std::string& role,
-                const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
+void datum_call(self_ptr self, const role_entry& entry, const std::string& role, caf::atom_value op,
+                const caf::message& args, int64_t timeout_ms, reply_fn k) {
   const auto& request = args.get_as<tinker::checked_request>(0);
   std::vector<caf::message> chunks;
   if (entry.world_size == 1) {
@@ -109,8 +109,8 @@ void datum_call(self_ptr self, const role_entry& entry, const std::string& role,
           [=](caf::error& err) { k(wrap(self, role, op, err)); });
 }
 
-void batch_call(self_ptr self, const role_entry& entry, const std::string& role,
-                const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
+void batch_call(self_ptr self, const role_entry& entry, const std::string& role, caf::atom_value op,
+                const caf::message& args, int64_t timeout_ms, reply_fn k) {
   const auto& payload = args.get_as<batch_payload>(0);
   std::vector<caf::message> chunks;
   int64_t added = 0;
@@ -157,9 +157,8 @@ void batch_call(self_ptr self, const role_entry& entry, const std::string& role,
           [=](caf::error& err) { k(wrap(self, role, op, err)); });
 }
 
-
-void all_call(self_ptr self, const role_entry& entry, const std::string& role,
-              const std::string& op, const caf::message& args, int64_t timeout_ms, reply_fn k) {
+void all_call(self_ptr self, const role_entry& entry, const std::string& role, caf::atom_value op,
+              const caf::message& args, int64_t timeout_ms, reply_fn k) {
   group_all(self, entry.group, op, args, timeout_ms,
             [=](caf::expected<std::vector<caf::message>> r) {
               if (!r)
@@ -179,10 +178,10 @@ namespace {
 
 
 /// Checks a call's arguments before anything moves, by how its op is routed.
-caf::error check_call_args(self_ptr self, const std::string& role, const std::string& op,
+caf::error check_call_args(self_ptr self, const std::string& role, caf::atom_value op,
                            const caf::message& args) {
   auto& entry = self->state.roles.at(role);
-  if (op == dispatcher_ops::sync_weights.name)
+  if (op == dispatcher_ops::sync_weights.id)
     return check_sync_args(self, role, args);
   switch (dispatch_of(entry, op).route) {
     case op_route::split_batch:
@@ -201,7 +200,7 @@ caf::error check_call_args(self_ptr self, const std::string& role, const std::st
 }
 
 /// Runs a call on the role's ranks the way its op declares (`op_dispatch::route`).
-void run_routed(self_ptr self, const role_entry& e, const std::string& role, const std::string& op,
+void run_routed(self_ptr self, const role_entry& e, const std::string& role, caf::atom_value op,
                 const caf::message& args, int64_t timeout_ms, reply_fn k) {
   switch (dispatch_of(e, op).route) {
     case op_route::split_batch:
@@ -219,14 +218,14 @@ void run_routed(self_ptr self, const role_entry& e, const std::string& role, con
   }
 }
 
-caf::result<op_result> route(self_ptr self, const std::string& role, const std::string& op,
+caf::result<op_result> route(self_ptr self, const std::string& role, caf::atom_value op,
                              const caf::message& args, int64_t timeout_ms) {
   auto& st = self->state;
   if (auto bad = check_call_args(self, role, op, args))
     return bad;
   // The weight sync is the dispatcher's own op (its steps onload and offload as they go); every
   // other op runs on the role's ranks after what it needs is resident.
-  const bool sync = op == dispatcher_ops::sync_weights.name;
+  const bool sync = op == dispatcher_ops::sync_weights.id;
   auto promise = self->make_response_promise<op_result>();
   auto job = [=](std::function<void()> finished) mutable {
     reply_fn k = [=](caf::expected<op_result> r) mutable {
@@ -319,7 +318,7 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
     auto where = e.where;
     const auto& op = rank_ops::device_memory;
     group_all(
-        self, e.group, op.name, op.args(), timeout_ms,
+        self, e.group, op.id, op.args(), timeout_ms,
         [=](caf::expected<std::vector<caf::message>> answers) mutable {
           auto& d = *doc;
           auto r = op.answers(std::move(answers));
@@ -342,7 +341,7 @@ caf::result<std::string> status(self_ptr self, int64_t timeout_ms) {
     // Workers and engines declare `memory` alike: (resident bytes, host bytes).
     static_assert(std::is_same_v<decltype(worker_ops::memory), decltype(engine_ops::memory)>);
     const auto& op = worker_ops::memory;
-    group_all(self, e.group, op.name, op.args(), timeout_ms,
+    group_all(self, e.group, op.id, op.args(), timeout_ms,
               [=](caf::expected<std::vector<caf::message>> answers) mutable {
                 auto& d = *doc;
                 auto r = op.answers(std::move(answers));
@@ -398,7 +397,7 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                 .then(
                     [=](std::vector<caf::actor>& handles) mutable {
                       group_all(
-                          self, group, rank_ops::location.name, rank_ops::location.args(), 30000,
+                          self, group, rank_ops::location.id, rank_ops::location.args(), 30000,
                           [=](caf::expected<std::vector<caf::message>> answers) mutable {
                             auto where = rank_ops::location.answers(std::move(answers));
                             if (!where)
@@ -415,7 +414,7 @@ caf::result<int32_t> register_role(self_ptr self, const std::string& role, const
                             // How each op runs is declared with the op, in the kind the ranks
                             // were spawned as (registered in this process too).
                             group_all(
-                                self, group, rank_ops::kind.name, rank_ops::kind.args(), 30000,
+                                self, group, rank_ops::kind.id, rank_ops::kind.args(), 30000,
                                 [=](caf::expected<std::vector<caf::message>> answers) mutable {
                                   auto kinds = rank_ops::kind.answers(std::move(answers));
                                   if (!kinds)
@@ -465,7 +464,7 @@ caf::behavior dispatcher(self_ptr self) {
         runtime::logger("actors.dispatch")->info("unregister role={}", role);
         return caf::unit;
       },
-      [=](dispatcher_call_atom, const std::string& role, const std::string& op,
+      [=](dispatcher_call_atom, const std::string& role, caf::atom_value op,
           const caf::message& args, int64_t timeout_ms) -> caf::result<op_result> {
         auto& st = self->state;
         if (!st.roles.count(role))

@@ -26,8 +26,9 @@ using dispatcher_register_atom = caf::atom_constant<caf::atom("dregister")>;
 /// naming the registered ones.
 using dispatcher_unregister_atom = caf::atom_constant<caf::atom("dunreg")>;
 
-/// (dispatcher_call_atom, std::string role, std::string op, caf::message args,
-///  int64 timeout_ms) → op_result: runs `op` on the role's group (see `spawn_dispatcher`).
+/// (dispatcher_call_atom, std::string role, caf::atom_value op, caf::message args,
+///  int64 timeout_ms) → op_result: runs the op whose id is `op` (op_ref::id) on the role's
+///  group (see `spawn_dispatcher`).
 using dispatcher_call_atom = caf::atom_constant<caf::atom("dcall")>;
 
 /// Ops of `dispatcher_call_atom` whose arguments or answer are the dispatcher's own (op_ref,
@@ -38,12 +39,12 @@ namespace dispatcher_ops {
 /// rank kind: ([pause mode[, least version]]) → the engines' new version (see
 /// `spawn_dispatcher`).
 inline constexpr op_ref<int64_t(std::optional<std::string>, std::optional<int64_t>)> sync_weights{
-    "save_weights_for_sampler"};
+    "save_weights_for_sampler", caf::atom("sync_wts")};
 /// An engine role's streaming `submit` (op_route::stream_requests): (consumer, ids, requests)
 /// → the engine rank of each request; the call's own timeout_ms is the requests' deadline.
 inline constexpr op_ref<std::vector<int32_t>(caf::actor, std::vector<int64_t>,
                                              std::vector<sample_request>)>
-    submit{engine_ops::submit.name};
+    submit{engine_ops::submit.name, engine_ops::submit.id};
 } // namespace dispatcher_ops
 
 /// (dispatcher_register_atom, std::string role, caf::actor group, std::string kind) → int32:

@@ -27,7 +27,7 @@ namespace rlforge::actors::dispatch {
 
 // -- engines -----------------------------------------------------------------------------------
 
-caf::error check_generate_args(const std::string& role, const std::string& op,
+caf::error check_generate_args(const std::string& role, caf::atom_value op,
                                const caf::message& args) {
   if (!args.match_elements<std::vector<sample_request>>())
     return make_error(errc::invalid_argument, prefix(role, op) +
@@ -82,7 +82,7 @@ bool mark_gone(self_ptr self, const std::string& role, const std::vector<size_t>
 /// load vector (`added` gets each rank's share of the cost); an error when the group has no
 /// ranks or none is alive.
 caf::expected<std::vector<size_t>> place_requests(role_entry& e, const std::string& role,
-                                                  const std::string& op,
+                                                  caf::atom_value op,
                                                   const std::vector<sample_request>& requests,
                                                   std::vector<int64_t>& added) {
   const size_t n = e.ranks.size();
@@ -99,7 +99,7 @@ caf::expected<std::vector<size_t>> place_requests(role_entry& e, const std::stri
 
 } // namespace
 
-void generate_call(self_ptr self, const std::string& role, const std::string& op,
+void generate_call(self_ptr self, const std::string& role, caf::atom_value op,
                    const caf::message& args, int64_t timeout_ms, reply_fn k) {
   auto* e = find_role(self, role);
   if (!e)
@@ -182,7 +182,7 @@ void generate_call(self_ptr self, const std::string& role, const std::string& op
 }
 
 /// The streaming `submit` of one engine role: (consumer, ids, requests).
-caf::error check_submit_args(const std::string& role, const std::string& op,
+caf::error check_submit_args(const std::string& role, caf::atom_value op,
                              const caf::message& args) {
   if (!args.match_elements<caf::actor, std::vector<int64_t>, std::vector<sample_request>>())
     return make_error(errc::invalid_argument,
@@ -204,7 +204,7 @@ caf::error check_submit_args(const std::string& role, const std::string& op,
 /// Spreads a submission over the role's engine ranks (least loaded first), each rank sending
 /// its results back here to be forwarded; answers the engine rank of each request. A refusal by
 /// any rank refuses the whole submission (what other ranks accepted is cancelled).
-void submit_call(self_ptr self, const std::string& role, const std::string& op,
+void submit_call(self_ptr self, const std::string& role, caf::atom_value op,
                  const caf::message& args, int64_t timeout_ms, reply_fn k) {
   auto* e = find_role(self, role);
   if (!e)
@@ -298,7 +298,7 @@ void submit_call(self_ptr self, const std::string& role, const std::string& op,
 }
 
 /// Stops requests of `consumer` submitted through the dispatcher: (consumer, ids) → int64.
-void cancel_call(self_ptr self, const std::string& role, const std::string& op,
+void cancel_call(self_ptr self, const std::string& role, caf::atom_value op,
                  const caf::message& args, int64_t timeout_ms, reply_fn k) {
   if (!args.match_elements<caf::actor, std::vector<int64_t>>())
     return k(make_error(errc::invalid_argument,

@@ -31,16 +31,35 @@ std::string prefix(const std::string& role, const std::string& op) {
   return "dispatcher role '" + role + "' op '" + op + "'";
 }
 
-/// Re-labels an error with the dispatcher's context (the group's own message names the rank).
+std::string prefix(const std::string& role, caf::atom_value op) {
+  // The weight sync is the dispatcher's own op, of no rank kind.
+  return prefix(role, op == dispatcher_ops::sync_weights.id
+                          ? std::string{dispatcher_ops::sync_weights.name}
+                          : op_name(op));
+}
+
+namespace {
+
+/// `err` re-labelled as the failure of what `context` names.
+caf::error relabel(self_ptr self, const std::string& context, const caf::error& err) {
+  if (err.category() == errc_category)
+    return make_error(static_cast<errc>(err.code()), context + ": " + error_message(err));
+  if (err == caf::sec::request_timeout)
+    return make_error(errc::timeout, context + ": the group did not answer in time");
+  if (err == caf::sec::request_receiver_down)
+    return make_error(errc::rank_failed, context + ": the group is gone");
+  return make_error(errc::rank_failed, context + ": " + self->system().render(err));
+}
+
+} // namespace
+
+caf::error wrap(self_ptr self, const std::string& role, caf::atom_value op, const caf::error& err) {
+  return relabel(self, prefix(role, op), err);
+}
+
 caf::error wrap(self_ptr self, const std::string& role, const std::string& op,
                 const caf::error& err) {
-  if (err.category() == errc_category)
-    return make_error(static_cast<errc>(err.code()), prefix(role, op) + ": " + error_message(err));
-  if (err == caf::sec::request_timeout)
-    return make_error(errc::timeout, prefix(role, op) + ": the group did not answer in time");
-  if (err == caf::sec::request_receiver_down)
-    return make_error(errc::rank_failed, prefix(role, op) + ": the group is gone");
-  return make_error(errc::rank_failed, prefix(role, op) + ": " + self->system().render(err));
+  return relabel(self, prefix(role, op), err);
 }
 
 std::string role_list(const dispatcher_state& st) {
@@ -50,16 +69,16 @@ std::string role_list(const dispatcher_state& st) {
   return out.empty() ? "none" : out;
 }
 
-op_dispatch dispatch_of(const role_entry& e, const std::string& op) {
+op_dispatch dispatch_of(const role_entry& e, caf::atom_value op) {
   auto i = e.ops.find(op);
   return i == e.ops.end() ? op_dispatch{} : i->second.dispatch;
 }
 
-caf::expected<std::string> op_routed(const role_entry& e, const std::string& role,
-                                     op_route route) {
-  for (const auto& [name, op] : e.ops)
+caf::expected<caf::atom_value> op_routed(const role_entry& e, const std::string& role,
+                                         op_route route) {
+  for (const auto& [id, op] : e.ops)
     if (op.dispatch.route == route)
-      return name;
+      return id;
   return make_error(errc::internal, "dispatcher role '" + role + "': its kind declares no op " +
                                         "routed " + to_string(route));
 }
@@ -104,7 +123,7 @@ void serialize(self_ptr self, serial_job job) {
 }
 
 /// `op(args)` on every rank of `group`; results in rank order.
-void group_all(self_ptr self, const caf::actor& group, const std::string& op, caf::message args,
+void group_all(self_ptr self, const caf::actor& group, caf::atom_value op, caf::message args,
                int64_t timeout_ms, results_fn k) {
   self->request(group, std::chrono::milliseconds{timeout_ms + 1000}, all_atom::value, op,
                 std::move(args), timeout_ms)
@@ -115,7 +134,7 @@ void group_all(self_ptr self, const caf::actor& group, const std::string& op, ca
 /// `op(args)` on one rank actor; `k` runs once, with its answer, or with
 /// `request_receiver_down` as soon as the rank is declared dead (engine_down: a rank on a hung
 /// or unreachable node never answers, and its connection may stay open), or at the deadline.
-void rank_call(self_ptr self, const caf::actor& rank, const std::string& op, caf::message args,
+void rank_call(self_ptr self, const caf::actor& rank, caf::atom_value op, caf::message args,
                int64_t timeout_ms, std::function<void(caf::expected<caf::message>)> k) {
   const auto addr = rank.address();
   const auto watcher = self->state.next_watcher++;
@@ -134,7 +153,8 @@ void rank_call(self_ptr self, const caf::actor& rank, const std::string& op, caf
   self->state.rank_watchers[addr][watcher] = [settle](const std::string& why) {
     settle(caf::make_error(caf::sec::request_receiver_down, why));
   };
-  self->request(rank, std::chrono::milliseconds{timeout_ms}, call_atom::value, op, std::move(args))
+  self->request(rank, std::chrono::milliseconds{timeout_ms},
+                caf::message::concat(caf::make_message(op), std::move(args)))
       .then([settle](op_result& r) { settle(std::move(r.value)); },
             [settle](caf::error& err) { settle(std::move(err)); });
 }
@@ -144,12 +164,12 @@ role_entry* find_role(self_ptr self, const std::string& role) {
   return i == self->state.roles.end() ? nullptr : &i->second;
 }
 
-caf::error role_gone(const std::string& role, const std::string& op) {
+caf::error role_gone(const std::string& role, caf::atom_value op) {
   return make_error(errc::not_found, prefix(role, op) + ": the role was unregistered meanwhile");
 }
 
 /// The error of an engine role whose ranks have all died, naming each rank's cause.
-caf::error no_live_engine(const role_entry& e, const std::string& role, const std::string& op) {
+caf::error no_live_engine(const role_entry& e, const std::string& role, caf::atom_value op) {
   std::string why;
   for (size_t r = 0; r < e.dead.size(); ++r)
     why += (r ? "; " : "") + std::string{"rank "} + std::to_string(r) + ": " + e.dead[r];
@@ -204,7 +224,7 @@ caf::error with_context(self_ptr self, const std::string& context, const caf::er
 namespace {
 
 /// The op of `e`'s kind declared to move tagged state on (or off) the device.
-const std::pair<const std::string, rank_op>* residency_op(const role_entry& e, bool on) {
+const std::pair<const caf::atom_value, rank_op>* residency_op(const role_entry& e, bool on) {
   const auto wanted = on ? op_residency::tagged_on : op_residency::tagged_off;
   for (const auto& entry : e.ops)
     if (entry.second.dispatch.residency == wanted)
@@ -244,7 +264,8 @@ step residency_step(self_ptr self, const std::string& role, bool on, residency_s
   return [=](done_fn done) {
     auto* e = find_role(self, role);
     if (!e) {
-      done(role_gone(role, on ? "onload" : "offload"));
+      done(make_error(errc::not_found, prefix(role, on ? "onload" : "offload") +
+                                           ": the role was unregistered meanwhile"));
       return;
     }
     const auto* op = residency_op(*e, on);

@@ -44,7 +44,7 @@ struct role_entry {
   /// each one's signature (checked before a call moves anything) and how it is run
   /// (`rank_op::dispatch`, declared with the op). Ops not listed run on every rank with nothing
   /// onloaded first.
-  std::map<std::string, rank_op> ops;
+  std::map<caf::atom_value, rank_op> ops;
   std::vector<caf::actor> ranks;
   std::vector<rank_info> infos;
   std::vector<process_location> where;
@@ -120,10 +120,13 @@ using results_fn = std::function<void(caf::expected<std::vector<caf::message>>)>
 
 // -- dispatcher_plumbing.cpp ------------------------------------------------------------------
 
-/// "dispatcher role '<role>' op '<op>'": how every error of a call begins.
+/// "dispatcher role '<role>' op '<op>'": how every error of a call begins (the op by its name,
+/// `op_name`; or a step that is no op of a kind, such as "register").
+std::string prefix(const std::string& role, caf::atom_value op);
 std::string prefix(const std::string& role, const std::string& op);
 
 /// Re-labels an error with the dispatcher's context (the group's own message names the rank).
+caf::error wrap(self_ptr self, const std::string& role, caf::atom_value op, const caf::error& err);
 caf::error wrap(self_ptr self, const std::string& role, const std::string& op,
                 const caf::error& err);
 
@@ -131,11 +134,12 @@ caf::error wrap(self_ptr self, const std::string& role, const std::string& op,
 std::string role_list(const dispatcher_state& st);
 
 /// How `e`'s kind declared `op` to be run (the defaults for an op it does not declare).
-op_dispatch dispatch_of(const role_entry& e, const std::string& op);
+op_dispatch dispatch_of(const role_entry& e, caf::atom_value op);
 
-/// The name of the op of `e`'s kind declared with `route` (e.g. the engine's cancel_streams
+/// The id of the op of `e`'s kind declared with `route` (e.g. the engine's cancel_streams
 /// op); an internal error naming the role when its kind declares none.
-caf::expected<std::string> op_routed(const role_entry& e, const std::string& role, op_route route);
+caf::expected<caf::atom_value> op_routed(const role_entry& e, const std::string& role,
+                                         op_route route);
 
 /// Runs `steps` one after the other; `done` gets the first error, or none after the last step.
 void run_steps(std::shared_ptr<std::vector<step>> steps, size_t i, done_fn done);
@@ -144,23 +148,23 @@ void run_steps(std::shared_ptr<std::vector<step>> steps, size_t i, done_fn done)
 void serialize(self_ptr self, serial_job job);
 
 /// `op(args)` on every rank of `group`; results in rank order.
-void group_all(self_ptr self, const caf::actor& group, const std::string& op, caf::message args,
+void group_all(self_ptr self, const caf::actor& group, caf::atom_value op, caf::message args,
                int64_t timeout_ms, results_fn k);
 
 /// `op(args)` on one rank actor; `k` runs once, with its answer, or with
 /// `request_receiver_down` as soon as the rank is declared dead (engine_down), or at the
 /// deadline.
-void rank_call(self_ptr self, const caf::actor& rank, const std::string& op, caf::message args,
+void rank_call(self_ptr self, const caf::actor& rank, caf::atom_value op, caf::message args,
                int64_t timeout_ms, std::function<void(caf::expected<caf::message>)> k);
 
 /// The role's entry, or nullptr when it is not registered (any more).
 role_entry* find_role(self_ptr self, const std::string& role);
 
 /// The error of a call whose role was unregistered while it ran.
-caf::error role_gone(const std::string& role, const std::string& op);
+caf::error role_gone(const std::string& role, caf::atom_value op);
 
 /// The error of an engine role whose ranks have all died, naming each rank's cause.
-caf::error no_live_engine(const role_entry& e, const std::string& role, const std::string& op);
+caf::error no_live_engine(const role_entry& e, const std::string& role, caf::atom_value op);
 
 /// The least-loaded spreading of `requests` over the live ranks of engine role `e`; `added` is
 /// indexed by rank. Empty when no rank is alive.
@@ -198,24 +202,23 @@ std::vector<step> prepare_steps(self_ptr self, const std::string& role, bool nee
 
 /// Checks the arguments of an op routed `spread_requests` (the engine's `generate`) before
 /// anything is sent.
-caf::error check_generate_args(const std::string& role, const std::string& op,
+caf::error check_generate_args(const std::string& role, caf::atom_value op,
                                const caf::message& args);
 
 /// An op routed `spread_requests` on engine role `role`: requests spread over its live ranks,
 /// rows in request order.
-void generate_call(self_ptr self, const std::string& role, const std::string& op,
+void generate_call(self_ptr self, const std::string& role, caf::atom_value op,
                    const caf::message& args, int64_t timeout_ms, reply_fn k);
 
 /// Checks the arguments of an op routed `stream_requests` (`submit`) before anything is sent.
-caf::error check_submit_args(const std::string& role, const std::string& op,
-                             const caf::message& args);
+caf::error check_submit_args(const std::string& role, caf::atom_value op, const caf::message& args);
 
 /// An op routed `stream_requests`: each result sent to its consumer as it finishes.
-void submit_call(self_ptr self, const std::string& role, const std::string& op,
+void submit_call(self_ptr self, const std::string& role, caf::atom_value op,
                  const caf::message& args, int64_t timeout_ms, reply_fn k);
 
 /// An op routed `cancel_streams` (`cancel`): stops submitted requests by their ids.
-void cancel_call(self_ptr self, const std::string& role, const std::string& op,
+void cancel_call(self_ptr self, const std::string& role, caf::atom_value op,
                  const caf::message& args, int64_t timeout_ms, reply_fn k);
 
 /// A streamed request's result, passed on to its consumer.

@@ -44,7 +44,7 @@ namespace {
 step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int64_t> version,
                    int64_t timeout_ms) {
   return [=](done_fn done) {
-    const char* op = dispatcher_ops::sync_weights.name;
+    const auto op = dispatcher_ops::sync_weights.id;
     auto& st = self->state;
     auto* src = find_role(self, source);
     if (!src)
@@ -147,7 +147,7 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
       if (!s)
         return done(role_gone(source, op));
       const auto& send = worker_ops::send_weights;
-      group_all(self, s->group, send.name, send.args(std::move(sends)), timeout_ms,
+      group_all(self, s->group, send.id, send.args(std::move(sends)), timeout_ms,
                 [=](caf::expected<std::vector<caf::message>> answers) {
                   auto r = send.answers(std::move(answers));
                   if (!r)
@@ -161,7 +161,7 @@ step transfer_step(self_ptr self, const std::string& source, std::shared_ptr<int
         auto context = prefix(source, op) + ": engine role '" + r.role + "' rank " +
                        std::to_string(r.index) + " (" + r.spec.transport + ")";
         const auto& receive = engine_ops::receive_weights;
-        rank_call(self, r.rank, receive.name, receive.args(r.spec), timeout_ms + 1000,
+        rank_call(self, r.rank, receive.id, receive.args(r.spec), timeout_ms + 1000,
                   [=](caf::expected<caf::message> answer) {
                     auto x = receive.answer(std::move(answer));
                     if (!x && !g->receiver_error)
@@ -233,15 +233,15 @@ step live_engines_step(self_ptr self, const op_ref<R(Declared...)>& op, caf::mes
           ++live;
         }
       if (live == 0 && !e.ranks.empty())
-        return done(no_live_engine(e, name, op.name));
+        return done(no_live_engine(e, name, op.id));
     }
     if (targets.empty())
       return done(caf::error{});
     auto pending = std::make_shared<size_t>(targets.size());
     auto failed = std::make_shared<caf::error>();
     for (auto& t : targets) {
-      auto context = prefix(t.role, op.name) + ": engine rank " + std::to_string(t.rank);
-      rank_call(self, t.handle, op.name, args, timeout_ms, [=](caf::expected<caf::message> answer) {
+      auto context = prefix(t.role, op.id) + ": engine rank " + std::to_string(t.rank);
+      rank_call(self, t.handle, op.id, args, timeout_ms, [=](caf::expected<caf::message> answer) {
         auto r = op.answer(std::move(answer));
         if (!r && !*failed)
           *failed = with_context(self, context, r.error(), timeout_ms);
@@ -269,7 +269,7 @@ step next_version_step(self_ptr self, std::shared_ptr<int64_t> version, int64_t 
 } // namespace
 
 caf::error check_sync_args(self_ptr self, const std::string& role, const caf::message& args) {
-  const std::string op = dispatcher_ops::sync_weights.name;
+  const auto op = dispatcher_ops::sync_weights.id;
   auto& st = self->state;
   if (st.roles.at(role).engine)
     return make_error(errc::invalid_argument,
@@ -308,7 +308,7 @@ void sync_call(self_ptr self, const std::string& role, const std::string& pause_
   // A failed internal step (reading the versions, a pause or resume of an engine that died in
   // between) is this sync's failure, and says so.
   auto in_sync = [=](const caf::error& err, const char* doing) {
-    return with_context(self, prefix(role, dispatcher_ops::sync_weights.name) + ": " + doing, err,
+    return with_context(self, prefix(role, dispatcher_ops::sync_weights.id) + ": " + doing, err,
                         timeout_ms);
   };
   auto steps = std::make_shared<std::vector<step>>();

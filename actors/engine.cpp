@@ -365,6 +365,7 @@ actor_kind make_kind() {
     return st;
   };
   namespace ops = engine_ops;
+  k.implements<engine_interface>();
   k.add(typed_op(ops::init_model, init_model)
             .dispatched(op_dispatch::moves(op_residency::everything_on)));
   k.add(typed_op(ops::configure, configure));

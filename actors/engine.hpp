@@ -8,6 +8,9 @@
 
 #include <caf/actor.hpp>
 
+#include <caf/atom.hpp>
+
+#include "actors/rank_interface.hpp"
 #include "actors/rank_op.hpp"
 #include "runtime/messages.hpp"
 
@@ -159,25 +162,38 @@ void register_engine_kind();
 /// The engine kind's ops, with their argument and answer types as above (op_ref, rank_op.hpp):
 /// the kind is built from these and every caller calls through them.
 namespace engine_ops {
-inline constexpr op_ref<int64_t(model_spec)> init_model{"init_model"};
-inline constexpr op_ref<no_values(engine_options)> configure{"configure"};
+inline constexpr op_ref<int64_t(model_spec)> init_model{"init_model", caf::atom("init_model")};
+inline constexpr op_ref<no_values(engine_options)> configure{"configure", caf::atom("configure")};
 inline constexpr op_ref<std::vector<sample_output>(std::vector<sample_request>)> generate{
-    "generate"};
+    "generate", caf::atom("generate")};
 inline constexpr op_ref<int64_t(caf::actor, std::vector<int64_t>, std::vector<sample_request>,
                                 int64_t)>
-    submit{"submit"};
-inline constexpr op_ref<int64_t(caf::actor, std::vector<int64_t>)> cancel{"cancel"};
-inline constexpr op_ref<no_values(std::vector<std::string>)> sleep{"sleep"};
-inline constexpr op_ref<no_values(std::vector<std::string>)> wake_up{"wake_up"};
-inline constexpr op_ref<std::tuple<int64_t, int64_t>()> memory{"memory"};
-inline constexpr op_ref<int64_t(std::optional<std::string>)> pause{"pause"};
-inline constexpr op_ref<int64_t()> resume{"resume"};
-inline constexpr op_ref<int64_t()> weight_version{"weight_version"};
-inline constexpr op_ref<no_values(tensor_map, int64_t)> set_weights{"set_weights"};
-inline constexpr op_ref<tensor_map()> get_weights{"get_weights"};
-inline constexpr op_ref<std::vector<int64_t>(int64_t, int64_t)> retain_weights{"retain_weights"};
-inline constexpr op_ref<int64_t(weight_sync_spec)> receive_weights{"receive_weights"};
-inline constexpr op_ref<std::string()> stats{"stats"};
+    submit{"submit", caf::atom("submit")};
+inline constexpr op_ref<int64_t(caf::actor, std::vector<int64_t>)> cancel{"cancel",
+                                                                          caf::atom("cancel")};
+inline constexpr op_ref<no_values(std::vector<std::string>)> sleep{"sleep", caf::atom("sleep")};
+inline constexpr op_ref<no_values(std::vector<std::string>)> wake_up{"wake_up",
+                                                                     caf::atom("wake_up")};
+inline constexpr op_ref<std::tuple<int64_t, int64_t>()> memory{"memory", caf::atom("memory")};
+inline constexpr op_ref<int64_t(std::optional<std::string>)> pause{"pause", caf::atom("pause")};
+inline constexpr op_ref<int64_t()> resume{"resume", caf::atom("resume")};
+inline constexpr op_ref<int64_t()> weight_version{"weight_version", caf::atom("weight_ver")};
+inline constexpr op_ref<no_values(tensor_map, int64_t)> set_weights{"set_weights",
+                                                                    caf::atom("set_wts")};
+inline constexpr op_ref<tensor_map()> get_weights{"get_weights", caf::atom("get_wts")};
+inline constexpr op_ref<std::vector<int64_t>(int64_t, int64_t)> retain_weights{
+    "retain_weights", caf::atom("retain_wts")};
+inline constexpr op_ref<int64_t(weight_sync_spec)> receive_weights{"receive_weights",
+                                                                   caf::atom("recv_wts")};
+inline constexpr op_ref<std::string()> stats{"stats", caf::atom("stats")};
 } // namespace engine_ops
+
+/// The engine kind's typed CAF interface (rank_interface.hpp).
+using engine_interface =
+    rank_interface<engine_ops::init_model, engine_ops::configure, engine_ops::generate,
+                   engine_ops::submit, engine_ops::cancel, engine_ops::sleep, engine_ops::wake_up,
+                   engine_ops::memory, engine_ops::pause, engine_ops::resume,
+                   engine_ops::weight_version, engine_ops::set_weights, engine_ops::get_weights,
+                   engine_ops::retain_weights, engine_ops::receive_weights, engine_ops::stats>;
 
 } // namespace rlforge::actors

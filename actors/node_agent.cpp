@@ -180,103 +180,102 @@ node_agent_actor::behavior_type agent(agent_ptr self, node_agent_options opts) {
     self->quit(msg.reason);
   });
   return {
-    [=](spawn_ranks_atom, const std::string& kind, const std::vector<rank_info>& infos,
-        const caf::actor& owner,
-        const std::string& owner_id) -> caf::result<std::vector<rank_actor>> {
-      auto& st = self->state;
-      auto where = "node '" + node_id(self) + "': spawn of " + std::to_string(infos.size())
-                   + " rank(s) of kind '" + kind + "'";
-      if (!st.head)
-        return make_error(errc::unsupported,
-                          where + ": the node is not part of a cluster right now (it lost its "
-                                  "head and is joining again); retry");
-      if (!owner)
-        return make_error(errc::invalid_argument, where + ": no owner given");
-      if (infos.empty())
-        return make_error(errc::invalid_argument, where + ": no ranks given");
-      if (auto k = find_kind(kind); !k)
-        return make_error(errc::not_found, where + ": " + error_message(k.error()));
-      for (auto& info : infos)
-        if (info.node_id != node_id(self))
-          return make_error(errc::invalid_argument,
-                            where + ": rank " + std::to_string(info.rank) + " of group '"
-                              + info.group + "' is placed on node '" + info.node_id + "'");
-      std::vector<caf::actor> spawned;
-      for (auto& info : infos) {
-        auto r = spawn_rank(self->system(), kind, info);
-        if (!r) {
-          for (auto& x : spawned)
-            self->send_exit(x, caf::exit_reason::user_shutdown);
-          return make_error(errc::invalid_argument,
-                            where + ": rank " + std::to_string(info.rank) + " of group '"
-                              + info.group + "': " + self->system().render(r.error()));
+      [=](spawn_ranks_atom, const std::string& kind, const std::vector<rank_info>& infos,
+          const caf::actor& owner,
+          const std::string& owner_id) -> caf::result<std::vector<caf::actor>> {
+        auto& st = self->state;
+        auto where = "node '" + node_id(self) + "': spawn of " + std::to_string(infos.size()) +
+                     " rank(s) of kind '" + kind + "'";
+        if (!st.head)
+          return make_error(errc::unsupported,
+                            where + ": the node is not part of a cluster right now (it lost its "
+                                    "head and is joining again); retry");
+        if (!owner)
+          return make_error(errc::invalid_argument, where + ": no owner given");
+        if (infos.empty())
+          return make_error(errc::invalid_argument, where + ": no ranks given");
+        if (auto k = find_kind(kind); !k)
+          return make_error(errc::not_found, where + ": " + error_message(k.error()));
+        for (auto& info : infos)
+          if (info.node_id != node_id(self))
+            return make_error(errc::invalid_argument,
+                              where + ": rank " + std::to_string(info.rank) + " of group '" +
+                                  info.group + "' is placed on node '" + info.node_id + "'");
+        std::vector<caf::actor> spawned;
+        for (auto& info : infos) {
+          auto r = spawn_rank(self->system(), kind, info);
+          if (!r) {
+            for (auto& x : spawned)
+              self->send_exit(x, caf::exit_reason::user_shutdown);
+            return make_error(errc::invalid_argument,
+                              where + ": rank " + std::to_string(info.rank) + " of group '" +
+                                  info.group + "': " + self->system().render(r.error()));
+          }
+          spawned.push_back(std::move(*r));
         }
-        spawned.push_back(std::move(*r));
-      }
-      auto& entry = st.owners[owner.address()];
-      if (!entry.owner) {
-        entry.owner = owner;
-        entry.id = owner_id;
-        self->monitor(owner);
-      }
-      std::vector<rank_actor> out;
-      for (auto& r : spawned) {
-        self->monitor(r);
-        entry.ranks.push_back(r);
-        out.push_back(caf::actor_cast<rank_actor>(r));
-      }
-      return out;
-    },
-    [=](census_atom) { return census(self->state); },
-    [=](use_head_atom, const caf::actor& head, uint16_t port) -> caf::result<join_reply> {
-      auto sender = self->current_sender();
-      if (!sender || sender->node() != self->node())
-        return make_error(errc::invalid_argument,
-                          "node '" + node_id(self) + "': only its own process picks its head");
-      if (!head)
-        return make_error(errc::invalid_argument, "node '" + node_id(self) + "': invalid head");
-      auto& st = self->state;
-      st.port = port;
-      if (st.head) {
-        self->demonitor(st.head.address());
+        auto& entry = st.owners[owner.address()];
+        if (!entry.owner) {
+          entry.owner = owner;
+          entry.id = owner_id;
+          self->monitor(owner);
+        }
+        for (auto& r : spawned) {
+          self->monitor(r);
+          entry.ranks.push_back(r);
+        }
+        return spawned;
+      },
+      [=](census_atom) { return census(self->state); },
+      [=](use_head_atom, const caf::actor& head, uint16_t port) -> caf::result<join_reply> {
+        auto sender = self->current_sender();
+        if (!sender || sender->node() != self->node())
+          return make_error(errc::invalid_argument,
+                            "node '" + node_id(self) + "': only its own process picks its head");
+        if (!head)
+          return make_error(errc::invalid_argument, "node '" + node_id(self) + "': invalid head");
+        auto& st = self->state;
+        st.port = port;
+        if (st.head) {
+          self->demonitor(st.head.address());
+          st.head = head_actor{};
+        }
+        auto promise = self->make_response_promise<join_reply>();
+        join(self, caf::actor_cast<head_actor>(head), [=](caf::expected<join_reply> r) mutable {
+          if (r)
+            promise.deliver(std::move(*r));
+          else
+            promise.deliver(std::move(r.error()));
+        });
+        return promise;
+      },
+      [=](leave_atom, const std::string& reason) {
+        auto& st = self->state;
+        auto sender = self->current_sender();
+        if (!st.head || !sender || sender->address() != st.head.address())
+          return; // only the head expels
+        auto head = st.head;
+        self->demonitor(head.address());
         st.head = head_actor{};
-      }
-      auto promise = self->make_response_promise<join_reply>();
-      join(self, caf::actor_cast<head_actor>(head), [=](caf::expected<join_reply> r) mutable {
-        if (r)
-          promise.deliver(std::move(*r));
-        else
-          promise.deliver(std::move(r.error()));
-      });
-      return promise;
-    },
-    [=](leave_atom, const std::string& reason) {
-      auto& st = self->state;
-      auto sender = self->current_sender();
-      if (!st.head || !sender || sender->address() != st.head.address())
-        return; // only the head expels
-      auto head = st.head;
-      self->demonitor(head.address());
-      st.head = head_actor{};
-      stop_all(self, "the head declared the node dead: " + reason);
-      join(self, head, [=](caf::expected<join_reply> r) {
-        if (!r)
-          runtime::logger("actors.node")->error("rejoin_failed node={} error={}", node_id(self),
-                                                self->system().render(r.error()));
-      });
-    },
-    [=](cluster_tick_atom) {
-      auto& st = self->state;
-      if (st.head)
-        self->send(st.head, heartbeat_atom::value, census(st));
-      if (st.head_lost_at &&
-          std::chrono::steady_clock::now() - *st.head_lost_at > st.opts.head_grace) {
-        stop_all(self, st.head_lost_why + " and not back within " +
-                           std::to_string(st.opts.head_grace.count()) + " ms");
-        st.head_lost_at.reset();
-      }
-      self->delayed_send(self, st.heartbeat, cluster_tick_atom::value);
-    },
+        stop_all(self, "the head declared the node dead: " + reason);
+        join(self, head, [=](caf::expected<join_reply> r) {
+          if (!r)
+            runtime::logger("actors.node")
+                ->error("rejoin_failed node={} error={}", node_id(self),
+                        self->system().render(r.error()));
+        });
+      },
+      [=](cluster_tick_atom) {
+        auto& st = self->state;
+        if (st.head)
+          self->send(st.head, heartbeat_atom::value, census(st));
+        if (st.head_lost_at &&
+            std::chrono::steady_clock::now() - *st.head_lost_at > st.opts.head_grace) {
+          stop_all(self, st.head_lost_why + " and not back within " +
+                             std::to_string(st.opts.head_grace.count()) + " ms");
+          st.head_lost_at.reset();
+        }
+        self->delayed_send(self, st.heartbeat, cluster_tick_atom::value);
+      },
   };
 }
 

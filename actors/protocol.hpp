@@ -8,13 +8,13 @@
 
 namespace rlforge::actors {
 
-/// (call_atom, std::string op, caf::message args) → op_result: run `op` on one rank. The atoms
-/// that also cross process boundaries are defined with the typed interfaces, in
-/// runtime/cluster_protocol.hpp.
-using rlforge::call_atom;
-/// (broadcast_call_atom, op, args, timeout_ms) → std::vector<caf::message>: every rank, rank order.
+/// A call to one rank is `op.call(args...)`: the op's id, then its arguments (op_ref,
+/// rank_op.hpp; rank_interface.hpp). The atoms that also cross process boundaries are defined
+/// with the typed interfaces, in runtime/cluster_protocol.hpp.
+///
+/// (all_atom, op id, args, timeout_ms) → std::vector<caf::message>: every rank, rank order.
 using all_atom = caf::atom_constant<caf::atom("all")>;
-/// (mesh_atom, op, std::vector<caf::message> chunks, timeout_ms) → std::vector<caf::message>.
+/// (mesh_atom, op id, std::vector<caf::message> chunks, timeout_ms) → std::vector<caf::message>.
 using mesh_atom = caf::atom_constant<caf::atom("mesh")>;
 /// (ranks_atom) → std::vector<rank_info> of a group.
 using ranks_atom = caf::atom_constant<caf::atom("ranks")>;

@@ -20,19 +20,13 @@
 
 namespace rlforge::actors {
 
+namespace rank_detail {
+const char* rank_state::name = "rlforge.rank";
+} // namespace rank_detail
+
 namespace {
 
-struct rank_state {
-  actor_kind kind;
-  rank_context ctx;
-  /// Calls answered later (`rank_context::defer_reply`): ticket → (promise, error context).
-  std::map<uint64_t, std::pair<caf::typed_response_promise<op_result>, std::string>> deferred;
-  /// A step message is in the mailbox (at most one at a time).
-  bool step_queued = false;
-  static const char* name;
-};
-
-const char* rank_state::name = "rlforge.rank";
+using rank_detail::rank_state;
 
 std::string describe(const rank_info& info, const std::string& op) {
   return "group '" + info.group + "' rank " + std::to_string(info.rank) + " op '" + op + "'";
@@ -94,19 +88,28 @@ void flush_deliveries(rank_state& st) {
   }
 }
 
-using rank_ptr = rank_actor::stateful_pointer<rank_state>;
-
 /// Queues one step of the kind's background work behind the messages already waiting.
-void schedule_step(rank_ptr self) {
-  auto& st = self->state;
+void schedule_step(caf::scheduled_actor* self, rank_state& st) {
   if (!st.kind.step || st.step_queued)
     return;
   st.step_queued = true;
-  self->send(self, step_atom::value);
+  caf::anon_send(caf::actor_cast<caf::actor>(self), step_atom::value);
 }
 
-rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_info info) {
-  auto& st = self->state;
+/// The types of a message's elements, "(int64, string)".
+std::string element_types(caf::actor_system& sys, const caf::type_erased_tuple& xs) {
+  std::string out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    out += (i ? ", " : "") + sys.types().portable_name(xs.type(i));
+  }
+  return "(" + out + ")";
+}
+
+} // namespace
+
+namespace rank_detail {
+
+void start(caf::scheduled_actor* self, rank_state& st, actor_kind kind, rank_info info) {
   st.kind = std::move(kind);
   st.ctx.info = std::move(info);
   st.ctx.kind = st.kind.name;
@@ -121,95 +124,119 @@ rank_actor::behavior_type rank_behavior(rank_ptr self, actor_kind kind, rank_inf
   // The rank is typed and its consumers (stream results) are not: send() refuses that pairing
   // at compile time, so send unchecked, with the rank as the sender.
   st.ctx.send = [self](const caf::actor& to, caf::message msg) {
-    // As the rank, but through its dynamically typed handle: the consumers of these messages
-    // (e.g. a dispatcher forwarding an engine's results) are not typed actors.
     caf::send_as(caf::actor_cast<caf::actor>(self), to, std::move(msg));
   };
   st.ctx.step_after = [self](std::chrono::milliseconds delay) {
-    self->delayed_send(self, delay, step_atom::value, true);
+    caf::delayed_anon_send(caf::actor_cast<caf::actor>(self), delay, step_atom::value, true);
   };
-  auto run_step = [self] {
-    auto& st = self->state;
-    bool more = false;
-    try {
-      more = st.kind.step && st.kind.step(st.ctx);
-    } catch (...) {
-      auto err = current_exception_to_error(describe(st.ctx.info, "step"));
-      runtime::logger("actors.rank")->error("step_failed {}", error_message(err));
-    }
-    flush_deliveries(st);
-    if (more)
-      schedule_step(self);
-  };
-  return {
-    [=](step_atom) {
-      self->state.step_queued = false;
-      run_step();
-    },
-    [=](step_atom, bool /* timer */) { run_step(); },
-    [=](call_atom, const std::string& op, const caf::message& args) -> caf::result<op_result> {
-      auto& st = self->state;
-      auto context = describe(st.ctx.info, op);
-      st.ctx.deferred_ticket.reset();
-      caf::expected<caf::message> out{caf::message{}};
-      // Results of earlier deferred calls go out after this op, whatever it answers; then the
-      // kind's background work (if any) gets its turn.
-      auto flush = caf::detail::make_scope_guard([&] {
-        flush_deliveries(st);
-        schedule_step(self);
+  // A message outside the kind's interface, which CAF would drop with a bare
+  // unexpected_message: an op of the kind with other argument types is refused as the op's own
+  // check refuses it (invalid_argument, naming its signature); an unknown op or another message
+  // is not_found, naming the kind's ops. The rank stays as it was.
+  self->set_default_handler(
+      [&st](caf::scheduled_actor* self, caf::message_view& x) -> caf::result<caf::message> {
+        const auto& xs = x.content();
+        auto& sys = self->system();
+        const bool has_id = !xs.empty() && xs.type(0).first == caf::type_nr<caf::atom_value>::value;
+        if (has_id) {
+          const auto id = xs.get_as<caf::atom_value>(0);
+          const rank_op* op = nullptr;
+          if (auto b = builtin_ops().find(id); b != builtin_ops().end())
+            op = &b->second;
+          else if (auto i = st.kind.ops.find(id); i != st.kind.ops.end())
+            op = &i->second;
+          if (op != nullptr) {
+            std::string got;
+            for (size_t i = 1; i < xs.size(); ++i)
+              got += (i > 1 ? ", " : "") + sys.types().portable_name(xs.type(i));
+            return make_error(errc::invalid_argument, describe(st.ctx.info, op->name) + ": " +
+                                                          op->name + " expects (" + op->signature +
+                                                          "), got (" + got + ")");
+          }
+        }
+        std::string known;
+        const std::map<caf::atom_value, rank_op>* tables[] = {&builtin_ops(), &st.kind.ops};
+        for (const auto* table : tables)
+          for (const auto& [_, op] : *table)
+            known += (known.empty() ? "" : ", ") + op.name;
+        const auto name = has_id ? op_name(xs.get_as<caf::atom_value>(0)) : std::string{"?"};
+        const auto what = has_id ? "op '" + name + "'" : "message " + element_types(sys, xs);
+        return make_error(errc::not_found, describe(st.ctx.info, name) + ": kind '" + st.kind.name +
+                                               "' has no such " + what + " (ops: " + known + ")");
       });
-      try {
-        const auto& builtins = builtin_ops();
-        auto b = builtins.find(op);
-        auto i = st.kind.ops.find(op);
-        if (b != builtins.end()) {
-          out = b->second.call(st.ctx, args);
-        } else if (i != st.kind.ops.end()) {
-          out = i->second.call(st.ctx, args);
-        } else {
-          std::string known;
-          const std::map<std::string, rank_op>* tables[] = {&builtins, &st.kind.ops};
-          for (const auto* table : tables)
-            for (auto& [name, _] : *table)
-              known += (known.empty() ? "" : ", ") + name;
-          return make_error(errc::not_found, context + ": kind '" + st.kind.name
-                                               + "' has no such op (ops: " + known + ")");
-        }
-      } catch (...) {
-        auto err = current_exception_to_error(context);
-        runtime::logger("actors.rank")->warn("op_failed {}", error_message(err));
-        return err;
-      }
-      if (st.ctx.exit_reason) {
-        // The op asked the rank to die: quit without answering, like a crashed process.
-        runtime::logger("actors.rank")->error("rank_exit {} reason={}", context,
-                                              self->system().render(st.ctx.exit_reason));
-        auto promise = self->make_response_promise<op_result>();
-        self->quit(st.ctx.exit_reason);
-        return promise;
-      }
-      if (st.ctx.deferred_ticket) {
-        // The op answers later (`deliver`); an op that deferred and then failed answers now.
-        auto ticket = *st.ctx.deferred_ticket;
-        st.ctx.deferred_ticket.reset();
-        if (out) {
-          auto promise = self->make_response_promise<op_result>();
-          st.deferred.emplace(ticket, std::make_pair(promise, context));
-          return promise;
-        }
-      }
-      if (!out)
-        return with_context(std::move(out.error()), context);
-      return op_result{std::move(*out)};
-    },
-  };
 }
 
-} // namespace
+void step(caf::scheduled_actor* self, rank_state& st, bool timer) {
+  if (!timer)
+    st.step_queued = false;
+  bool more = false;
+  try {
+    more = st.kind.step && st.kind.step(st.ctx);
+  } catch (...) {
+    auto err = current_exception_to_error(describe(st.ctx.info, "step"));
+    runtime::logger("actors.rank")->error("step_failed {}", error_message(err));
+  }
+  flush_deliveries(st);
+  if (more)
+    schedule_step(self, st);
+}
 
-const std::map<std::string, rank_op>& builtin_ops() {
-  static const std::map<std::string, rank_op> ops = [] {
-    std::map<std::string, rank_op> out;
+caf::result<op_result> call(caf::scheduled_actor* self, rank_state& st, caf::atom_value id) {
+  const auto& builtins = builtin_ops();
+  auto b = builtins.find(id);
+  auto i = st.kind.ops.find(id);
+  const rank_op* op = b != builtins.end()      ? &b->second
+                      : i != st.kind.ops.end() ? &i->second
+                                               : nullptr;
+  auto context = describe(st.ctx.info, op != nullptr ? op->name : op_name(id));
+  if (op == nullptr) // the interface lists every op of the kind; this is our own bug
+    return make_error(errc::internal, context + ": kind '" + st.kind.name +
+                                          "' lists the op in its interface and has no such op");
+  // The call's arguments: the message's elements after the op's id, shared, not copied.
+  const auto args = self->current_mailbox_element()->copy_content_to_message().drop(1);
+  st.ctx.deferred_ticket.reset();
+  caf::expected<caf::message> out{caf::message{}};
+  // Results of earlier deferred calls go out after this op, whatever it answers; then the
+  // kind's background work (if any) gets its turn.
+  auto flush = caf::detail::make_scope_guard([&] {
+    flush_deliveries(st);
+    schedule_step(self, st);
+  });
+  try {
+    out = op->call(st.ctx, args);
+  } catch (...) {
+    auto err = current_exception_to_error(context);
+    runtime::logger("actors.rank")->warn("op_failed {}", error_message(err));
+    return err;
+  }
+  if (st.ctx.exit_reason) {
+    // The op asked the rank to die: quit without answering, like a crashed process.
+    runtime::logger("actors.rank")
+        ->error("rank_exit {} reason={}", context, self->system().render(st.ctx.exit_reason));
+    auto promise = self->make_response_promise<op_result>();
+    self->quit(st.ctx.exit_reason);
+    return promise;
+  }
+  if (st.ctx.deferred_ticket) {
+    // The op answers later (`deliver`); an op that deferred and then failed answers now.
+    auto ticket = *st.ctx.deferred_ticket;
+    st.ctx.deferred_ticket.reset();
+    if (out) {
+      auto promise = self->make_response_promise<op_result>();
+      st.deferred.emplace(ticket, std::make_pair(promise, context));
+      return promise;
+    }
+  }
+  if (!out)
+    return with_context(std::move(out.error()), context);
+  return op_result{std::move(*out)};
+}
+
+} // namespace rank_detail
+
+const std::map<caf::atom_value, rank_op>& builtin_ops() {
+  static const std::map<caf::atom_value, rank_op> ops = [] {
+    std::map<caf::atom_value, rank_op> out;
     for (auto op : {context_op(rank_ops::info, info_op), context_op(rank_ops::ping, ping_op),
                     context_op(rank_ops::kind, kind_op), context_op(rank_ops::threads, threads_op),
                     context_op(rank_ops::location, location_op),
@@ -219,7 +246,7 @@ const std::map<std::string, rank_op>& builtin_ops() {
                     context_op(rank_ops::broadcast, broadcast_op, {"", "root"}),
                     context_op(rank_ops::checkpoint_visible, checkpoint_visible_op,
                                {"root", "global_step", "role"})})
-      out.emplace(op.name, op);
+      out.emplace(op.id, op);
     return out;
   }();
   return ops;
@@ -233,8 +260,7 @@ caf::expected<caf::actor> spawn_rank(caf::actor_system& sys, const std::string& 
   if (info.threads < 1)
     return make_error(errc::invalid_argument, "rank threads must be >= 1, got "
                                                 + std::to_string(info.threads));
-  return caf::actor_cast<caf::actor>(
-    sys.spawn<caf::detached>(rank_behavior, std::move(*k), std::move(info)));
+  return k->spawn(sys, *k, info);
 }
 
 } // namespace rlforge::actors

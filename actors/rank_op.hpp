@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/atom.hpp>
 #include <caf/detail/type_list.hpp>
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
@@ -152,8 +153,10 @@ struct op_dispatch {
 
 /// One op of a kind: what it takes, as text, how it is called, and how the dispatcher runs it.
 struct rank_op {
-  /// The op's name (its key in the kind's table).
+  /// The op's name, for people: errors, logs and the kind's interface.
   std::string name;
+  /// The op's wire identity (its key in the kind's table): the atom a call to it starts with.
+  caf::atom_value id = caf::atom("");
   /// "type name, type name[, type name]": the argument list, optional trailing ones bracketed.
   std::string signature;
   /// "type, type": what the op answers ("" for no values; "message" for an op whose answer is
@@ -378,10 +381,11 @@ op_reply call_with_context(caf::expected<R> (*fn)(rank_context&, const Args&...)
 /// The op `call(ctx, args)`, after a check that `args` holds `Args` (optional ones may be
 /// left off the end).
 template <class R, class... Args, class Call>
-rank_op make(const char* op, std::vector<std::string> names, Call call) {
+rank_op make(const char* op, caf::atom_value id, std::vector<std::string> names, Call call) {
   static_assert(optionals_trail<Args...>(), "optional arguments come last");
   rank_op out;
   out.name = op;
+  out.id = id;
   out.signature = signature_text<Args...>(names);
   out.result = result_of<R>::text();
   const std::string expects = std::string{op} + " expects (" + out.signature + "), got ";
@@ -402,16 +406,22 @@ rank_op make(const char* op, std::vector<std::string> names, Call call) {
 
 } // namespace op_detail
 
-/// An op's name with the types of its arguments and of its answer, `op_ref<R(Args...)>`, where
-/// Args and R are as `typed_op` reads them from the op's function (a `std::optional<T>` argument
-/// is an optional trailing T). Each op has one, declared next to its kind (`worker_ops` in
-/// worker.hpp, `engine_ops` in engine.hpp, `rank_ops` in rank_actor.hpp, `dispatcher_ops` in
-/// dispatcher.hpp), and both sides of a call use it:
+/// An op's name, wire identity and the types of its arguments and of its answer,
+/// `op_ref<R(Args...)>{name, id}`, where Args and R are as `typed_op` reads them from the op's
+/// function (a `std::optional<T>` argument is an optional trailing T). Each op has one, declared
+/// next to its kind (`worker_ops` in worker.hpp, `engine_ops` in engine.hpp, `rank_ops` in
+/// rank_actor.hpp, `dispatcher_ops` in dispatcher.hpp), and both sides of a call use it:
 ///  - the kind builds the op from it: `typed_op(ref, fn)` does not compile unless `fn` takes
 ///    Args and answers R (or `answered_later<R>`);
-///  - a caller builds the call's arguments with `args(...)` (checked against Args when it
-///    compiles) and reads the answer with `answer(...)` (checked against R when it arrives).
-/// So an op's name and types are written once, and no caller spells them.
+///  - the kind's typed interface lists it (`rank_interface`, rank_interface.hpp):
+///    `replies_to<atom_constant<id>, Args...>::with<op_result>`, once per number of optional
+///    arguments given;
+///  - a caller builds the call with `call(...)` or its arguments with `args(...)` (checked
+///    against Args when it compiles) and reads the answer with `answer(...)` (checked against R
+///    when it arrives).
+/// So an op's name, id and types are written once, and no caller spells them. The id is a CAF
+/// atom (at most 10 characters); within a kind and the built-in ops each id names one op, and
+/// across kinds one id names ops of one name (`register_kind` checks both).
 ///
 /// Thread safety: a constant; its members are pure.
 template <class Signature> struct op_ref;
@@ -419,6 +429,12 @@ template <class Signature> struct op_ref;
 template <class R, class... Args> struct op_ref<R(Args...)> {
   static_assert(op_detail::optionals_trail<Args...>(), "optional arguments come last");
   const char* name;
+  caf::atom_value id;
+
+  /// One call as a rank receives it: the op's id, then the arguments as `args` takes them.
+  template <class... Given> caf::message call(Given&&... given) const {
+    return caf::message::concat(caf::make_message(id), args(std::forward<Given>(given)...));
+  }
 
   /// The arguments of one call: every required argument, then none, some or all of the optional
   /// ones, each given as (or convertible to) its declared type.
@@ -468,53 +484,41 @@ private:
   }
 };
 
-/// An op of a kind whose state is `State`: `fn(ctx, state, args...)`. `names` names the
-/// arguments in the signature text (in order; fewer names leave the rest unnamed). A
-/// `std::optional<T>` argument is an optional trailing `T`: absent from the call, it is empty.
-/// `fn` answers `caf::expected<R>`: one value, a std::tuple of values, `no_values`, or (for an
-/// answer whose types vary) a caf::message; the op's `result` text names R.
-template <class R, class State, class... Args>
-rank_op typed_op(const char* op, caf::expected<R> (*fn)(rank_context&, State&, const Args&...),
-                 std::vector<std::string> names = {}) {
-  return op_detail::make<R, Args...>(op, std::move(names),
-                                  [fn](rank_context& ctx, const caf::message& args) {
-                                    return op_detail::call_with_state(
-                                        fn, ctx, args, std::index_sequence_for<Args...>{});
-                                  });
-}
-
-/// The op `ref` declares, implemented by `fn` (which must take its arguments and answer its
-/// type, now or later).
+/// The op `ref` declares, implemented by `fn(ctx, state, args...)` for a kind whose state is
+/// `State`; `fn` must take the declared arguments and answer the declared type, now or later
+/// (`answered_later<R>`). `names` names the arguments in the signature text (in order; fewer
+/// names leave the rest unnamed). A `std::optional<T>` argument is an optional trailing `T`:
+/// absent from the call, it is empty. R is one value, a std::tuple of values, `no_values`, or (for
+/// an answer whose types vary) a caf::message; the op's `result` text names it.
 template <class R, class State, class... Args>
 rank_op typed_op(const op_ref<R(Args...)>& ref,
                  caf::expected<R> (*fn)(rank_context&, State&, const Args&...),
                  std::vector<std::string> names = {}) {
-  return typed_op(ref.name, fn, std::move(names));
+  return op_detail::make<R, Args...>(
+      ref.name, ref.id, std::move(names), [fn](rank_context& ctx, const caf::message& args) {
+        return op_detail::call_with_state(fn, ctx, args, std::index_sequence_for<Args...>{});
+      });
 }
 template <class R, class State, class... Args>
 rank_op typed_op(const op_ref<R(Args...)>& ref,
                  caf::expected<answered_later<R>> (*fn)(rank_context&, State&, const Args&...),
                  std::vector<std::string> names = {}) {
-  return typed_op(ref.name, fn, std::move(names));
+  return op_detail::make<answered_later<R>, Args...>(
+      ref.name, ref.id, std::move(names), [fn](rank_context& ctx, const caf::message& args) {
+        return op_detail::call_with_state(fn, ctx, args, std::index_sequence_for<Args...>{});
+      });
 }
 
-/// An op that needs no kind state: `fn(ctx, args...)` (the built-in ops of every rank).
-template <class R, class... Args>
-rank_op context_op(const char* op, caf::expected<R> (*fn)(rank_context&, const Args&...),
-                   std::vector<std::string> names = {}) {
-  return op_detail::make<R, Args...>(op, std::move(names),
-                                  [fn](rank_context& ctx, const caf::message& args) {
-                                    return op_detail::call_with_context(
-                                        fn, ctx, args, std::index_sequence_for<Args...>{});
-                                  });
-}
-
-/// The op `ref` declares, implemented by `fn`, which needs no kind state.
+/// The op `ref` declares, implemented by `fn(ctx, args...)`, which needs no kind state (the
+/// built-in ops of every rank).
 template <class R, class... Args>
 rank_op context_op(const op_ref<R(Args...)>& ref,
                    caf::expected<R> (*fn)(rank_context&, const Args&...),
                    std::vector<std::string> names = {}) {
-  return context_op(ref.name, fn, std::move(names));
+  return op_detail::make<R, Args...>(
+      ref.name, ref.id, std::move(names), [fn](rank_context& ctx, const caf::message& args) {
+        return op_detail::call_with_context(fn, ctx, args, std::index_sequence_for<Args...>{});
+      });
 }
 
 } // namespace rlforge::actors

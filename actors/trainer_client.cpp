@@ -42,7 +42,7 @@ caf::expected<void> as_void(caf::expected<no_values> m) {
 
 } // namespace
 
-caf::expected<caf::message> trainer_client::call(const std::string& role, const std::string& op,
+caf::expected<caf::message> trainer_client::call(const std::string& role, caf::atom_value op,
                                                  caf::message args) {
   if (!dispatcher_)
     return make_error(errc::invalid_argument, "trainer_client: no dispatcher");
@@ -54,7 +54,8 @@ caf::expected<caf::message> trainer_client::call(const std::string& role, const 
       .receive([&](op_result& r) { out = std::move(r.value); },
                [&](caf::error& e) {
                  if (e == caf::sec::request_timeout)
-                   out = make_error(errc::timeout, "dispatcher role '" + role + "' op '" + op +
+                   out = make_error(errc::timeout, "dispatcher role '" + role + "' op '" +
+                                                       op_name(op) +
                                                        "': no answer from the dispatcher");
                  else
                    out = std::move(e);

@@ -150,13 +150,12 @@ public:
   template <class R, class... Declared, class... Given>
   caf::expected<R> call(const std::string& role, const op_ref<R(Declared...)>& op,
                         Given&&... args) {
-    return op.answer(call(role, op.name, op.args(std::forward<Given>(args)...)));
+    return op.answer(call(role, op.id, op.args(std::forward<Given>(args)...)));
   }
 
-  /// Raw call: `op` with `args` on `role`; the answer of the dispatcher (for kinds that declare
-  /// no op_ref, and for tests of bad calls).
-  caf::expected<caf::message> call(const std::string& role, const std::string& op,
-                                   caf::message args);
+  /// Raw call: the op whose id is `op` with `args` on `role`; the answer of the dispatcher
+  /// (for tests of bad calls).
+  caf::expected<caf::message> call(const std::string& role, caf::atom_value op, caf::message args);
 
   const caf::actor& dispatcher() const { return dispatcher_; }
 

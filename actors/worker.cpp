@@ -259,6 +259,10 @@ actor_kind make_kind(const std::string& role) {
     return st;
   };
   namespace ops = worker_ops;
+  if (role == "ref")
+    k.implements<reference_interface>();
+  else
+    k.implements<trainer_interface>();
   k.add(typed_op(ops::init_model, init_model)
             .dispatched(op_dispatch::moves(op_residency::everything_on)));
   const auto model_only = op_dispatch::needs(true, false);

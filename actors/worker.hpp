@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include <caf/atom.hpp>
+
+#include "actors/rank_interface.hpp"
 #include "actors/rank_op.hpp"
 #include "backends/model/compute_dtype.hpp"
 #include "runtime/messages.hpp"
@@ -100,30 +103,49 @@ inline constexpr int64_t tinker_tokens_per_call = 65536;
 /// the kinds are built from these and every caller calls through them. `forward_backward`,
 /// `tinker_forward_backward`, `optim_step`, `set_lr` and the checkpoints are not on `ref`.
 namespace worker_ops {
-inline constexpr op_ref<int64_t(model_spec)> init_model{"init_model"};
+inline constexpr op_ref<int64_t(model_spec)> init_model{"init_model", caf::atom("init_model")};
 inline constexpr op_ref<tinker_pass_result(tinker::checked_request)> tinker_forward{
-    "tinker_forward"};
+    "tinker_forward", caf::atom("tk_fwd")};
 inline constexpr op_ref<tinker_pass_result(tinker::checked_request)> tinker_forward_backward{
-    "tinker_forward_backward"};
+    "tinker_forward_backward", caf::atom("tk_fwd_bwd")};
 inline constexpr op_ref<batch_result(batch_payload, std::optional<loss_request>)> forward{
-    "forward"};
+    "forward", caf::atom("forward")};
 inline constexpr op_ref<batch_result(batch_payload, loss_request)> forward_backward{
-    "forward_backward"};
-inline constexpr op_ref<optim_result(tinker::adam_params)> optim_step{"optim_step"};
-inline constexpr op_ref<no_values(double)> set_lr{"set_lr"};
-inline constexpr op_ref<no_values(algorithm_config)> set_algorithm_config{"set_algorithm_config"};
+    "forward_backward", caf::atom("fwd_bwd")};
+inline constexpr op_ref<optim_result(tinker::adam_params)> optim_step{"optim_step",
+                                                                      caf::atom("optim_step")};
+inline constexpr op_ref<no_values(double)> set_lr{"set_lr", caf::atom("set_lr")};
+inline constexpr op_ref<no_values(algorithm_config)> set_algorithm_config{"set_algorithm_config",
+                                                                          caf::atom("set_algo")};
 inline constexpr op_ref<no_values(std::string, int64_t, std::optional<std::string>)>
-    save_checkpoint{"save_checkpoint"};
+    save_checkpoint{"save_checkpoint", caf::atom("save_ckpt")};
 inline constexpr op_ref<int64_t(std::string, int64_t, std::optional<std::string>,
                                 std::optional<bool>)>
-    load_checkpoint{"load_checkpoint"};
-inline constexpr op_ref<no_values(std::string)> save_hf_model{"save_hf_model"};
-inline constexpr op_ref<no_values(std::vector<std::string>)> offload{"offload"};
-inline constexpr op_ref<no_values(std::vector<std::string>)> onload{"onload"};
-inline constexpr op_ref<std::tuple<int64_t, int64_t>()> memory{"memory"};
+    load_checkpoint{"load_checkpoint", caf::atom("load_ckpt")};
+inline constexpr op_ref<no_values(std::string)> save_hf_model{"save_hf_model",
+                                                              caf::atom("save_hf")};
+inline constexpr op_ref<no_values(std::vector<std::string>)> offload{"offload",
+                                                                     caf::atom("offload")};
+inline constexpr op_ref<no_values(std::vector<std::string>)> onload{"onload", caf::atom("onload")};
+inline constexpr op_ref<std::tuple<int64_t, int64_t>()> memory{"memory", caf::atom("memory")};
 /// Sends this rank's weights to engines (weight_sync.hpp) → the bytes this rank sent.
-inline constexpr op_ref<int64_t(std::vector<weight_sync_spec>)> send_weights{"send_weights"};
+inline constexpr op_ref<int64_t(std::vector<weight_sync_spec>)> send_weights{"send_weights",
+                                                                             caf::atom("send_wts")};
 } // namespace worker_ops
+
+/// The worker kinds' typed CAF interfaces (rank_interface.hpp): `ref` reads the model;
+/// `policy` and `critic` also train it and keep checkpoints.
+using reference_interface =
+    rank_interface<worker_ops::init_model, worker_ops::forward, worker_ops::tinker_forward,
+                   worker_ops::set_algorithm_config, worker_ops::save_hf_model, worker_ops::offload,
+                   worker_ops::onload, worker_ops::memory, worker_ops::send_weights>;
+using trainer_interface =
+    rank_interface<worker_ops::init_model, worker_ops::forward, worker_ops::tinker_forward,
+                   worker_ops::set_algorithm_config, worker_ops::save_hf_model, worker_ops::offload,
+                   worker_ops::onload, worker_ops::memory, worker_ops::send_weights,
+                   worker_ops::forward_backward, worker_ops::tinker_forward_backward,
+                   worker_ops::optim_step, worker_ops::set_lr, worker_ops::save_checkpoint,
+                   worker_ops::load_checkpoint>;
 
 /// Builds the model a `model_spec` names: loaded from `hf_dir`, or random from `preset` or
 /// `config_json` with `spec.seed`. Exactly one of the three must be set. LoRA fields are not

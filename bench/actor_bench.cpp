@@ -26,6 +26,7 @@
 #include "actors/placement_manager.hpp"
 #include "actors/protocol.hpp"
 #include "actors/rank_actor.hpp"
+#include "actors/rank_interface.hpp"
 #include "runtime/system_config.hpp"
 
 using namespace rlforge;
@@ -144,13 +145,12 @@ double spawn_rate(caf::actor_system& sys, const caf::actor& manager, int rep) {
   }
   // Ready = every rank answered a call (its thread runs and its state exists).
   caf::scoped_actor self{sys};
-  std::vector<decltype(self->request(groups[0].handle(), std::chrono::seconds(60),
-                                     all_atom::value, std::string{}, caf::message{},
-                                     int64_t{0}))> pings;
+  std::vector<decltype(self->request(groups[0].handle(), std::chrono::seconds(60), all_atom::value,
+                                     rank_ops::ping.id, caf::message{}, int64_t{0}))>
+      pings;
   for (auto& g : groups)
     pings.push_back(self->request(g.handle(), std::chrono::seconds(60), all_atom::value,
-                                  std::string{rank_ops::ping.name}, caf::message{},
-                                  int64_t{60000}));
+                                  rank_ops::ping.id, caf::message{}, int64_t{60000}));
   for (auto& h : pings)
     h.receive([&](std::vector<caf::message>&) {}, [&](caf::error& e) { die(sys, e, "ping"); });
   double rate = spawn_ranks / seconds_since(start);
@@ -187,8 +187,7 @@ std::vector<double> event_based_round_trips(caf::actor_system& sys, const caf::a
   auto driver = sys.spawn([=](caf::stateful_actor<driver_state>* d) -> caf::behavior {
     auto next = [=] {
       d->state.sent = clock_type::now();
-      d->send(group, all_atom::value, std::string{rank_ops::ping.name}, caf::message{},
-              int64_t{10000});
+      d->send(group, all_atom::value, rank_ops::ping.id, caf::message{}, int64_t{10000});
     };
     next();
     return {
@@ -222,6 +221,7 @@ int main(int argc, char** argv) {
   }
   actor_kind noop;
   noop.name = "bench.noop";
+  noop.implements<rank_interface<>>();
   register_kind(noop);
   caf::actor_system sys{cfg};
   auto manager = spawn_placement_manager(sys, simulated_nodes(), std::chrono::seconds(60));

@@ -127,14 +127,13 @@ void control_round_trip(test_driver& d) {
   auto g = group.handle();
   auto one = handles.at(0);
   round_trips(d.sys(), 200, [=](caf::event_based_actor* a) {
-    a->send(g, all_atom::value, std::string{rank_ops::ping.name}, caf::message{}, int64_t{10000});
+    a->send(g, all_atom::value, rank_ops::ping.id, caf::message{}, int64_t{10000});
   });
   auto group_us = median(round_trips(d.sys(), 2000, [=](caf::event_based_actor* a) {
-    a->send(g, all_atom::value, std::string{rank_ops::ping.name}, caf::message{}, int64_t{10000});
+    a->send(g, all_atom::value, rank_ops::ping.id, caf::message{}, int64_t{10000});
   }));
-  auto single_us = median(round_trips(d.sys(), 2000, [=](caf::event_based_actor* a) {
-    a->send(one, call_atom::value, std::string{rank_ops::ping.name}, caf::message{});
-  }));
+  auto single_us = median(round_trips(
+      d.sys(), 2000, [=](caf::event_based_actor* a) { a->send(one, rank_ops::ping.call()); }));
   std::printf("cluster.rtt group of 4 ranks on 2 node processes, event-based driver: %.0f us "
               "(median of 2000) | one remote rank (CAF loopback RTT): %.0f us, ratio %.2f | "
               "goal <= 300 us: %s\n",

@@ -94,7 +94,7 @@ void submit(self_ptr self, const std::vector<int64_t>& ids,
   const auto timeout_ms = st.options.request_timeout_ms;
   self->request(st.dispatcher, std::chrono::milliseconds{timeout_ms + 5000},
                 actors::dispatcher_call_atom::value, st.options.engine_role,
-                std::string{actors::dispatcher_ops::submit.name},
+                actors::dispatcher_ops::submit.id,
                 actors::dispatcher_ops::submit.args(caf::actor_cast<caf::actor>(self), ids,
                                                     std::move(requests)),
                 timeout_ms)
@@ -266,7 +266,7 @@ caf::behavior producer(self_ptr self, caf::actor dispatcher, producer_options op
           return int64_t{0};
         auto promise = self->make_response_promise<int64_t>();
         self->request(st.dispatcher, std::chrono::seconds(60), actors::dispatcher_call_atom::value,
-                      st.options.engine_role, std::string{actors::engine_ops::cancel.name},
+                      st.options.engine_role, actors::engine_ops::cancel.id,
                       actors::engine_ops::cancel.args(caf::actor_cast<caf::actor>(self), ids),
                       int64_t{55000})
             .then(

@@ -43,7 +43,6 @@ const char* rlforge_version() noexcept {
 std::vector<std::string> wire_signature(const caf::actor_system& sys) {
   std::vector<std::string> out;
   describe_types(out, runtime::message_types{});
-  describe_interface<rank_actor>(out, sys, "rank_actor");
   describe_interface<node_agent_actor>(out, sys, "node_agent_actor");
   describe_interface<head_actor>(out, sys, "head_actor");
   describe_interface<rendezvous_store_actor>(out, sys, "rendezvous_store_actor");

@@ -27,8 +27,6 @@ namespace rlforge {
 
 // -- atoms (at most 10 characters, CAF 0.17) ---------------------------------------------------
 
-/// (call_atom, std::string op, caf::message args) → op_result: run `op` on one rank.
-using call_atom = caf::atom_constant<caf::atom("call")>;
 /// (step_atom [, bool timer]): a rank runs one unit of its kind's background work (sent to
 /// itself only; see actors/actor_kind.hpp).
 using step_atom = caf::atom_constant<caf::atom("step")>;
@@ -180,12 +178,6 @@ inline bool operator==(const group_record& a, const group_record& b) {
 
 // -- typed interfaces --------------------------------------------------------------------------
 
-/// A rank of an actor group (actors/rank_actor.hpp): one generic op call; and the step messages
-/// a rank with background work sends itself (after each op, or after a delay).
-using rank_actor = caf::typed_actor<
-  caf::replies_to<call_atom, std::string, caf::message>::with<op_result>,
-  caf::reacts_to<step_atom>, caf::reacts_to<step_atom, bool>>;
-
 /// A node agent (actors/node_agent.hpp).
 ///  - (spawn_ranks_atom, kind, ranks, owner, owner_id) → the rank actors, in the order of
 ///    `ranks`; the ranks live until `owner` (a driver's session actor, named `owner_id` in the
@@ -198,13 +190,12 @@ using rank_actor = caf::typed_actor<
 ///  - (leave_atom, reason): the head declared this node dead (it missed heartbeats): the agent
 ///    stops its ranks and joins again.
 ///  - (cluster_tick_atom): internal heartbeat timer.
-using node_agent_actor = caf::typed_actor<
-  caf::replies_to<spawn_ranks_atom, std::string, std::vector<rank_info>, caf::actor,
-                  std::string>::with<std::vector<rank_actor>>,
-  caf::replies_to<census_atom>::with<node_heartbeat>,
-  caf::replies_to<use_head_atom, caf::actor, uint16_t>::with<join_reply>,
-  caf::reacts_to<leave_atom, std::string>,
-  caf::reacts_to<cluster_tick_atom>>;
+using node_agent_actor =
+    caf::typed_actor<caf::replies_to<spawn_ranks_atom, std::string, std::vector<rank_info>,
+                                     caf::actor, std::string>::with<std::vector<caf::actor>>,
+                     caf::replies_to<census_atom>::with<node_heartbeat>,
+                     caf::replies_to<use_head_atom, caf::actor, uint16_t>::with<join_reply>,
+                     caf::reacts_to<leave_atom, std::string>, caf::reacts_to<cluster_tick_atom>>;
 
 /// The head (actors/head.hpp): node registry, driver sessions, placement groups, status.
 using head_actor = caf::typed_actor<

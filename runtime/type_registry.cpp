@@ -37,7 +37,6 @@ const char* const message_type_names[] = {
     "rlforge::node_endpoint",
     "rlforge::node_heartbeat",
     "rlforge::group_record",
-    "rlforge::rank_actor",
     "rlforge::node_agent_actor",
     "rlforge::head_actor",
     "rlforge::generation_result",

@@ -24,8 +24,8 @@ using message_types = caf::detail::type_list<
     std::vector<uint8_t>, batch_payload, loss_request, batch_result, tinker::adam_params,
     optim_result, model_spec, algorithm_config, tensor_map, sample_request, sample_output,
     weight_sync_spec, node_join_request, join_reply, driver_hello, node_endpoint, node_heartbeat,
-    group_record, rank_actor, node_agent_actor, head_actor, generation_result, engine_options,
-    rollout, rollout_batch, rollout_state, rendezvous_store_actor, tinker::checked_request,
+    group_record, node_agent_actor, head_actor, generation_result, engine_options, rollout,
+    rollout_batch, rollout_state, rendezvous_store_actor, tinker::checked_request,
     tinker_pass_result>;
 
 /// The CAF name of each type in `message_types` (same order).

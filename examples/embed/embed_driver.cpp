@@ -14,6 +14,7 @@
 #include "actors/node.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/rank_actor.hpp"
+#include "actors/rank_interface.hpp"
 #include "actors/tensor_convert.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
@@ -34,8 +35,12 @@ T value(caf::actor_system& sys, caf::expected<T> x, const char* what) {
   return std::move(*x);
 }
 
-/// Rank kind "embed.cubes": `sum_cubes` (tensor_list{chunk}) → tensor_list{[Σ chunk³]}.
-caf::expected<caf::message> sum_cubes(rank_context&, const tensor_list& in) {
+/// Rank kind "embed.cubes": `sum_cubes` (tensor_list{chunk}) → tensor_list{[Σ chunk³]}, declared
+/// once with its wire id and types; the kind's typed interface lists it.
+constexpr op_ref<tensor_list(tensor_list)> sum_cubes_op{"sum_cubes", caf::atom("sum_cubes")};
+using cubes_interface = rank_interface<sum_cubes_op>;
+
+caf::expected<tensor_list> sum_cubes(rank_context&, const tensor_list& in) {
   caf::expected<at::Tensor> chunk = in.empty() ? make_error(errc::invalid_argument, "no tensor")
                                                : from_blob(in.front());
   if (!chunk)
@@ -43,7 +48,7 @@ caf::expected<caf::message> sum_cubes(rank_context&, const tensor_list& in) {
   auto out = to_blob(chunk->pow(3).sum().reshape({1}));
   if (!out)
     return out.error();
-  return caf::make_message(tensor_list{std::move(*out)});
+  return tensor_list{std::move(*out)};
 }
 
 } // namespace
@@ -57,7 +62,8 @@ int main(int argc, char** argv) {
   }
   actor_kind cubes;
   cubes.name = "embed.cubes";
-  cubes.ops.emplace("sum_cubes", context_op("sum_cubes", sum_cubes, {"chunk"}));
+  cubes.implements<cubes_interface>();
+  cubes.add(context_op(sum_cubes_op, sum_cubes, {"chunk"}));
   register_kind(std::move(cubes));
   caf::actor_system sys{cfg};
   auto manager = spawn_placement_manager(sys, {local_node(cfg)}, std::chrono::seconds(10));
@@ -77,12 +83,12 @@ int main(int argc, char** argv) {
     auto batch = at::arange(1, 31, at::kFloat); // 1..30
     std::vector<caf::message> chunks;
     for (auto& c : batch.chunk(3))
-      chunks.push_back(caf::make_message(tensor_list{value(sys, to_blob(c), "to_blob")}));
-    auto partials = value(sys, group.call_mesh("sum_cubes", chunks, std::chrono::seconds(30)),
-                          "mesh call");
+      chunks.push_back(sum_cubes_op.args(tensor_list{value(sys, to_blob(c), "to_blob")}));
+    auto partials =
+        value(sys, group.call_mesh(sum_cubes_op, chunks, std::chrono::seconds(30)), "mesh call");
     std::vector<caf::message> reduce_in;
     for (auto& p : partials)
-      reduce_in.push_back(rank_ops::all_reduce.args(p.get_as<tensor_list>(0)));
+      reduce_in.push_back(rank_ops::all_reduce.args(p));
     auto reduced =
         value(sys, group.call_mesh(rank_ops::all_reduce, reduce_in, std::chrono::seconds(30)),
               "all-reduce");

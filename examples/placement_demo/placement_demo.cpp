@@ -17,6 +17,7 @@
 #include "actors/node.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/rank_actor.hpp"
+#include "actors/rank_interface.hpp"
 #include "actors/tensor_convert.hpp"
 #include "runtime/errc.hpp"
 #include "runtime/system_config.hpp"
@@ -27,23 +28,27 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A demo rank: `sum_squares` takes a chunk of a batch and returns the sum of its squares.
+/// A demo rank's op: `sum_squares` takes a chunk of a batch and returns the sum of its squares.
+constexpr op_ref<tensor_list(tensor_list)> sum_squares_op{"sum_squares", caf::atom("sum_sq")};
+
 void register_demo_kind() {
   actor_kind k;
   k.name = "demo.worker";
-  k.ops.emplace("sum_squares", context_op("sum_squares", +[](rank_context&, const tensor_list& in)
-                                                            -> caf::expected<caf::message> {
-                  if (in.empty())
-                    return make_error(errc::invalid_argument, "sum_squares: no tensor");
-                  auto chunk = from_blob(in.front());
-                  if (!chunk)
-                    return std::move(chunk.error());
-                  auto partial = chunk->pow(2).sum().reshape({1});
-                  auto blob = to_blob(partial);
-                  if (!blob)
-                    return std::move(blob.error());
-                  return caf::make_message(tensor_list{std::move(*blob)});
-                }, {"chunk"}));
+  k.implements<rank_interface<sum_squares_op>>();
+  k.add(context_op(sum_squares_op,
+                   +[](rank_context&, const tensor_list& in) -> caf::expected<tensor_list> {
+                     if (in.empty())
+                       return make_error(errc::invalid_argument, "sum_squares: no tensor");
+                     auto chunk = from_blob(in.front());
+                     if (!chunk)
+                       return std::move(chunk.error());
+                     auto partial = chunk->pow(2).sum().reshape({1});
+                     auto blob = to_blob(partial);
+                     if (!blob)
+                       return std::move(blob.error());
+                     return tensor_list{std::move(*blob)};
+                   },
+                   {"chunk"}));
   register_kind(std::move(k));
 }
 
@@ -156,14 +161,14 @@ int main(int argc, char** argv) {
     auto batch = at::arange(1, 101, at::kFloat); // 1..100
     std::vector<caf::message> chunks;
     for (auto& c : batch.chunk(5))
-      chunks.push_back(caf::make_message(tensor_list{or_die(sys, to_blob(c), "to_blob")}));
-    auto partials = or_die(sys, group.call_mesh("sum_squares", chunks, 30s), "mesh call");
+      chunks.push_back(sum_squares_op.args(tensor_list{or_die(sys, to_blob(c), "to_blob")}));
+    auto partials = or_die(sys, group.call_mesh(sum_squares_op, chunks, 30s), "mesh call");
     std::printf("\nmesh call: partial sums of squares by rank:");
     std::vector<caf::message> reduce_in;
     for (auto& p : partials) {
-      auto t = or_die(sys, from_blob(p.get_as<tensor_list>(0).at(0)), "from_blob");
+      auto t = or_die(sys, from_blob(p.at(0)), "from_blob");
       std::printf(" %.0f", t.item<float>());
-      reduce_in.push_back(rank_ops::all_reduce.args(p.get_as<tensor_list>(0)));
+      reduce_in.push_back(rank_ops::all_reduce.args(p));
     }
     auto reduced = or_die(sys, group.call_mesh(rank_ops::all_reduce, reduce_in, 30s), "all-reduce");
     double expected = batch.pow(2).sum().item<double>();

@@ -12,6 +12,7 @@
 #include "actors/actor_kind.hpp"
 #include "actors/placement_manager.hpp"
 #include "actors/protocol.hpp"
+#include "actors/rank_interface.hpp"
 #include "actors/tensor_convert.hpp"
 #include "backends/error.hpp"
 #include "runtime/errc.hpp"
@@ -27,36 +28,48 @@ struct counter_state final : kind_state {
   int64_t calls = 0;
 };
 
+/// The test kind's ops: each answers an untyped message, as a kind may.
+namespace test_ops {
+constexpr op_ref<caf::message(int64_t)> square{"square", caf::atom("square")};
+constexpr op_ref<caf::message()> calls{"calls", caf::atom("calls")};
+constexpr op_ref<caf::message(int32_t)> sleep{"sleep", caf::atom("sleep")};
+constexpr op_ref<caf::message()> die_on_rank1{"die_on_rank1", caf::atom("die_r1")};
+constexpr op_ref<caf::message()> throw_on_rank1{"throw_on_rank1", caf::atom("throw_r1")};
+} // namespace test_ops
+
 void register_test_kind() {
   actor_kind k;
   k.name = "test.worker";
   k.make_state = [](const rank_info&) { return std::make_unique<counter_state>(); };
-  k.ops.emplace("square", typed_op("square", +[](rank_context& ctx, counter_state& st,
-                                                  const int64_t& x) -> op_reply {
-                  st.calls++;
-                  return caf::make_message(x * x + ctx.info.rank * 1000);
-                }));
-  k.ops.emplace("calls", typed_op("calls", +[](rank_context&, counter_state& st) -> op_reply {
-                  return caf::make_message(st.calls);
-                }));
-  k.ops.emplace("sleep", context_op("sleep", +[](rank_context&, const int32_t& ms) -> op_reply {
-                  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-                  return caf::message{};
-                }));
-  k.ops.emplace("die_on_rank1", context_op("die_on_rank1", +[](rank_context& ctx) -> op_reply {
-                  if (ctx.info.rank == 1) {
-                    std::this_thread::sleep_for(100ms);
-                    ctx.exit_reason = caf::make_error(caf::exit_reason::kill);
-                  }
-                  return caf::message{};
-                }));
-  k.ops.emplace("throw_on_rank1",
-                context_op("throw_on_rank1", +[](rank_context& ctx) -> op_reply {
-                  if (ctx.info.rank == 1)
-                    backends::fail(backends::error_code::out_of_range,
-                                   "token id 99999 outside vocab 512");
-                  return caf::message{};
-                }));
+  k.implements<rank_interface<test_ops::square, test_ops::calls, test_ops::sleep,
+                              test_ops::die_on_rank1, test_ops::throw_on_rank1>>();
+  k.add(typed_op(
+      test_ops::square, +[](rank_context& ctx, counter_state& st, const int64_t& x) -> op_reply {
+        st.calls++;
+        return caf::make_message(x * x + ctx.info.rank * 1000);
+      }));
+  k.add(typed_op(
+      test_ops::calls,
+      +[](rank_context&, counter_state& st) -> op_reply { return caf::make_message(st.calls); }));
+  k.add(context_op(
+      test_ops::sleep, +[](rank_context&, const int32_t& ms) -> op_reply {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        return caf::message{};
+      }));
+  k.add(context_op(
+      test_ops::die_on_rank1, +[](rank_context& ctx) -> op_reply {
+        if (ctx.info.rank == 1) {
+          std::this_thread::sleep_for(100ms);
+          ctx.exit_reason = caf::make_error(caf::exit_reason::kill);
+        }
+        return caf::message{};
+      }));
+  k.add(context_op(
+      test_ops::throw_on_rank1, +[](rank_context& ctx) -> op_reply {
+        if (ctx.info.rank == 1)
+          backends::fail(backends::error_code::out_of_range, "token id 99999 outside vocab 512");
+        return caf::message{};
+      }));
   register_kind(std::move(k));
 }
 
@@ -132,7 +145,7 @@ TEST_F(ActorGroup, RanksKnowRankWorldNodeAndDevice) {
     EXPECT_EQ((*ranks)[r].node_id, "node0");
     EXPECT_EQ((*ranks)[r].device_ids, std::vector<int32_t>{r});
   }
-  auto infos = g.call_all("info", caf::message{}, 5s);
+  auto infos = g.call_all(rank_ops::info.id, caf::message{}, 5s);
   ASSERT_TRUE(infos) << sys_->render(infos.error());
   for (int r = 0; r < 3; ++r)
     EXPECT_EQ(unwrap<rank_info>((*infos)[r]).rank, r);
@@ -157,7 +170,7 @@ TEST_F(ActorGroup, SeveralRanksShareABundleWithFractionalGpus) {
 
 TEST_F(ActorGroup, PassThroughSendsTheSameCallToEveryRank) {
   auto g = spawn(spec("pass", 2));
-  auto out = g.call_all("square", caf::make_message(int64_t{7}), 5s);
+  auto out = g.call_all(test_ops::square.id, caf::make_message(int64_t{7}), 5s);
   ASSERT_TRUE(out) << sys_->render(out.error());
   ASSERT_EQ(out->size(), 2u);
   EXPECT_EQ(unwrap<int64_t>((*out)[0]), 49);
@@ -169,7 +182,7 @@ TEST_F(ActorGroup, MeshGivesChunkIToRankIAndKeepsRankOrder) {
   std::vector<caf::message> chunks;
   for (int64_t x : {2, 3, 4})
     chunks.push_back(caf::make_message(x));
-  auto out = g.call_mesh("square", chunks, 5s);
+  auto out = g.call_mesh(test_ops::square.id, chunks, 5s);
   ASSERT_TRUE(out) << sys_->render(out.error());
   EXPECT_EQ(unwrap<int64_t>((*out)[0]), 4);
   EXPECT_EQ(unwrap<int64_t>((*out)[1]), 1009);
@@ -178,7 +191,7 @@ TEST_F(ActorGroup, MeshGivesChunkIToRankIAndKeepsRankOrder) {
 
 TEST_F(ActorGroup, MeshRejectsAChunkCountThatIsNotTheWorldSize) {
   auto g = spawn(spec("mesh_bad", 2));
-  auto out = g.call_mesh("square", {caf::make_message(int64_t{1})}, 5s);
+  auto out = g.call_mesh(test_ops::square.id, {caf::make_message(int64_t{1})}, 5s);
   ASSERT_FALSE(out);
   EXPECT_NE(error_message(out.error()).find("got 1 chunks for 2 ranks"), std::string::npos);
 }
@@ -187,14 +200,14 @@ TEST_F(ActorGroup, EachRankSetsItsOwnTorchThreads) {
   auto s = spec("threads", 2);
   s.threads_per_rank = 2;
   auto g = spawn(s);
-  auto out = g.call_all("threads", caf::message{}, 5s);
+  auto out = g.call_all(rank_ops::threads.id, caf::message{}, 5s);
   ASSERT_TRUE(out);
   for (auto& m : *out)
     EXPECT_EQ(unwrap<int32_t>(m), 2);
   auto s1 = spec("threads1", 2);
   s1.threads_per_rank = 1;
   auto g1 = spawn(s1);
-  out = g1.call_all("threads", caf::message{}, 5s);
+  out = g1.call_all(rank_ops::threads.id, caf::message{}, 5s);
   ASSERT_TRUE(out);
   for (auto& m : *out)
     EXPECT_EQ(unwrap<int32_t>(m), 1);
@@ -202,37 +215,37 @@ TEST_F(ActorGroup, EachRankSetsItsOwnTorchThreads) {
 
 TEST_F(ActorGroup, AFailingRankNamesGroupRankAndOpAndStaysUsable) {
   auto g = spawn(spec("failing", 2));
-  auto out = g.call_all("throw_on_rank1", caf::message{}, 5s);
+  auto out = g.call_all(test_ops::throw_on_rank1.id, caf::message{}, 5s);
   ASSERT_FALSE(out);
   EXPECT_TRUE(is(out.error(), errc::out_of_range)) << sys_->render(out.error());
   auto msg = error_message(out.error());
   EXPECT_NE(msg.find("group 'failing' rank 1 op 'throw_on_rank1'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("token id 99999"), std::string::npos) << msg;
   // The rank and its state survive.
-  ASSERT_TRUE(g.call_all("square", caf::make_message(int64_t{1}), 5s));
-  auto calls = g.call_all("calls", caf::message{}, 5s);
+  ASSERT_TRUE(g.call_all(test_ops::square.id, caf::make_message(int64_t{1}), 5s));
+  auto calls = g.call_all(test_ops::calls.id, caf::message{}, 5s);
   ASSERT_TRUE(calls);
   EXPECT_EQ(unwrap<int64_t>((*calls)[1]), 1);
 }
 
 TEST_F(ActorGroup, BadArgumentsAndUnknownOpsAreErrorsNotCrashes) {
   auto g = spawn(spec("badargs", 1));
-  auto out = g.call_all("square", caf::make_message(std::string{"seven"}), 5s);
+  auto out = g.call_all(test_ops::square.id, caf::make_message(std::string{"seven"}), 5s);
   ASSERT_FALSE(out);
   EXPECT_NE(error_message(out.error()).find("square expects (int64)"), std::string::npos);
-  out = g.call_all("no_such_op", caf::message{}, 5s);
+  out = g.call_all(caf::atom("no_such_op"), caf::message{}, 5s);
   ASSERT_FALSE(out);
   EXPECT_TRUE(is(out.error(), errc::not_found));
   EXPECT_NE(error_message(out.error()).find("op 'no_such_op'"), std::string::npos);
-  out = g.call_all("square", caf::make_message(int64_t{3}), 0ms);
+  out = g.call_all(test_ops::square.id, caf::make_message(int64_t{3}), 0ms);
   ASSERT_FALSE(out);
   EXPECT_NE(error_message(out.error()).find("timeout must be > 0 ms, got 0"), std::string::npos);
-  ASSERT_TRUE(g.call_all("square", caf::make_message(int64_t{3}), 5s));
+  ASSERT_TRUE(g.call_all(test_ops::square.id, caf::make_message(int64_t{3}), 5s));
 }
 
 TEST_F(ActorGroup, ASlowRankTimesOutWithAnErrorNamingIt) {
   auto g = spawn(spec("slow", 2));
-  auto out = g.call_all("sleep", caf::make_message(int32_t{1500}), 200ms);
+  auto out = g.call_all(test_ops::sleep.id, caf::make_message(int32_t{1500}), 200ms);
   ASSERT_FALSE(out);
   EXPECT_TRUE(is(out.error(), errc::timeout)) << sys_->render(out.error());
   EXPECT_NE(error_message(out.error()).find("no answer within 200 ms"), std::string::npos);
@@ -241,14 +254,14 @@ TEST_F(ActorGroup, ASlowRankTimesOutWithAnErrorNamingIt) {
 TEST_F(ActorGroup, ARankDyingMidCallFailsTheCallNamingTheRank) {
   auto g = spawn(spec("dying", 2));
   // Rank 1 accepts the call, then exits without answering (as a crashed worker would).
-  auto out = g.call_all("die_on_rank1", caf::message{}, 10s);
+  auto out = g.call_all(test_ops::die_on_rank1.id, caf::message{}, 10s);
   ASSERT_FALSE(out);
   EXPECT_TRUE(is(out.error(), errc::rank_failed)) << sys_->render(out.error());
   EXPECT_NE(error_message(out.error()).find("group 'dying' rank 1 op 'die_on_rank1'"),
             std::string::npos)
     << error_message(out.error());
   // Later calls fail at once, naming the dead rank.
-  out = g.call_all("square", caf::make_message(int64_t{2}), 10s);
+  out = g.call_all(test_ops::square.id, caf::make_message(int64_t{2}), 10s);
   ASSERT_FALSE(out);
   EXPECT_NE(error_message(out.error()).find("rank 1"), std::string::npos);
   EXPECT_NE(error_message(out.error()).find("dead"), std::string::npos);
@@ -260,7 +273,7 @@ TEST_F(ActorGroup, ARankKilledFromOutsideIsReportedDeadNamingTheRank) {
   ASSERT_TRUE(handles);
   caf::anon_send_exit((*handles)[0], caf::exit_reason::kill);
   std::this_thread::sleep_for(100ms);
-  auto out = g.call_all("square", caf::make_message(int64_t{2}), 10s);
+  auto out = g.call_all(test_ops::square.id, caf::make_message(int64_t{2}), 10s);
   ASSERT_FALSE(out);
   EXPECT_TRUE(is(out.error(), errc::rank_failed));
   EXPECT_NE(error_message(out.error()).find("group 'killed' rank 0"), std::string::npos)
@@ -296,7 +309,7 @@ TEST_F(ActorGroup, AllReduceSumsAndBroadcastCopiesAcrossRanks) {
     auto i = at::arange(3, at::kLong) * (r + 1);
     chunks.push_back(caf::make_message(tensor_list{blob(t), blob(i)}));
   }
-  auto out = g.call_mesh("all_reduce", chunks, 10s);
+  auto out = g.call_mesh(rank_ops::all_reduce.id, chunks, 10s);
   ASSERT_TRUE(out) << sys_->render(out.error());
   for (auto& m : *out) {
     auto ts = unwrap<tensor_list>(m);
@@ -311,7 +324,7 @@ TEST_F(ActorGroup, AllReduceSumsAndBroadcastCopiesAcrossRanks) {
   for (int r = 0; r < 3; ++r)
     chunks.push_back(
       caf::make_message(tensor_list{blob(at::full({2, 2}, float(10 * r)))}, int32_t{2}));
-  out = g.call_mesh("broadcast", chunks, 10s);
+  out = g.call_mesh(rank_ops::broadcast.id, chunks, 10s);
   ASSERT_TRUE(out) << sys_->render(out.error());
   for (auto& m : *out) {
     auto t = from_blob(unwrap<tensor_list>(m)[0]);
@@ -322,8 +335,8 @@ TEST_F(ActorGroup, AllReduceSumsAndBroadcastCopiesAcrossRanks) {
 
 TEST_F(ActorGroup, CollectiveOpsWithoutAProcessGroupAreClearErrors) {
   auto g = spawn(spec("nogloo", 1));
-  auto out = g.call_all("all_reduce",
-                        caf::make_message(tensor_list{blob(at::ones({2}))}), 5s);
+  auto out =
+      g.call_all(rank_ops::all_reduce.id, caf::make_message(tensor_list{blob(at::ones({2}))}), 5s);
   ASSERT_FALSE(out);
   EXPECT_NE(error_message(out.error()).find("before init_collective"), std::string::npos);
 }

@@ -595,7 +595,7 @@ TEST_F(DispatcherUnregister, RemovesTheRoleAndRefusesUnknownOnes) {
   self->request(dispatcher_, std::chrono::seconds(10), dispatcher_roles_atom::value)
       .receive([&](std::vector<std::string>& r) { roles = r; }, [&](caf::error&) {});
   EXPECT_EQ(roles, std::vector<std::string>{"m2"});
-  auto call = client_->call("m1", "ping", caf::message{});
+  auto call = client_->call("m1", rank_ops::ping.id, caf::message{});
   ASSERT_FALSE(call);
   EXPECT_TRUE(is(call.error(), errc::not_found)) << error_message(call.error());
   self->request(dispatcher_, std::chrono::seconds(10), dispatcher_unregister_atom::value,
@@ -605,7 +605,7 @@ TEST_F(DispatcherUnregister, RemovesTheRoleAndRefusesUnknownOnes) {
   EXPECT_TRUE(is(err, errc::not_found));
   EXPECT_NE(error_message(err).find("registered: m2"), std::string::npos) << error_message(err);
   // The group is still alive and serves the remaining role.
-  EXPECT_TRUE(client_->call("m2", "ping", caf::message{}));
+  EXPECT_TRUE(client_->call("m2", rank_ops::ping.id, caf::message{}));
 }
 
 class WorkerCheckpointArgs : public actor_fixture {};
@@ -618,21 +618,21 @@ TEST_F(WorkerCheckpointArgs, OnlyLoadTakesTheWithOptimizerFlag) {
   ok(client_->init_model("policy", spec));
   temp_dir dir("worker_ckpt_args");
   auto root = dir.path().string();
-  auto save = client_->call("policy", "save_checkpoint",
+  auto save = client_->call("policy", worker_ops::save_checkpoint.id,
                             caf::make_message(root, int64_t{0}, std::string{"m"}, true));
   ASSERT_FALSE(save);
   EXPECT_NE(error_message(save.error())
                 .find("save_checkpoint expects (string root, int64 global_step[, string role])"),
             std::string::npos)
       << error_message(save.error());
-  ok(client_->call("policy", "save_checkpoint",
+  ok(client_->call("policy", worker_ops::save_checkpoint.id,
                    caf::make_message(root, int64_t{0}, std::string{"m"})));
-  auto bad = client_->call("policy", "load_checkpoint",
+  auto bad = client_->call("policy", worker_ops::load_checkpoint.id,
                            caf::make_message(root, int64_t{0}, std::string{"m"}, int64_t{1}));
   ASSERT_FALSE(bad);
   EXPECT_NE(error_message(bad.error()).find("[, bool with_optimizer]"), std::string::npos)
       << error_message(bad.error());
-  auto step = ok(client_->call("policy", "load_checkpoint",
+  auto step = ok(client_->call("policy", worker_ops::load_checkpoint.id,
                                caf::make_message(root, int64_t{0}, std::string{"m"}, false)));
   EXPECT_EQ(step.get_as<int64_t>(0), 0);
 }

@@ -136,10 +136,9 @@ protected:
     auto handles = ok(engines_.rank_handles());
     caf::scoped_actor self{*sys_};
     int64_t v = -1;
-    self->request(handles.at(rank), std::chrono::seconds(30), call_atom::value,
-                  std::string{"weight_version"}, caf::message{})
-      .receive([&](op_result& r) { v = r.value.get_as<int64_t>(0); },
-               [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
+    self->request(handles.at(rank), std::chrono::seconds(30), engine_ops::weight_version.call())
+        .receive([&](op_result& r) { v = r.value.get_as<int64_t>(0); },
+                 [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
     return v;
   }
 
@@ -258,8 +257,8 @@ TEST_F(EngineDispatch, DeltaSyncsGiveTheEnginesTheBitsOfFullOnes) {
   auto engine_weights = [&](size_t rank) {
     caf::scoped_actor self{*sys_};
     tensor_map out;
-    self->request(ok(engines_.rank_handles()).at(rank), std::chrono::seconds(30), call_atom::value,
-                  std::string{"get_weights"}, caf::message{})
+    self->request(ok(engines_.rank_handles()).at(rank), std::chrono::seconds(30),
+                  engine_ops::get_weights.call())
         .receive([&](op_result& r) { out = r.value.get_as<tensor_map>(0); },
                  [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
     return out;
@@ -398,7 +397,7 @@ protected:
 TEST_F(Colocated, OnlyTheCalledRoleIsResidentAndValuesSurviveTheRoundTrips) {
   setup_colocated();
   // Colocated engines sleep while the policy trains: there is nothing to abort.
-  expect_error(client_->call("policy", "save_weights_for_sampler", caf::make_message("abort")),
+  expect_error(client_->call("policy", dispatcher_ops::sync_weights.id, caf::make_message("abort")),
                errc::invalid_argument, "pause mode 'abort' needs engines that are not colocated");
   auto batch = be::from_sequences({{1, 2, 3}, {4, 5}}, {{6, 7}, {8, 9, 10}});
   auto first = ok(client_->forward("policy", batch)).outputs.at("logprobs");
@@ -438,7 +437,7 @@ TEST_F(Colocated, OnlyTheCalledRoleIsResidentAndValuesSurviveTheRoundTrips) {
 TEST_F(EngineDispatch, BadGenerateRequestsAreRefusedNamingTheRequest) {
   setup("tiny", "tiny", 2);
   auto call = [&](std::vector<sample_request> rs) {
-    return client_->call("engines", "generate", caf::make_message(std::move(rs)));
+    return client_->call("engines", engine_ops::generate.id, caf::make_message(std::move(rs)));
   };
   expect_error(call({}), errc::invalid_argument, "no requests");
   auto rs = some_requests();
@@ -456,18 +455,21 @@ TEST_F(EngineDispatch, BadGenerateRequestsAreRefusedNamingTheRequest) {
   rs = some_requests();
   rs[0].prompt[0] = 1 << 30;
   expect_error(call(rs), errc::out_of_range, "vocabulary");
-  expect_error(client_->call("engines", "generate", caf::make_message(std::string{"x"})),
-               errc::invalid_argument, "expects");
+  expect_error(
+      client_->call("engines", engine_ops::generate.id, caf::make_message(std::string{"x"})),
+      errc::invalid_argument, "expects");
   // Still serving.
   EXPECT_EQ(ok(client_->generate(some_requests())).size(), 9u);
 }
 
 TEST_F(EngineDispatch, GenerateOnASleepingEngineSaysToWakeIt) {
   setup("tiny", "tiny", 1);
-  ok(client_->call("engines", "sleep", caf::make_message(std::vector<std::string>{})));
-  expect_error(client_->call("engines", "generate", caf::make_message(some_requests())),
-               errc::invalid_argument, "asleep");
-  ok(client_->call("engines", "wake_up", caf::make_message(std::vector<std::string>{})));
+  ok(client_->call("engines", engine_ops::sleep.id, caf::make_message(std::vector<std::string>{})));
+  expect_error(
+      client_->call("engines", engine_ops::generate.id, caf::make_message(some_requests())),
+      errc::invalid_argument, "asleep");
+  ok(client_->call("engines", engine_ops::wake_up.id,
+                   caf::make_message(std::vector<std::string>{})));
   ok(client_->generate(some_requests()));
 }
 
@@ -481,13 +483,13 @@ TEST_F(EngineDispatch, BadSyncsAndSettingsAreRefused) {
   engines_ = ok(spawn_engines("engines", 1));
   ok(client_->register_engines(engines_));
   ok(client_->init_model("engines", spec_of("tiny", 22)));
-  expect_error(client_->call("engines", "save_weights_for_sampler", caf::message{}),
+  expect_error(client_->call("engines", dispatcher_ops::sync_weights.id, caf::message{}),
                errc::invalid_argument, "not from an engine role");
-  expect_error(client_->call("policy", "save_weights_for_sampler", caf::make_message(1)),
+  expect_error(client_->call("policy", dispatcher_ops::sync_weights.id, caf::make_message(1)),
                errc::invalid_argument, "takes no arguments or a pause mode");
-  expect_error(client_->call("policy", "save_weights_for_sampler", caf::make_message("drain")),
+  expect_error(client_->call("policy", dispatcher_ops::sync_weights.id, caf::make_message("drain")),
                errc::invalid_argument, "unknown pause mode 'drain'");
-  expect_error(client_->call("policy", "save_weights_for_sampler",
+  expect_error(client_->call("policy", dispatcher_ops::sync_weights.id,
                              caf::make_message("keep", int64_t{-1})),
                errc::invalid_argument, "the least version must be >= 0, got -1");
   auto t = client_->set_weight_transport("carrier-pigeon");

@@ -76,15 +76,19 @@ model_spec tiny_spec(uint64_t seed) {
 
 using test::temp_dir;
 
+/// The sleeper kind's one op: rank 1 sleeps `ms`, the others answer at once.
+constexpr op_ref<caf::message(int32_t)> sleep_op{"sleep", caf::atom("sleep")};
+
 void register_sleeper_kind() {
   actor_kind k;
   k.name = "test.sleeper";
-  k.ops.emplace("sleep", context_op("sleep", +[](rank_context& ctx, const int32_t& ms)
-                                                -> caf::expected<caf::message> {
-                  if (ctx.info.rank == 1)
-                    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-                  return caf::message{};
-                }));
+  k.implements<rank_interface<sleep_op>>();
+  k.add(context_op(
+      sleep_op, +[](rank_context& ctx, const int32_t& ms) -> caf::expected<caf::message> {
+        if (ctx.info.rank == 1)
+          std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        return caf::message{};
+      }));
   register_kind(std::move(k));
 }
 
@@ -236,21 +240,20 @@ TEST_F(Dispatcher, CallsHaveDeadlinesThatNameRoleRankAndOp) {
   auto g = spawn("sleepers", "test.sleeper", 2);
   ok(client_->register_group("sleepers", g));
   trainer_client impatient{*sys_, dispatcher_, 200ms};
-  auto r = impatient.call("sleepers", "sleep", caf::make_message(int32_t{1500}));
+  auto r = impatient.call("sleepers", sleep_op.id, caf::make_message(int32_t{1500}));
   ASSERT_FALSE(r);
   EXPECT_TRUE(is(r.error(), errc::timeout)) << sys_->render(r.error());
   auto text = sys_->render(r.error());
   for (auto frag : {"role 'sleepers'", "rank 1", "'sleep'"})
     EXPECT_NE(text.find(frag), std::string::npos) << frag << " not in: " << text;
   std::this_thread::sleep_for(1500ms); // let rank 1 finish its sleep
-  EXPECT_TRUE(client_->call("sleepers", "sleep", caf::make_message(int32_t{1})));
+  EXPECT_TRUE(client_->call("sleepers", sleep_op.id, caf::make_message(int32_t{1})));
   // A non-positive deadline is refused.
   caf::scoped_actor self{*sys_};
   bool refused = false;
-  self->request(dispatcher_, 5s, dispatcher_call_atom::value, std::string{"sleepers"},
-                std::string{"sleep"}, caf::make_message(int32_t{1}), int64_t{0})
-    .receive([](op_result&) {},
-             [&](caf::error& e) { refused = is(e, errc::invalid_argument); });
+  self->request(dispatcher_, 5s, dispatcher_call_atom::value, std::string{"sleepers"}, sleep_op.id,
+                caf::make_message(int32_t{1}), int64_t{0})
+      .receive([](op_result&) {}, [&](caf::error& e) { refused = is(e, errc::invalid_argument); });
   EXPECT_TRUE(refused);
 }
 

@@ -100,7 +100,7 @@ protected:
     s.preset = "tiny";
     s.seed = 3;
     s.compute_dtype = "fp32"; // compared with the fp32 static sampler within 1e-5
-    ok(engines_.call_all("init_model", caf::make_message(s), 60s));
+    ok(engines_.call_all(engine_ops::init_model.id, caf::make_message(s), 60s));
     rank_ = ok(engines_.rank_handles()).at(0);
     model_ = be::causal_lm::random(be::preset("tiny"), 3);
     model_->set_training(false);
@@ -112,23 +112,23 @@ protected:
   }
 
   /// `op(args)` on the engine rank.
-  caf::expected<caf::message> call(const std::string& op, caf::message args,
-                                   caf::actor rank = {}) {
+  caf::expected<caf::message> call(caf::atom_value op, caf::message args, caf::actor rank = {}) {
     caf::scoped_actor self{*sys_};
     caf::expected<caf::message> out{caf::message{}};
-    self->request(rank ? rank : rank_, 60s, call_atom::value, op, std::move(args))
+    self->request(rank ? rank : rank_, 60s,
+                  caf::message::concat(caf::make_message(op), std::move(args)))
         .receive([&](op_result& r) { out = std::move(r.value); },
                  [&](caf::error& e) { out = std::move(e); });
     return out;
   }
 
-  template <class T> T value(const std::string& op, caf::message args = caf::message{}) {
+  template <class T> T value(caf::atom_value op, caf::message args = caf::message{}) {
     auto out = ok(call(op, std::move(args)));
     EXPECT_TRUE(out.match_elements<T>()) << caf::to_string(out);
     return out.get_as<T>(0);
   }
 
-  nlohmann::json stats() { return nlohmann::json::parse(value<std::string>("stats")); }
+  nlohmann::json stats() { return nlohmann::json::parse(value<std::string>(engine_ops::stats.id)); }
 
   /// Waits until the engine generated at least `tokens` tokens (bounded).
   void wait_for_tokens(int64_t tokens) {
@@ -144,8 +144,8 @@ protected:
   caf::expected<caf::message> submit(caf::actor consumer, std::vector<int64_t> ids,
                                      std::vector<sample_request> requests,
                                      int64_t timeout_ms = 60000) {
-    return call("submit", caf::make_message(consumer, std::move(ids), std::move(requests),
-                                            timeout_ms));
+    return call(engine_ops::submit.id,
+                caf::make_message(consumer, std::move(ids), std::move(requests), timeout_ms));
   }
 
   /// The next `generation_result` to `self` (bounded).
@@ -173,11 +173,11 @@ TEST_F(ContinuousEngines, ACallJoinsTheRunningBatchAndLeavesItWhenDone) {
   auto long_req = request({1, 2, 3}, 300, 1.0, 5);
   auto short_req = request({7, 8, 9, 10}, 4, 1.0, 6);
   caf::scoped_actor self{*sys_};
-  auto first = self->request(rank_, 60s, call_atom::value, std::string{"generate"},
-                             caf::make_message(std::vector<sample_request>{long_req}));
+  auto first =
+      self->request(rank_, 60s, engine_ops::generate.call(std::vector<sample_request>{long_req}));
   wait_for_tokens(5); // the long call is running
-  auto second = self->request(rank_, 60s, call_atom::value, std::string{"generate"},
-                              caf::make_message(std::vector<sample_request>{short_req}));
+  auto second =
+      self->request(rank_, 60s, engine_ops::generate.call(std::vector<sample_request>{short_req}));
   // The short call joins the batch and is answered while the long one still runs.
   second.receive(
       [&](op_result& r) {
@@ -233,7 +233,7 @@ TEST_F(ContinuousEngines, TheSamplesOfOneRequestPrefillItsPromptOnce) {
   auto group = request(prompt, 6, 1.0, 77, 5);
   auto before = stats().at("prompt_tokens").get<int64_t>();
   auto rows = value<std::vector<sample_output>>(
-      "generate", caf::make_message(std::vector<sample_request>{group}));
+      engine_ops::generate.id, caf::make_message(std::vector<sample_request>{group}));
   EXPECT_EQ(stats().at("prompt_tokens").get<int64_t>() - before, 40); // not 5 x 40
   ASSERT_EQ(rows.size(), 5u);
   for (int64_t j = 0; j < 5; ++j)
@@ -249,8 +249,8 @@ TEST_F(ContinuousEngines, ASmallKvBudgetPreemptsAndRecomputesWithTheSameResults)
   small.kv_cache_bytes = 24 * 16 * 512;
   small.max_num_seqs = 16;
   small.max_step_tokens = 64;
-  ok(call("configure", caf::make_message(small)));
-  auto rows = value<std::vector<sample_output>>("generate", caf::make_message(rs));
+  ok(call(engine_ops::configure.id, caf::make_message(small)));
+  auto rows = value<std::vector<sample_output>>(engine_ops::generate.id, caf::make_message(rs));
   auto s = stats();
   EXPECT_GT(s.at("preemptions").get<int64_t>(), 0) << s.dump();
   EXPECT_EQ(s.at("kv_cache_bytes").get<int64_t>(), small.kv_cache_bytes);
@@ -263,17 +263,17 @@ TEST_F(ContinuousEngines, ASmallKvBudgetPreemptsAndRecomputesWithTheSameResults)
 TEST_F(ContinuousEngines, SleepingTheKvCacheMidRunFreesItAndTheRunCompletesUnchanged) {
   auto r = request({3, 3, 3}, 200, 1.0, 8, 3);
   caf::scoped_actor self{*sys_};
-  auto pending = self->request(rank_, 60s, call_atom::value, std::string{"generate"},
-                               caf::make_message(std::vector<sample_request>{r}));
+  auto pending =
+      self->request(rank_, 60s, engine_ops::generate.call(std::vector<sample_request>{r}));
   wait_for_tokens(10);
   const auto kv = stats().at("kv_cache_bytes").get<int64_t>();
-  const auto before = ok(call("memory", caf::message{})).get_as<int64_t>(0);
-  ok(call("sleep", caf::make_message(std::vector<std::string>{"kv_cache"})));
-  EXPECT_EQ(ok(call("memory", caf::message{})).get_as<int64_t>(0), before - kv);
+  const auto before = ok(call(engine_ops::memory.id, caf::message{})).get_as<int64_t>(0);
+  ok(call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{"kv_cache"})));
+  EXPECT_EQ(ok(call(engine_ops::memory.id, caf::message{})).get_as<int64_t>(0), before - kv);
   const auto frozen = stats().at("generated_tokens").get<int64_t>();
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(stats().at("generated_tokens").get<int64_t>(), frozen); // nothing runs asleep
-  ok(call("wake_up", caf::make_message(std::vector<std::string>{"kv_cache"})));
+  ok(call(engine_ops::wake_up.id, caf::make_message(std::vector<std::string>{"kv_cache"})));
   pending.receive(
       [&](op_result& res) {
         auto rows = res.value.get_as<std::vector<sample_output>>(0);
@@ -288,21 +288,22 @@ TEST_F(ContinuousEngines, PauseKeepTagsTokensWithTheVersionThatProducedThemAndPi
   caf::scoped_actor self{*sys_};
   auto me = caf::actor_cast<caf::actor>(self);
   // Version 1 = the initial weights, retained; one request follows updates, one is pinned to 1.
-  auto w1 = value<tensor_map>("get_weights");
-  ok(call("set_weights", caf::make_message(w1, int64_t{1})));
-  ok(call("retain_weights", caf::make_message(int64_t{1}, int64_t{2})));
+  auto w1 = value<tensor_map>(engine_ops::get_weights.id);
+  ok(call(engine_ops::set_weights.id, caf::make_message(w1, int64_t{1})));
+  ok(call(engine_ops::retain_weights.id, caf::make_message(int64_t{1}, int64_t{2})));
   auto live = request({4, 5, 6}, 400, 1.0, 31);
   auto pinned = request({4, 5, 6}, 400, 1.0, 31);
   pinned.weight_version = 1;
   ok(submit(me, {1, 2}, {live, pinned}));
   wait_for_tokens(20);
-  EXPECT_EQ(ok(call("pause", caf::make_message(std::string{"keep"}))).get_as<int64_t>(0), 0);
+  EXPECT_EQ(
+      ok(call(engine_ops::pause.id, caf::make_message(std::string{"keep"}))).get_as<int64_t>(0), 0);
   auto other = be::causal_lm::random(be::preset("tiny"), 9);
   std::map<std::string, at::Tensor> w2;
   for (auto& [name, p] : other->named_parameters())
     w2.emplace(name, p.detach());
-  ok(call("set_weights", caf::make_message(*to_blobs(w2), int64_t{2})));
-  EXPECT_EQ(value<int64_t>("resume"), 0);
+  ok(call(engine_ops::set_weights.id, caf::make_message(*to_blobs(w2), int64_t{2})));
+  EXPECT_EQ(value<int64_t>(engine_ops::resume.id), 0);
   std::map<int64_t, generation_result> got;
   for (int i = 0; i < 2; ++i) {
     auto r = next_result(self);
@@ -333,10 +334,12 @@ TEST_F(ContinuousEngines, PauseAbortHandsBackPartialRolloutsAndTheEngineGoesOn) 
   auto streamed = request({9, 9}, 400, 1.0, 41, 2);
   auto called = request({8, 8}, 400, 1.0, 42);
   ok(submit(me, {7}, {streamed}));
-  auto call_handle = self->request(rank_, 60s, call_atom::value, std::string{"generate"},
-                                   caf::make_message(std::vector<sample_request>{called}));
+  auto call_handle =
+      self->request(rank_, 60s, engine_ops::generate.call(std::vector<sample_request>{called}));
   wait_for_tokens(20);
-  EXPECT_EQ(ok(call("pause", caf::make_message(std::string{"abort"}))).get_as<int64_t>(0), 2);
+  EXPECT_EQ(
+      ok(call(engine_ops::pause.id, caf::make_message(std::string{"abort"}))).get_as<int64_t>(0),
+      2);
   auto r = next_result(self);
   EXPECT_EQ(r.id, 7);
   EXPECT_TRUE(r.error.empty()) << r.error;
@@ -360,30 +363,31 @@ TEST_F(ContinuousEngines, PauseAbortHandsBackPartialRolloutsAndTheEngineGoesOn) 
       [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); });
   EXPECT_EQ(stats().at("running").get<int64_t>(), 0);
   // Resubmitted after resume, a rollout starts over and reproduces its seeded tokens.
-  EXPECT_EQ(value<int64_t>("resume"), 0);
+  EXPECT_EQ(value<int64_t>(engine_ops::resume.id), 0);
   auto again = request({9, 9}, 30, 1.0, 41, 2);
-  auto rows = value<std::vector<sample_output>>("generate",
-                                                caf::make_message(std::vector<sample_request>{again}));
+  auto rows = value<std::vector<sample_output>>(
+      engine_ops::generate.id, caf::make_message(std::vector<sample_request>{again}));
   expect_row(rows.at(1), alone(*model_, again, 1), "resubmitted");
 }
 
 TEST_F(ContinuousEngines, DeadlinesHoldAlsoWhilePausedAndCancelStopsRequests) {
   caf::scoped_actor self{*sys_};
   auto me = caf::actor_cast<caf::actor>(self);
-  ok(call("pause", caf::message{}));
+  ok(call(engine_ops::pause.id, caf::message{}));
   ok(submit(me, {1}, {request({1, 2}, 10, 1.0, 1)}, 30)); // 30 ms, and the engine is paused
   auto r = next_result(self);
   EXPECT_EQ(r.id, 1);
   EXPECT_EQ(r.error_code, static_cast<int32_t>(errc::timeout)) << r.error;
   EXPECT_NE(r.error.find("did not finish within 30 ms"), std::string::npos) << r.error;
   ok(submit(me, {2, 3}, {request({1, 2}, 10, 1.0, 1), request({1, 3}, 10, 1.0, 1)}));
-  EXPECT_EQ(ok(call("cancel", caf::make_message(me, std::vector<int64_t>{3, 99})))
+  EXPECT_EQ(ok(call(engine_ops::cancel.id, caf::make_message(me, std::vector<int64_t>{3, 99})))
                 .get_as<int64_t>(0),
             1);
   auto c = next_result(self);
   EXPECT_EQ(c.id, 3);
   EXPECT_EQ(c.samples.at(0).stop_reason, "abort");
-  EXPECT_EQ(value<int64_t>("resume"), 1); // the submission of 2 and 3 (3 already cancelled)
+  EXPECT_EQ(value<int64_t>(engine_ops::resume.id),
+            1); // the submission of 2 and 3 (3 already cancelled)
   auto done = next_result(self);
   EXPECT_EQ(done.id, 2);
   EXPECT_EQ(done.samples.at(0).tokens.size(), 10u);
@@ -403,30 +407,30 @@ TEST_F(ContinuousEngines, BadSubmissionsAreRefusedAndTheEngineStaysAlive) {
                "submit: request 1: prompt token 1 has id 600");
   auto huge = request(std::vector<int64_t>(100, 1), 400, 1.0, 1, 2000); // > 256 MiB of KV
   expect_error(submit(me, {5}, {huge}), errc::invalid_argument, "raise kv_cache_bytes");
-  expect_error(call("submit", caf::make_message(std::string{"x"})), errc::invalid_argument,
-               "submit expects");
-  expect_error(call("cancel", caf::make_message(int64_t{1})), errc::invalid_argument,
+  expect_error(call(engine_ops::submit.id, caf::make_message(std::string{"x"})),
+               errc::invalid_argument, "submit expects");
+  expect_error(call(engine_ops::cancel.id, caf::make_message(int64_t{1})), errc::invalid_argument,
                "cancel expects");
-  expect_error(call("pause", caf::make_message(std::string{"drain"})), errc::invalid_argument,
-               "unknown mode 'drain'");
+  expect_error(call(engine_ops::pause.id, caf::make_message(std::string{"drain"})),
+               errc::invalid_argument, "unknown mode 'drain'");
   engine_options tiny_budget;
   tiny_budget.kv_cache_bytes = 100;
-  expect_error(call("configure", caf::make_message(tiny_budget)), errc::invalid_argument,
-               "below one block");
+  expect_error(call(engine_ops::configure.id, caf::make_message(tiny_budget)),
+               errc::invalid_argument, "below one block");
   engine_options bad_steps;
   bad_steps.max_step_tokens = 8;
-  expect_error(call("configure", caf::make_message(bad_steps)), errc::invalid_argument,
+  expect_error(call(engine_ops::configure.id, caf::make_message(bad_steps)), errc::invalid_argument,
                "max_step_tokens");
   // Nothing was accepted; a request in flight blocks configure; the engine still serves.
   EXPECT_EQ(stats().at("waiting").get<int64_t>() + stats().at("running").get<int64_t>(), 0);
   ok(submit(me, {1}, {request({1, 2}, 300, 1.0, 1)}));
   expect_error(submit(me, {1}, {good}), errc::invalid_argument, "already in flight");
-  expect_error(call("configure", caf::make_message(engine_options{})), errc::invalid_argument,
-               "in flight");
+  expect_error(call(engine_ops::configure.id, caf::make_message(engine_options{})),
+               errc::invalid_argument, "in flight");
   auto r = next_result(self);
   EXPECT_EQ(r.id, 1);
   EXPECT_EQ(r.samples.at(0).tokens.size(), 300u);
-  ok(call("configure", caf::make_message(engine_options{})));
+  ok(call(engine_ops::configure.id, caf::make_message(engine_options{})));
 }
 
 TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsToldWhich) {
@@ -440,7 +444,7 @@ TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsTo
     rs.push_back(request({int64_t{10} + i, 11}, i % 2 ? 450 : 3, 1.0, 60u + i));
     ids.push_back(100 + i);
   }
-  auto placed = ok(client_->call("pair", "submit", caf::make_message(me, ids, rs)));
+  auto placed = ok(client_->call("pair", engine_ops::submit.id, caf::make_message(me, ids, rs)));
   auto ranks = placed.get_as<std::vector<int32_t>>(0);
   ASSERT_EQ(ranks.size(), 6u);
   std::set<int64_t> on_victim;
@@ -489,7 +493,8 @@ TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsTo
   std::vector<sample_request> again;
   for (auto id : again_ids)
     again.push_back(rs[static_cast<size_t>(id - 100)]);
-  auto replaced = ok(client_->call("pair", "submit", caf::make_message(me, again_ids, again)));
+  auto replaced =
+      ok(client_->call("pair", engine_ops::submit.id, caf::make_message(me, again_ids, again)));
   for (auto rank : replaced.get_as<std::vector<int32_t>>(0))
     EXPECT_EQ(rank, 0);
   for (size_t n = 0; n < again_ids.size(); ++n) {
@@ -501,16 +506,18 @@ TEST_F(ContinuousEngines, AKilledEngineLosesOnlyItsOwnRequestsAndTheConsumerIsTo
                "requeued id " + std::to_string(r.id));
   }
   // Engine-wide ops skip the dead rank; once no rank is left, calls fail naming each cause.
-  ok(client_->call("pair", "generate", caf::make_message(std::vector<sample_request>{rs[0]})));
+  ok(client_->call("pair", engine_ops::generate.id,
+                   caf::make_message(std::vector<sample_request>{rs[0]})));
   caf::anon_send_exit(ok(two.rank_handles()).at(0), caf::exit_reason::kill);
-  auto gone = client_->call("pair", "submit", caf::make_message(me, ids, rs));
+  auto gone = client_->call("pair", engine_ops::submit.id, caf::make_message(me, ids, rs));
   for (int tries = 0; gone && tries < 50; ++tries) { // the down message may still be on its way
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    gone = client_->call("pair", "submit", caf::make_message(me, std::vector<int64_t>{900 + tries},
-                                                              std::vector<sample_request>{rs[0]}));
+    gone = client_->call("pair", engine_ops::submit.id,
+                         caf::make_message(me, std::vector<int64_t>{900 + tries},
+                                           std::vector<sample_request>{rs[0]}));
   }
   expect_error(gone, errc::rank_failed, "no engine rank is left alive (rank 0: died");
-  expect_error(client_->call("pair", "generate",
+  expect_error(client_->call("pair", engine_ops::generate.id,
                              caf::make_message(std::vector<sample_request>{rs[0]})),
                errc::rank_failed, "rank 1: died");
 }
@@ -524,7 +531,7 @@ TEST_F(ContinuousEngines, AGenerateCallWhoseEngineDiesGoesAgainToTheOthers) {
   // The call is on its way (or running) when rank 1 dies; it still answers every request.
   auto pending = self->request(client_->dispatcher(), std::chrono::seconds(60),
                                dispatcher_call_atom::value, std::string{"duo"},
-                               std::string{"generate"}, caf::make_message(rs), int64_t{50000});
+                               engine_ops::generate.id, caf::make_message(rs), int64_t{50000});
   caf::anon_send_exit(ok(two.rank_handles()).at(1), caf::exit_reason::kill);
   std::vector<sample_output> out;
   std::string failure;

@@ -151,7 +151,7 @@ protected:
     // The local reference runs on one thread like the engine rank, so reductions match.
     be::set_intra_op_threads(1);
     group_ = spawn_engine("engine");
-    auto n = call("init_model", caf::make_message(tiny_spec(3)));
+    auto n = call(engine_ops::init_model.id, caf::make_message(tiny_spec(3)));
     ASSERT_TRUE(n) << sys_->render(n.error());
     model_ = be::causal_lm::random(be::preset("tiny"), 3);
     model_->set_training(false);
@@ -178,7 +178,7 @@ protected:
   }
 
   /// `op(args)` on the engine's single rank.
-  caf::expected<caf::message> call(const std::string& op, const caf::message& args,
+  caf::expected<caf::message> call(caf::atom_value op, const caf::message& args,
                                    actor_group* g = nullptr) {
     auto out = (g ? *g : group_).call_all(op, args, 60s);
     if (!out)
@@ -186,21 +186,21 @@ protected:
     return out->at(0);
   }
 
-  template <class T> T value(const std::string& op, const caf::message& args = caf::message{}) {
+  template <class T> T value(caf::atom_value op, const caf::message& args = caf::message{}) {
     auto out = call(op, args);
     EXPECT_TRUE(out) << sys_->render(out.error());
     if (!out)
-      throw std::runtime_error(op + " failed");
+      throw std::runtime_error(op_name(op) + " failed");
     EXPECT_TRUE(out->match_elements<T>()) << caf::to_string(*out);
     return out->get_as<T>(0);
   }
 
   std::vector<sample_output> generate(const std::vector<sample_request>& requests) {
-    return value<std::vector<sample_output>>("generate", caf::make_message(requests));
+    return value<std::vector<sample_output>>(engine_ops::generate.id, caf::make_message(requests));
   }
 
   std::pair<int64_t, int64_t> memory() {
-    auto out = call("memory", caf::message{});
+    auto out = call(engine_ops::memory.id, caf::message{});
     EXPECT_TRUE(out) << sys_->render(out.error());
     if (!out || !out->match_elements<int64_t, int64_t>())
       throw std::runtime_error("memory failed");
@@ -208,7 +208,7 @@ protected:
   }
 
   /// The engine's counters and gauges (its `stats` op).
-  nlohmann::json stats() { return nlohmann::json::parse(value<std::string>("stats")); }
+  nlohmann::json stats() { return nlohmann::json::parse(value<std::string>(engine_ops::stats.id)); }
 
   /// Bytes the engine's KV cache holds now (its budget while the cache is awake).
   int64_t kv_bytes() { return stats().at("kv_cache_bytes").get<int64_t>(); }
@@ -287,13 +287,14 @@ TEST_F(Engines, RetainedVersionsServeGenerateAfterNewerWeightsArrive) {
   auto requests = mixed_requests();
   auto v0_out = generate(requests);
   // Version 1 = the current weights, retained; then version 2 (perturbed weights) arrives.
-  auto w = value<tensor_map>("get_weights");
-  ASSERT_TRUE(call("set_weights", caf::make_message(w, int64_t{1})));
-  ASSERT_TRUE(call("retain_weights", caf::make_message(int64_t{1}, int64_t{2})));
+  auto w = value<tensor_map>(engine_ops::get_weights.id);
+  ASSERT_TRUE(call(engine_ops::set_weights.id, caf::make_message(w, int64_t{1})));
+  ASSERT_TRUE(call(engine_ops::retain_weights.id, caf::make_message(int64_t{1}, int64_t{2})));
   std::map<std::string, at::Tensor> perturbed;
   for (auto& [name, p] : model_->named_parameters())
     perturbed.emplace(name, p.detach() * 1.5);
-  ASSERT_TRUE(call("set_weights", caf::make_message(*to_blobs(perturbed), int64_t{2})));
+  ASSERT_TRUE(
+      call(engine_ops::set_weights.id, caf::make_message(*to_blobs(perturbed), int64_t{2})));
   auto pinned = requests;
   for (auto& r : pinned)
     r.weight_version = 1;
@@ -314,17 +315,17 @@ TEST_F(Engines, RetainedVersionsServeGenerateAfterNewerWeightsArrive) {
     EXPECT_NEAR(both.at(0).logprobs[t], v0_out.at(1).logprobs[t], 1e-6);
   EXPECT_NE(both.at(1).tokens, v0_out.at(1).tokens);
   // Retaining beyond the bound evicts the least recently used; an evicted version is refused.
-  ASSERT_TRUE(call("retain_weights", caf::make_message(int64_t{2}, int64_t{1})));
-  ASSERT_TRUE(call("set_weights", caf::make_message(w, int64_t{3})));
-  expect_error(call("generate", caf::make_message(pinned)), errc::not_found,
+  ASSERT_TRUE(call(engine_ops::retain_weights.id, caf::make_message(int64_t{2}, int64_t{1})));
+  ASSERT_TRUE(call(engine_ops::set_weights.id, caf::make_message(w, int64_t{3})));
+  expect_error(call(engine_ops::generate.id, caf::make_message(pinned)), errc::not_found,
                {"weights version 1 are no longer held by this engine"});
-  expect_error(call("retain_weights", caf::make_message(int64_t{7}, int64_t{2})),
+  expect_error(call(engine_ops::retain_weights.id, caf::make_message(int64_t{7}, int64_t{2})),
                errc::invalid_argument, {"is not the engine's current weights version 3"});
-  expect_error(call("retain_weights", caf::make_message(int64_t{3}, int64_t{0})),
+  expect_error(call(engine_ops::retain_weights.id, caf::make_message(int64_t{3}, int64_t{0})),
                errc::invalid_argument, {"max_retained must be >= 1"});
   auto bad = requests.at(0);
   bad.weight_version = -1;
-  expect_error(call("generate", caf::make_message(std::vector<sample_request>{bad})),
+  expect_error(call(engine_ops::generate.id, caf::make_message(std::vector<sample_request>{bad})),
                errc::invalid_argument, {"weight_version must be >= 0"});
   // The engine still serves its current weights.
   EXPECT_EQ(generate(requests).size(), requests.size());
@@ -337,23 +338,24 @@ TEST_F(Engines, SleepingWeightsFreesTheirMemoryAndWakeRestoresThemBitExactly) {
   const auto kv = kv_bytes();
   ASSERT_GT(kv, 0);
   EXPECT_EQ(memory(), std::make_pair(bytes + kv, int64_t{0}));
-  auto before = value<tensor_map>("get_weights");
+  auto before = value<tensor_map>(engine_ops::get_weights.id);
   EXPECT_EQ(before, weights_of(*model_));
   auto requests = mixed_requests();
   auto out_before = generate(requests);
 
-  ASSERT_TRUE(call("sleep", caf::make_message(std::vector<std::string>{"weights"})));
+  ASSERT_TRUE(call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{"weights"})));
   EXPECT_EQ(memory(), std::make_pair(kv, bytes));
-  expect_error(call("generate", caf::make_message(requests)), errc::invalid_argument,
+  expect_error(call(engine_ops::generate.id, caf::make_message(requests)), errc::invalid_argument,
                {"engine is asleep (weights); call wake_up"});
-  expect_error(call("get_weights", caf::message{}), errc::invalid_argument, {"asleep"});
+  expect_error(call(engine_ops::get_weights.id, caf::message{}), errc::invalid_argument,
+               {"asleep"});
   // Sleeping twice is a no-op.
-  ASSERT_TRUE(call("sleep", caf::make_message(std::vector<std::string>{"weights"})));
+  ASSERT_TRUE(call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{"weights"})));
   EXPECT_EQ(memory(), std::make_pair(kv, bytes));
 
-  ASSERT_TRUE(call("wake_up", caf::make_message(std::vector<std::string>{"weights"})));
+  ASSERT_TRUE(call(engine_ops::wake_up.id, caf::make_message(std::vector<std::string>{"weights"})));
   EXPECT_EQ(memory(), std::make_pair(bytes + kv, int64_t{0}));
-  EXPECT_EQ(value<tensor_map>("get_weights"), before); // byte-for-byte
+  EXPECT_EQ(value<tensor_map>(engine_ops::get_weights.id), before); // byte-for-byte
   auto out_after = generate(requests);
   ASSERT_EQ(out_after.size(), out_before.size());
   for (size_t i = 0; i < out_before.size(); ++i)
@@ -363,23 +365,26 @@ TEST_F(Engines, SleepingWeightsFreesTheirMemoryAndWakeRestoresThemBitExactly) {
 TEST_F(Engines, KvCacheSleepBlocksGenerationAndTagsAreChecked) {
   auto bytes = memory().first;
   const auto kv = kv_bytes();
-  ASSERT_TRUE(call("sleep", caf::make_message(std::vector<std::string>{"kv_cache"})));
+  ASSERT_TRUE(call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{"kv_cache"})));
   EXPECT_EQ(kv_bytes(), 0);
   EXPECT_EQ(memory().first, bytes - kv); // the cache is freed, the weights stay
-  expect_error(call("generate", caf::make_message(mixed_requests())), errc::invalid_argument,
-               {"engine is asleep (kv_cache); call wake_up"});
-  expect_error(call("sleep", caf::make_message(std::vector<std::string>{"weights", "gpu"})),
-               errc::invalid_argument, {"op 'sleep'", "unknown tag 'gpu'"});
-  expect_error(call("wake_up", caf::make_message(std::vector<std::string>{"optimizer"})),
-               errc::invalid_argument, {"unknown tag 'optimizer'"});
+  expect_error(call(engine_ops::generate.id, caf::make_message(mixed_requests())),
+               errc::invalid_argument, {"engine is asleep (kv_cache); call wake_up"});
+  expect_error(
+      call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{"weights", "gpu"})),
+      errc::invalid_argument, {"op 'sleep'", "unknown tag 'gpu'"});
+  expect_error(
+      call(engine_ops::wake_up.id, caf::make_message(std::vector<std::string>{"optimizer"})),
+      errc::invalid_argument, {"unknown tag 'optimizer'"});
   EXPECT_EQ(memory().first, bytes - kv); // the refused sleep changed nothing
-  ASSERT_TRUE(call("wake_up", caf::make_message(std::vector<std::string>{"kv_cache"})));
+  ASSERT_TRUE(
+      call(engine_ops::wake_up.id, caf::make_message(std::vector<std::string>{"kv_cache"})));
   EXPECT_EQ(generate({mixed_requests()[0]}).size(), 1u);
 
   // No tags: both.
-  ASSERT_TRUE(call("sleep", caf::make_message(std::vector<std::string>{})));
+  ASSERT_TRUE(call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{})));
   EXPECT_EQ(memory().first, 0);
-  ASSERT_TRUE(call("wake_up", caf::make_message(std::vector<std::string>{})));
+  ASSERT_TRUE(call(engine_ops::wake_up.id, caf::make_message(std::vector<std::string>{})));
   EXPECT_EQ(memory().first, bytes);
   expect_same(generate(mixed_requests()), local_generate(*model_, mixed_requests()));
 }
@@ -388,26 +393,24 @@ TEST_F(Engines, PausedEngineQueuesGenerateAndRunsItAtResume) {
   auto ranks = group_.rank_handles();
   ASSERT_TRUE(ranks) << sys_->render(ranks.error());
   auto rank = ranks->at(0);
-  ASSERT_TRUE(call("pause", caf::message{}));
+  ASSERT_TRUE(call(engine_ops::pause.id, caf::message{}));
   auto first = mixed_requests();
   std::vector<sample_request> second{request({20, 21, 22}, 5, 1.0, 77)};
 
   caf::scoped_actor self{*sys_};
-  auto h1 =
-      self->request(rank, 60s, call_atom::value, std::string{"generate"}, caf::make_message(first));
-  auto h2 = self->request(rank, 60s, call_atom::value, std::string{"generate"},
-                          caf::make_message(second));
+  auto h1 = self->request(rank, 60s, engine_ops::generate.call(first));
+  auto h2 = self->request(rank, 60s, engine_ops::generate.call(second));
   // The paused engine keeps answering other ops, and changes its weights before running the
   // queued calls: their results must come from the new weights.
   auto other = be::causal_lm::random(be::preset("tiny"), 9);
   other->set_training(false);
-  ASSERT_TRUE(call("set_weights", caf::make_message(weights_of(*other), int64_t{5})));
-  EXPECT_EQ(value<int64_t>("weight_version"), 5);
+  ASSERT_TRUE(call(engine_ops::set_weights.id, caf::make_message(weights_of(*other), int64_t{5})));
+  EXPECT_EQ(value<int64_t>(engine_ops::weight_version.id), 5);
 
   // The rank handled both generate calls before set_weights, yet answered neither.
   EXPECT_TRUE(self->mailbox().empty());
 
-  auto h3 = self->request(rank, 60s, call_atom::value, std::string{"resume"}, caf::message{});
+  auto h3 = self->request(rank, 60s, engine_ops::resume.call());
   std::vector<sample_output> out1, out2;
   auto fail = [&](caf::error& e) { ADD_FAILURE() << sys_->render(e); };
   h3.receive(
@@ -428,7 +431,7 @@ TEST_F(Engines, QueuedCallsAreAnsweredInArrivalOrder) {
   auto ranks = group_.rank_handles();
   ASSERT_TRUE(ranks) << sys_->render(ranks.error());
   auto rank = ranks->at(0);
-  ASSERT_TRUE(call("pause", caf::message{}));
+  ASSERT_TRUE(call(engine_ops::pause.id, caf::message{}));
   // Three calls from one event-based actor; each reply records its index when it arrives.
   auto mutex = std::make_shared<std::mutex>();
   auto order = std::make_shared<std::vector<int>>();
@@ -438,7 +441,7 @@ TEST_F(Engines, QueuedCallsAreAnsweredInArrivalOrder) {
   sys_->spawn([=](caf::event_based_actor* a) {
     for (int i = 0; i < 3; ++i) {
       std::vector<sample_request> r{request({int64_t{30} + i, 31}, 3 + i, 1.0, 90 + i)};
-      a->request(rank, 60s, call_atom::value, std::string{"generate"}, caf::make_message(r))
+      a->request(rank, 60s, engine_ops::generate.call(r))
           .then(
               [=](op_result& res) {
                 std::lock_guard<std::mutex> lock{*mutex};
@@ -455,12 +458,13 @@ TEST_F(Engines, QueuedCallsAreAnsweredInArrivalOrder) {
   });
   self->receive([](int32_t) {}, caf::after(std::chrono::seconds(30)) >>
                                     [] { ADD_FAILURE() << "the requester did not start"; });
-  EXPECT_EQ(value<int64_t>("weight_version"), 0); // the rank has taken all three calls by now
+  EXPECT_EQ(value<int64_t>(engine_ops::weight_version.id),
+            0); // the rank has taken all three calls by now
   {
     std::lock_guard<std::mutex> lock{*mutex};
     EXPECT_TRUE(order->empty());
   }
-  EXPECT_EQ(value<int64_t>("resume"), 3);
+  EXPECT_EQ(value<int64_t>(engine_ops::resume.id), 3);
   for (int spin = 0; spin < 3000; ++spin) {
     {
       std::lock_guard<std::mutex> lock{*mutex};
@@ -475,14 +479,13 @@ TEST_F(Engines, QueuedCallsAreAnsweredInArrivalOrder) {
 }
 
 TEST_F(Engines, QueuedGenerateFailuresAreAnsweredAtResume) {
-  ASSERT_TRUE(call("pause", caf::message{}));
+  ASSERT_TRUE(call(engine_ops::pause.id, caf::message{}));
   auto ranks = group_.rank_handles();
   ASSERT_TRUE(ranks);
   caf::scoped_actor self{*sys_};
   std::vector<sample_request> bad{request({5, 600}, 3, 0.0, std::nullopt)};
-  auto h = self->request(ranks->at(0), 60s, call_atom::value, std::string{"generate"},
-                         caf::make_message(bad));
-  EXPECT_EQ(value<int64_t>("resume"), 1);
+  auto h = self->request(ranks->at(0), 60s, engine_ops::generate.call(bad));
+  EXPECT_EQ(value<int64_t>(engine_ops::resume.id), 1);
   bool failed = false;
   h.receive([&](op_result& r) { ADD_FAILURE() << caf::to_string(r.value); },
             [&](caf::error& e) {
@@ -492,34 +495,35 @@ TEST_F(Engines, QueuedGenerateFailuresAreAnsweredAtResume) {
               EXPECT_NE(text.find("id 600"), std::string::npos) << text;
             });
   EXPECT_TRUE(failed);
-  EXPECT_EQ(value<int64_t>("resume"), 0); // resuming an engine that is not paused: nothing queued
+  EXPECT_EQ(value<int64_t>(engine_ops::resume.id),
+            0); // resuming an engine that is not paused: nothing queued
   expect_same(generate(mixed_requests()), local_generate(*model_, mixed_requests()));
 }
 
 TEST_F(Engines, SetWeightsSetsTheVersionAndRefusedTransfersChangeNothing) {
-  EXPECT_EQ(value<int64_t>("weight_version"), 0);
+  EXPECT_EQ(value<int64_t>(engine_ops::weight_version.id), 0);
   auto other = be::causal_lm::random(be::preset("tiny"), 21);
   other->set_training(false);
   auto good = weights_of(*other);
-  ASSERT_TRUE(call("set_weights", caf::make_message(good, int64_t{3})));
-  EXPECT_EQ(value<int64_t>("weight_version"), 3);
-  EXPECT_EQ(value<tensor_map>("get_weights"), good);
+  ASSERT_TRUE(call(engine_ops::set_weights.id, caf::make_message(good, int64_t{3})));
+  EXPECT_EQ(value<int64_t>(engine_ops::weight_version.id), 3);
+  EXPECT_EQ(value<tensor_map>(engine_ops::get_weights.id), good);
   expect_same(generate(mixed_requests()), local_generate(*other, mixed_requests()));
 
   auto third = weights_of(*be::causal_lm::random(be::preset("tiny"), 22));
   auto name = third.begin()->first;
   auto missing = third;
   missing.erase(name);
-  expect_error(call("set_weights", caf::make_message(missing, int64_t{4})), errc::invalid_argument,
-               {"op 'set_weights'", "missing parameter '" + name + "'"});
+  expect_error(call(engine_ops::set_weights.id, caf::make_message(missing, int64_t{4})),
+               errc::invalid_argument, {"op 'set_weights'", "missing parameter '" + name + "'"});
   auto extra = third;
   extra["model.layers.99.mlp.up_proj.weight"] = third.begin()->second;
-  expect_error(call("set_weights", caf::make_message(extra, int64_t{4})), errc::invalid_argument,
-               {"no parameter 'model.layers.99.mlp.up_proj.weight'"});
+  expect_error(call(engine_ops::set_weights.id, caf::make_message(extra, int64_t{4})),
+               errc::invalid_argument, {"no parameter 'model.layers.99.mlp.up_proj.weight'"});
   auto shape = third;
   shape[name].shape.push_back(1);
-  expect_error(call("set_weights", caf::make_message(shape, int64_t{4})), errc::invalid_argument,
-               {"parameter '" + name + "' has shape"});
+  expect_error(call(engine_ops::set_weights.id, caf::make_message(shape, int64_t{4})),
+               errc::invalid_argument, {"parameter '" + name + "' has shape"});
   auto dtype_bad = third;
   {
     auto t = from_blobs(third);
@@ -528,25 +532,25 @@ TEST_F(Engines, SetWeightsSetsTheVersionAndRefusedTransfersChangeNothing) {
     ASSERT_TRUE(widened);
     dtype_bad[name] = widened->at(name);
   }
-  expect_error(call("set_weights", caf::make_message(dtype_bad, int64_t{4})),
+  expect_error(call(engine_ops::set_weights.id, caf::make_message(dtype_bad, int64_t{4})),
                errc::invalid_argument, {"parameter '" + name + "' has dtype Double"});
-  expect_error(call("set_weights", caf::make_message(third, int64_t{-1})), errc::invalid_argument,
-               {"version must be >= 0, got -1"});
-  expect_error(call("set_weights", caf::make_message(third)), errc::invalid_argument,
+  expect_error(call(engine_ops::set_weights.id, caf::make_message(third, int64_t{-1})),
+               errc::invalid_argument, {"version must be >= 0, got -1"});
+  expect_error(call(engine_ops::set_weights.id, caf::make_message(third)), errc::invalid_argument,
                {"set_weights expects (tensor_map weights, int64 version)"});
-  ASSERT_TRUE(call("sleep", caf::make_message(std::vector<std::string>{"weights"})));
-  expect_error(call("set_weights", caf::make_message(third, int64_t{4})), errc::invalid_argument,
-               {"asleep (weights)"});
-  ASSERT_TRUE(call("wake_up", caf::make_message(std::vector<std::string>{"weights"})));
+  ASSERT_TRUE(call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{"weights"})));
+  expect_error(call(engine_ops::set_weights.id, caf::make_message(third, int64_t{4})),
+               errc::invalid_argument, {"asleep (weights)"});
+  ASSERT_TRUE(call(engine_ops::wake_up.id, caf::make_message(std::vector<std::string>{"weights"})));
 
   // Every refusal kept the accepted weights and version.
-  EXPECT_EQ(value<int64_t>("weight_version"), 3);
-  EXPECT_EQ(value<tensor_map>("get_weights"), good);
+  EXPECT_EQ(value<int64_t>(engine_ops::weight_version.id), 3);
+  EXPECT_EQ(value<tensor_map>(engine_ops::get_weights.id), good);
   expect_same(generate(mixed_requests()), local_generate(*other, mixed_requests()));
 
   // init_model starts over at version 0.
-  ASSERT_TRUE(call("init_model", caf::make_message(tiny_spec(3))));
-  EXPECT_EQ(value<int64_t>("weight_version"), 0);
+  ASSERT_TRUE(call(engine_ops::init_model.id, caf::make_message(tiny_spec(3))));
+  EXPECT_EQ(value<int64_t>(engine_ops::weight_version.id), 0);
   expect_same(generate(mixed_requests()), local_generate(*model_, mixed_requests()));
 }
 
@@ -555,7 +559,7 @@ TEST_F(Engines, BadRequestsAreRefusedAndTheEngineStaysUsable) {
   auto expect_usable = [&] { expect_same(generate(ok), local_generate(*model_, ok)); };
   auto refuse = [&](std::vector<sample_request> reqs, errc code,
                     std::vector<std::string> fragments) {
-    expect_error(call("generate", caf::make_message(reqs)), code, fragments);
+    expect_error(call(engine_ops::generate.id, caf::make_message(reqs)), code, fragments);
     expect_usable();
   };
   auto with = [&](auto edit) {
@@ -589,19 +593,19 @@ TEST_F(Engines, BadRequestsAreRefusedAndTheEngineStaysUsable) {
   // A model built from a preset has no tokenizer.
   refuse(with([](sample_request& r) { r.stop_strings = {"ab"}; }), errc::invalid_argument,
          {"request 1", "stop strings need the model's tokenizer", "preset"});
-  expect_error(call("generate", caf::make_message(std::string{"hello"})), errc::invalid_argument,
-               {"generate expects (std::vector<sample_request>)"});
-  expect_error(call("decode", caf::message{}), errc::not_found,
+  expect_error(call(engine_ops::generate.id, caf::make_message(std::string{"hello"})),
+               errc::invalid_argument, {"generate expects (std::vector<sample_request>)"});
+  expect_error(call(caf::atom("decode"), caf::message{}), errc::not_found,
                {"kind 'engine' has no such op", "generate", "set_weights"});
-  expect_error(call("init_model", caf::make_message(model_spec{})), errc::invalid_argument,
-               {"exactly one of hf_dir, preset and config_json (got 0)"});
+  expect_error(call(engine_ops::init_model.id, caf::make_message(model_spec{})),
+               errc::invalid_argument, {"exactly one of hf_dir, preset and config_json (got 0)"});
   auto lora = tiny_spec(3);
   lora.lora_rank = 4;
-  expect_error(call("init_model", caf::make_message(lora)), errc::invalid_argument,
+  expect_error(call(engine_ops::init_model.id, caf::make_message(lora)), errc::invalid_argument,
                {"lora_rank must be 0, got 4"});
   auto no_tokenizer = tiny_spec(4);
   no_tokenizer.tokenizer_dir = "no-such-model-dir";
-  expect_error(call("init_model", caf::make_message(no_tokenizer)), errc::not_found,
+  expect_error(call(engine_ops::init_model.id, caf::make_message(no_tokenizer)), errc::not_found,
                {"tokenizer_dir 'no-such-model-dir' holds no tokenizer"});
   expect_usable();
 }
@@ -643,15 +647,15 @@ TEST_F(Engines, StopStringsUseTheTokenizerOfTheModelDirectory) {
     spec.hf_dir = (own ? with_tokenizer : without_tokenizer).string();
     if (!own)
       spec.tokenizer_dir = with_tokenizer.string();
-    ASSERT_TRUE(call("init_model", caf::make_message(spec)));
+    ASSERT_TRUE(call(engine_ops::init_model.id, caf::make_message(spec)));
     expect_same(generate(stopped), want);
   }
   // Without a tokenizer in its directory the engine serves, and refuses stop strings naming it.
   model_spec bare;
   bare.compute_dtype = "fp32";
   bare.hf_dir = without_tokenizer.string();
-  ASSERT_TRUE(call("init_model", caf::make_message(bare)));
-  expect_error(call("generate", caf::make_message(stopped)), errc::invalid_argument,
+  ASSERT_TRUE(call(engine_ops::init_model.id, caf::make_message(bare)));
+  expect_error(call(engine_ops::generate.id, caf::make_message(stopped)), errc::invalid_argument,
                {"request 0", "stop strings need the model's tokenizer",
                 without_tokenizer.string() + "' has none"});
   expect_same(generate(free_runs), reference);
@@ -659,16 +663,18 @@ TEST_F(Engines, StopStringsUseTheTokenizerOfTheModelDirectory) {
 
 TEST_F(Engines, OpsBeforeInitModelAreRefused) {
   auto fresh = spawn_engine("fresh");
-  for (std::string op :
-       {"generate", "memory", "pause", "resume", "weight_version", "get_weights"}) {
-    auto args = op == "generate" ? caf::make_message(mixed_requests()) : caf::message{};
+  for (auto op :
+       {engine_ops::generate.id, engine_ops::memory.id, engine_ops::pause.id, engine_ops::resume.id,
+        engine_ops::weight_version.id, engine_ops::get_weights.id}) {
+    auto args =
+        op == engine_ops::generate.id ? caf::make_message(mixed_requests()) : caf::message{};
     expect_error(call(op, args, &fresh), errc::invalid_argument,
-                 {"group 'fresh'", op + " before init_model"});
+                 {"group 'fresh'", op_name(op) + " before init_model"});
   }
-  expect_error(call("sleep", caf::make_message(std::vector<std::string>{}), &fresh),
+  expect_error(call(engine_ops::sleep.id, caf::make_message(std::vector<std::string>{}), &fresh),
                errc::invalid_argument, {"sleep before init_model"});
-  ASSERT_TRUE(call("init_model", caf::make_message(tiny_spec(3)), &fresh));
-  auto out = call("generate", caf::make_message(mixed_requests()), &fresh);
+  ASSERT_TRUE(call(engine_ops::init_model.id, caf::make_message(tiny_spec(3)), &fresh));
+  auto out = call(engine_ops::generate.id, caf::make_message(mixed_requests()), &fresh);
   ASSERT_TRUE(out) << sys_->render(out.error());
   expect_same(out->get_as<std::vector<sample_output>>(0),
               local_generate(*model_, mixed_requests()));

@@ -136,29 +136,38 @@ TEST_F(HeadProtocol, RefusesAnotherBuildNamingTheDifference) {
   // A node whose engine takes other arguments for one op is refused, naming that op.
   auto ops = good("n1");
   auto generate = std::find_if(ops.kinds.begin(), ops.kinds.end(), [](const std::string& k) {
-    return k.rfind("engine.generate(", 0) == 0;
+    return k.rfind("engine.generate<", 0) == 0;
   });
   ASSERT_NE(generate, ops.kinds.end());
   const std::string declared =
-      "engine.generate(std::vector<sample_request>) -> (std::vector<sample_output>)";
+      "engine.generate<generate>(std::vector<sample_request>) -> (std::vector<sample_output>)";
   EXPECT_EQ(*generate, declared);
-  *generate = "engine.generate(std::vector<sample_request>, int64) -> (std::vector<sample_output>)";
+  *generate = "engine.generate<generate>(std::vector<sample_request>, int64) -> "
+              "(std::vector<sample_output>)";
   msg = refusal(ops);
   EXPECT_NE(msg.find("other actor kinds or ops"), std::string::npos) << msg;
   EXPECT_NE(msg.find("lacks kinds [" + declared + "]"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("[engine.generate(std::vector<sample_request>, int64) -> "
+  EXPECT_NE(msg.find("[engine.generate<generate>(std::vector<sample_request>, int64) -> "
                      "(std::vector<sample_output>)]"),
             std::string::npos)
       << msg;
   // So is one whose op answers another type.
   auto results = good("n1");
   auto version = std::find(results.kinds.begin(), results.kinds.end(),
-                           "engine.weight_version() -> (int64)");
+                           "engine.weight_version<weight_ver>() -> (int64)");
   ASSERT_NE(version, results.kinds.end());
-  *version = "engine.weight_version() -> (int32)";
+  *version = "engine.weight_version<weight_ver>() -> (int32)";
   msg = refusal(results);
-  EXPECT_NE(msg.find("lacks kinds [engine.weight_version() -> (int64)]"), std::string::npos)
+  EXPECT_NE(msg.find("lacks kinds [engine.weight_version<weight_ver>() -> (int64)]"),
+            std::string::npos)
       << msg;
+  // And one whose op goes by another wire id (its calls would reach no handler).
+  auto ids = good("n1");
+  auto stats = std::find(ids.kinds.begin(), ids.kinds.end(), "engine.stats<stats>() -> (string)");
+  ASSERT_NE(stats, ids.kinds.end());
+  *stats = "engine.stats<statistics>() -> (string)";
+  msg = refusal(ids);
+  EXPECT_NE(msg.find("lacks kinds [engine.stats<stats>() -> (string)]"), std::string::npos) << msg;
   // The head keeps serving: the same node of the right build joins.
   EXPECT_TRUE(join(good("n1")));
 }
@@ -273,7 +282,7 @@ TEST_F(HeadProtocol, IgnoresExitMessagesFromOtherProcessesAndForeignOrders) {
   caf::error spawn_failure;
   self->request(*foreign, 10s, spawn_ranks_atom::value, std::string{"policy"},
                 std::vector<rank_info>{rank_info{}}, caf::actor{}, std::string{"x"})
-    .receive([](std::vector<rank_actor>&) {}, [&](caf::error& e) { spawn_failure = e; });
+      .receive([](std::vector<caf::actor>&) {}, [&](caf::error& e) { spawn_failure = e; });
   ASSERT_TRUE(spawn_failure);
   EXPECT_NE(error_message(spawn_failure).find("not part of a cluster"), std::string::npos);
 }

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "../backends/test_support.hpp"
 #include "actors/actor_kind.hpp"
 #include "actors/dispatcher.hpp"
 #include "actors/engine.hpp"
@@ -45,7 +46,7 @@ caf::expected<int64_t> wrong_argument(rank_context&, counter&, const double&,
   return 0;
 }
 
-constexpr op_ref<int64_t(int64_t, std::optional<bool>)> add_op{"add"};
+constexpr op_ref<int64_t(int64_t, std::optional<bool>)> add_op{"add", caf::atom("add")};
 
 /// True when `typed_op(Ref, Fn)` compiles: a declaration and the function implementing it agree.
 template <class Ref, class Fn, class = void> struct declares : std::false_type {};
@@ -54,11 +55,11 @@ struct declares<Ref, Fn,
                 std::void_t<decltype(typed_op(std::declval<const Ref&>(), std::declval<Fn>()))>>
     : std::true_type {};
 
-std::set<std::string> names_of(const std::map<std::string, rank_op>& ops) {
+std::set<std::string> names_of(const std::map<caf::atom_value, rank_op>& ops) {
   std::set<std::string> out;
-  for (const auto& [name, op] : ops) {
-    EXPECT_EQ(name, op.name);
-    out.insert(name);
+  for (const auto& [id, op] : ops) {
+    EXPECT_EQ(id, op.id) << op.name;
+    out.insert(op.name);
   }
   return out;
 }
@@ -91,18 +92,18 @@ TEST(OpRef, ArgumentsAreBuiltAsTheDeclaredTypes) {
   auto policy = find_kind("policy");
   ASSERT_TRUE(policy);
   const auto& ops = policy->ops;
-  EXPECT_TRUE(ops.at(worker_ops::load_checkpoint.name).accepts(load));
-  EXPECT_TRUE(ops.at(worker_ops::load_checkpoint.name)
+  EXPECT_TRUE(ops.at(worker_ops::load_checkpoint.id).accepts(load));
+  EXPECT_TRUE(ops.at(worker_ops::load_checkpoint.id)
                   .accepts(worker_ops::load_checkpoint.args("/ckpt", 3, "policy", false)));
-  EXPECT_TRUE(ops.at(worker_ops::set_lr.name).accepts(worker_ops::set_lr.args(1e-3)));
-  EXPECT_TRUE(ops.at(worker_ops::offload.name)
-                  .accepts(worker_ops::offload.args(std::vector<std::string>{})));
+  EXPECT_TRUE(ops.at(worker_ops::set_lr.id).accepts(worker_ops::set_lr.args(1e-3)));
+  EXPECT_TRUE(
+      ops.at(worker_ops::offload.id).accepts(worker_ops::offload.args(std::vector<std::string>{})));
   auto engine = find_kind("engine");
   ASSERT_TRUE(engine);
-  EXPECT_TRUE(engine->ops.at(engine_ops::pause.name).accepts(engine_ops::pause.args()));
-  EXPECT_TRUE(engine->ops.at(engine_ops::pause.name).accepts(engine_ops::pause.args("abort")));
-  EXPECT_TRUE(engine->ops.at(engine_ops::retain_weights.name)
-                  .accepts(engine_ops::retain_weights.args(4, 2)));
+  EXPECT_TRUE(engine->ops.at(engine_ops::pause.id).accepts(engine_ops::pause.args()));
+  EXPECT_TRUE(engine->ops.at(engine_ops::pause.id).accepts(engine_ops::pause.args("abort")));
+  EXPECT_TRUE(
+      engine->ops.at(engine_ops::retain_weights.id).accepts(engine_ops::retain_weights.args(4, 2)));
 }
 
 TEST(OpRef, AnswersAreReadAsTheDeclaredTypeOrRefusedNamingTheOp) {
@@ -196,4 +197,88 @@ TEST(OpRef, EveryKindIsBuiltFromExactlyItsDeclarations) {
 
   // The dispatcher's streaming submit is the engine's, less the timeout (the call's own).
   EXPECT_STREQ(dispatcher_ops::submit.name, engine_ops::submit.name);
+}
+
+// Each kind is a CAF typed actor whose interface lists its declared ops with their argument
+// types, one signature per number of optional arguments given; the reference does not train.
+TEST(OpRef, EachKindIsATypedActorOfItsDeclaredOps) {
+  using caf::detail::tl_contains;
+  using forward_backward = caf::replies_to<caf::atom_constant<worker_ops::forward_backward.id>,
+                                           batch_payload, loss_request>::with<op_result>;
+  using forward_alone =
+      caf::replies_to<caf::atom_constant<worker_ops::forward.id>, batch_payload>::with<op_result>;
+  using forward_with_loss = caf::replies_to<caf::atom_constant<worker_ops::forward.id>,
+                                            batch_payload, loss_request>::with<op_result>;
+  using ping = caf::replies_to<caf::atom_constant<rank_ops::ping.id>>::with<op_result>;
+  using trainer = trainer_interface::type::signatures;
+  using reference = reference_interface::type::signatures;
+  static_assert(tl_contains<trainer, forward_backward>::value);
+  static_assert(!tl_contains<reference, forward_backward>::value);
+  static_assert(tl_contains<reference, forward_alone>::value);
+  static_assert(tl_contains<reference, forward_with_loss>::value);
+  static_assert(tl_contains<reference, ping>::value);
+  using generate = caf::replies_to<caf::atom_constant<engine_ops::generate.id>,
+                                   std::vector<sample_request>>::with<op_result>;
+  static_assert(tl_contains<engine_interface::type::signatures, generate>::value);
+  static_assert(!tl_contains<trainer, generate>::value);
+  // 10 built-in ops, 9 reference ops of which forward has two signatures, two step messages.
+  EXPECT_EQ(caf::detail::tl_size<reference>::value, 10u + 10u + 2u);
+  EXPECT_EQ(reference_interface::ids().size(), 9u);
+}
+
+namespace {
+
+constexpr op_ref<int64_t()> answer_op{"answer", caf::atom("answer")};
+constexpr op_ref<int64_t()> other_op{"other", caf::atom("other")};
+constexpr op_ref<int64_t()> fake_ping{"not_ping", caf::atom("ping")};
+constexpr op_ref<int64_t()> fake_generate{"not_generate", caf::atom("generate")};
+
+caf::expected<int64_t> forty_two(rank_context&) {
+  return 42;
+}
+
+/// A kind named `name` with the interface `Interface` (none when void) and `ops`.
+template <class Interface = void>
+actor_kind kind_of(const std::string& name, const std::vector<rank_op>& ops) {
+  actor_kind k;
+  k.name = name;
+  if constexpr (!std::is_void_v<Interface>)
+    k.implements<Interface>();
+  for (const auto& op : ops)
+    k.add(op);
+  return k;
+}
+
+void expect_refused(const actor_kind& k, const std::vector<std::string>& fragments) {
+  backends::testing::expect_error([&] { register_kind(k); }, backends::error_code::internal,
+                                  fragments);
+}
+
+} // namespace
+
+// register_kind refuses, naming the op, a kind whose op table is not its interface or whose ids
+// would make a call ambiguous.
+TEST(OpRef, AKindWhoseOpsAreNotItsInterfaceIsRefusedNamingTheOp) {
+  register_engine_kind();
+  const auto answer = context_op(answer_op, forty_two);
+  const auto other = context_op(other_op, forty_two);
+  expect_refused(kind_of("test.untyped", {answer}),
+                 {"actor kind 'test.untyped'", "no typed interface"});
+  expect_refused(kind_of<rank_interface<answer_op, other_op>>("test.missing", {answer}),
+                 {"its interface lists op <other> and it has no such op"});
+  expect_refused(kind_of<rank_interface<answer_op>>("test.extra", {answer, other}),
+                 {"op 'other' <other> is not in its interface"});
+  expect_refused(
+      kind_of<rank_interface<fake_ping>>("test.builtin", {context_op(fake_ping, forty_two)}),
+      {"op 'not_ping' <ping> has the id of a built-in op"});
+  expect_refused(
+      kind_of<rank_interface<fake_generate>>("test.clash", {context_op(fake_generate, forty_two)}),
+      {"op 'not_generate' has the id <generate> of op 'generate'"});
+  // None of them was registered; a kind built right is.
+  for (const char* name :
+       {"test.untyped", "test.missing", "test.extra", "test.builtin", "test.clash"})
+    EXPECT_FALSE(find_kind(name)) << name;
+  register_kind(kind_of<rank_interface<answer_op>>("test.good", {answer}));
+  EXPECT_TRUE(find_kind("test.good"));
+  EXPECT_EQ(op_name(answer_op.id), "answer");
 }

@@ -89,13 +89,13 @@ protected:
   actor_group start(const std::string& name, const std::string& kind, int ranks,
                     const model_spec& spec) {
     auto g = ok(spawn_group(name, kind, ranks));
-    auto counts = ok(g.call_all("init_model", caf::make_message(spec), call_timeout));
+    auto counts = ok(g.call_all(worker_ops::init_model.id, caf::make_message(spec), call_timeout));
     num_params_ = counts.at(0).get_as<int64_t>(0);
     return g;
   }
 
   /// `op(args)` on every rank; the first error, or nothing.
-  caf::error run(actor_group& g, const std::string& op, caf::message args) {
+  caf::error run(actor_group& g, caf::atom_value op, caf::message args) {
     auto r = g.call_all(op, args, call_timeout);
     return r ? caf::error{} : std::move(r.error());
   }
@@ -114,17 +114,17 @@ protected:
   }
 
   void offload(actor_group& g, const tags& t) {
-    expect_ok(run(g, "offload", caf::make_message(t)));
+    expect_ok(run(g, worker_ops::offload.id, caf::make_message(t)));
   }
 
   void onload(actor_group& g, const tags& t) {
-    expect_ok(run(g, "onload", caf::make_message(t)));
+    expect_ok(run(g, worker_ops::onload.id, caf::make_message(t)));
   }
 
   /// Every rank's resident and host bytes, in rank order.
   std::vector<memory_use> memory(actor_group& g) {
     std::vector<memory_use> out;
-    for (auto& m : ok(g.call_all("memory", caf::make_message(), call_timeout))) {
+    for (auto& m : ok(g.call_all(worker_ops::memory.id, caf::make_message(), call_timeout))) {
       EXPECT_TRUE((m.match_elements<int64_t, int64_t>())) << caf::to_string(m);
       out.push_back({m.get_as<int64_t>(0), m.get_as<int64_t>(1)});
     }
@@ -134,7 +134,7 @@ protected:
   /// `op` with rank i getting the i-th of equal row shards of `batch` (plus `loss`); the
   /// merged outputs in row order.
   caf::expected<std::map<std::string, at::Tensor>>
-  batch_call(actor_group& g, const std::string& op, const be::training_batch& batch,
+  batch_call(actor_group& g, caf::atom_value op, const be::training_batch& batch,
              std::optional<loss_request> loss = std::nullopt) {
     auto ranks = static_cast<int64_t>(ok(g.ranks()).size());
     auto shards = ok(shard_payload(ok(to_payload(batch)), ranks));
@@ -152,22 +152,23 @@ protected:
   }
 
   at::Tensor logprobs(actor_group& g, const be::training_batch& batch) {
-    return ok(batch_call(g, "forward", batch)).at("logprobs");
+    return ok(batch_call(g, worker_ops::forward.id, batch)).at("logprobs");
   }
 
   void forward_backward(actor_group& g, const be::training_batch& batch) {
-    ok(batch_call(g, "forward_backward", batch, loss_request{"regular", {}, {}}));
+    ok(batch_call(g, worker_ops::forward_backward.id, batch, loss_request{"regular", {}, {}}));
   }
 
   void step(actor_group& g) {
-    auto r = ok(g.call_all("optim_step", caf::make_message(adam(1e-2)), call_timeout));
+    auto r = ok(g.call_all(worker_ops::optim_step.id, caf::make_message(adam(1e-2)), call_timeout));
     EXPECT_FALSE(r.at(0).get_as<optim_result>(0).skipped);
   }
 
   /// Saves every rank of `g` under `dir.str()` (role = group name) and reads the states back.
   std::vector<be::rank_checkpoint> snapshot(actor_group& g, const std::string& name,
                                             const test::temp_dir& dir) {
-    expect_ok(run(g, "save_checkpoint", caf::make_message(dir.str(), int64_t{1}, name)));
+    expect_ok(
+        run(g, worker_ops::save_checkpoint.id, caf::make_message(dir.str(), int64_t{1}, name)));
     auto ranks = ok(g.ranks());
     std::vector<be::rank_checkpoint> out;
     for (auto& r : ranks)
@@ -244,12 +245,14 @@ TEST_F(WorkerOffload, RefAndCriticOffloadTheirModels) {
 
   auto critic = start("critic", "critic", 1, tiny_spec(2));
   auto batch = make_batch(4, 2);
-  auto before = ok(batch_call(critic, "forward", batch)).at("values");
-  ok(batch_call(critic, "forward_backward", batch, loss_request{"ppo_critic", {}, {}}));
+  auto before = ok(batch_call(critic, worker_ops::forward.id, batch)).at("values");
+  ok(batch_call(critic, worker_ops::forward_backward.id, batch,
+                loss_request{"ppo_critic", {}, {}}));
   offload(critic, {});
   EXPECT_EQ(memory(critic).at(0).resident, 0);
   onload(critic, {});
-  EXPECT_TRUE(at::equal(ok(batch_call(critic, "forward", batch)).at("values"), before));
+  EXPECT_TRUE(
+      at::equal(ok(batch_call(critic, worker_ops::forward.id, batch)).at("values"), before));
   step(critic);
 }
 
@@ -267,8 +270,8 @@ TEST_F(WorkerOffload, ParametersRoundTripBitForBit) {
   onload(g, {"model"});
   EXPECT_TRUE(at::equal(logprobs(g, batch), before));
   test::temp_dir dir("offload");
-  expect_ok(run(g, "save_hf_model", caf::make_message(dir.str() + "/a")));
-  expect_ok(run(control, "save_hf_model", caf::make_message(dir.str() + "/b")));
+  expect_ok(run(g, worker_ops::save_hf_model.id, caf::make_message(dir.str() + "/a")));
+  expect_ok(run(control, worker_ops::save_hf_model.id, caf::make_message(dir.str() + "/b")));
   auto a = be::causal_lm::load(dir.str() + "/a")->state_dict();
   auto b = be::causal_lm::load(dir.str() + "/b")->state_dict();
   ASSERT_EQ(a.size(), b.size());
@@ -328,7 +331,7 @@ TEST_F(WorkerOffload, ComputeOpsAreRefusedWhileOffloadedAndWorkAfterOnload) {
   forward_backward(g, batch);
   forward_backward(control, batch);
   test::temp_dir dir("offload");
-  expect_ok(run(g, "save_checkpoint", caf::make_message(dir.str(), int64_t{0})));
+  expect_ok(run(g, worker_ops::save_checkpoint.id, caf::make_message(dir.str(), int64_t{0})));
   offload(g, {"model"});
   const std::vector<std::string> why{"policy worker", "needs the model on the device",
                                      "offloaded", "call onload"};
@@ -336,29 +339,30 @@ TEST_F(WorkerOffload, ComputeOpsAreRefusedWhileOffloadedAndWorkAfterOnload) {
     f.push_back(op);
     return f;
   };
-  auto fwd = batch_call(g, "forward", batch);
+  auto fwd = batch_call(g, worker_ops::forward.id, batch);
   ASSERT_FALSE(fwd);
   expect_refused(fwd.error(), with(why, "forward"));
-  auto fb = batch_call(g, "forward_backward", batch, loss_request{"regular", {}, {}});
+  auto fb = batch_call(g, worker_ops::forward_backward.id, batch, loss_request{"regular", {}, {}});
   ASSERT_FALSE(fb);
   expect_refused(fb.error(), with(why, "forward_backward"));
-  expect_refused(run(g, "optim_step", caf::make_message(adam(1e-2))), with(why, "optim_step"));
-  expect_refused(run(g, "save_hf_model", caf::make_message(dir.str() + "/hf")),
+  expect_refused(run(g, worker_ops::optim_step.id, caf::make_message(adam(1e-2))),
+                 with(why, "optim_step"));
+  expect_refused(run(g, worker_ops::save_hf_model.id, caf::make_message(dir.str() + "/hf")),
                  with(why, "save_hf_model"));
-  expect_refused(run(g, "save_checkpoint", caf::make_message(dir.str(), int64_t{1})),
+  expect_refused(run(g, worker_ops::save_checkpoint.id, caf::make_message(dir.str(), int64_t{1})),
                  with(why, "save_checkpoint"));
-  expect_refused(run(g, "load_checkpoint", caf::make_message(dir.str(), int64_t{0})),
+  expect_refused(run(g, worker_ops::load_checkpoint.id, caf::make_message(dir.str(), int64_t{0})),
                  with(why, "load_checkpoint"));
   onload(g, {"model"});
   // The optimizer alone offloaded: compute works, the step and checkpoints are refused.
   offload(g, {"optimizer"});
   const std::vector<std::string> opt_why{"policy worker", "needs the optimizer state",
                                          "offloaded", "call onload"};
-  expect_refused(run(g, "optim_step", caf::make_message(adam(1e-2))),
+  expect_refused(run(g, worker_ops::optim_step.id, caf::make_message(adam(1e-2))),
                  with(opt_why, "optim_step"));
-  expect_refused(run(g, "save_checkpoint", caf::make_message(dir.str(), int64_t{1})),
+  expect_refused(run(g, worker_ops::save_checkpoint.id, caf::make_message(dir.str(), int64_t{1})),
                  with(opt_why, "save_checkpoint"));
-  expect_refused(run(g, "load_checkpoint", caf::make_message(dir.str(), int64_t{0})),
+  expect_refused(run(g, worker_ops::load_checkpoint.id, caf::make_message(dir.str(), int64_t{0})),
                  with(opt_why, "load_checkpoint"));
   forward_backward(g, batch);
   forward_backward(control, batch);
@@ -367,40 +371,43 @@ TEST_F(WorkerOffload, ComputeOpsAreRefusedWhileOffloadedAndWorkAfterOnload) {
   step(g);
   step(control);
   EXPECT_TRUE(at::equal(logprobs(g, batch), logprobs(control, batch)));
-  expect_ok(run(g, "save_hf_model", caf::make_message(dir.str() + "/hf")));
-  expect_ok(run(g, "load_checkpoint", caf::make_message(dir.str(), int64_t{0})));
+  expect_ok(run(g, worker_ops::save_hf_model.id, caf::make_message(dir.str() + "/hf")));
+  expect_ok(run(g, worker_ops::load_checkpoint.id, caf::make_message(dir.str(), int64_t{0})));
 }
 
 TEST_F(WorkerOffload, BadTagsAndArgumentsAreRefusedAndNothingMoves) {
   auto policy = start("policy", "policy", 1, tiny_spec(7));
   const int64_t p = 4 * num_params_;
-  expect_refused(run(policy, "offload", caf::make_message(tags{"model", "weights"})),
+  expect_refused(run(policy, worker_ops::offload.id, caf::make_message(tags{"model", "weights"})),
                  {"offload", "unknown tag 'weights'", "model, optimizer"});
-  expect_refused(run(policy, "onload", caf::make_message(tags{"kv_cache"})),
+  expect_refused(run(policy, worker_ops::onload.id, caf::make_message(tags{"kv_cache"})),
                  {"onload", "unknown tag 'kv_cache'", "model, optimizer"});
-  expect_refused(run(policy, "offload", caf::make_message(std::string{"model"})),
+  expect_refused(run(policy, worker_ops::offload.id, caf::make_message(std::string{"model"})),
                  {"offload expects", "tags"});
-  expect_refused(run(policy, "memory", caf::make_message(int64_t{1})), {"memory expects"});
+  expect_refused(run(policy, worker_ops::memory.id, caf::make_message(int64_t{1})),
+                 {"memory expects"});
   auto m = memory(policy).at(0);
   EXPECT_EQ(m.resident, p); // 'model' came before the bad tag and did not move
   EXPECT_EQ(m.host, 0);
 
   auto ref = start("ref", "ref", 1, tiny_spec(7));
-  expect_refused(run(ref, "offload", caf::make_message(tags{"model", "optimizer"})),
+  expect_refused(run(ref, worker_ops::offload.id, caf::make_message(tags{"model", "optimizer"})),
                  {"ref", "offload", "has no optimizer", "'model'"});
-  expect_refused(run(ref, "onload", caf::make_message(tags{"optimizer"})),
+  expect_refused(run(ref, worker_ops::onload.id, caf::make_message(tags{"optimizer"})),
                  {"onload", "has no optimizer"});
-  expect_refused(run(ref, "offload", caf::make_message(tags{"weights"})),
+  expect_refused(run(ref, worker_ops::offload.id, caf::make_message(tags{"weights"})),
                  {"unknown tag 'weights' (tags: model)"});
   EXPECT_EQ(memory(ref).at(0).resident, p);
-  ok(batch_call(ref, "forward", make_batch(2, 8)));
+  ok(batch_call(ref, worker_ops::forward.id, make_batch(2, 8)));
 
   // Before init_model.
   auto raw = ok(spawn_group("raw", "critic", 1));
-  expect_refused(run(raw, "offload", caf::make_message(tags{})),
+  expect_refused(run(raw, worker_ops::offload.id, caf::make_message(tags{})),
                  {"critic", "offload before init_model"});
-  expect_refused(run(raw, "onload", caf::make_message(tags{})), {"onload before init_model"});
-  expect_refused(run(raw, "memory", caf::make_message()), {"memory before init_model"});
+  expect_refused(run(raw, worker_ops::onload.id, caf::make_message(tags{})),
+                 {"onload before init_model"});
+  expect_refused(run(raw, worker_ops::memory.id, caf::make_message()),
+                 {"memory before init_model"});
 }
 
 TEST_F(WorkerOffload, InitModelStartsOverOnTheDevice) {
@@ -410,7 +417,7 @@ TEST_F(WorkerOffload, InitModelStartsOverOnTheDevice) {
   step(g);
   offload(g, {});
   ASSERT_EQ(memory(g).at(0).resident, 0);
-  ok(g.call_all("init_model", caf::make_message(tiny_spec(8)), call_timeout));
+  ok(g.call_all(worker_ops::init_model.id, caf::make_message(tiny_spec(8)), call_timeout));
   auto m = memory(g).at(0);
   EXPECT_EQ(m.resident, 4 * num_params_);
   EXPECT_EQ(m.host, 0);
@@ -506,15 +513,15 @@ TEST(WorkerModel, RefusedBeforeInitAndWhileOffloaded) {
   ctx.state = kind->make_state(ctx.info);
   be::testing::expect_error([&] { worker_model(ctx, "sync_weights"); },
                             {"sync_weights before init_model", "policy"});
-  auto n = kind->ops.at("init_model").call(ctx, caf::make_message(tiny_spec(13)));
+  auto n = kind->ops.at(worker_ops::init_model.id).call(ctx, caf::make_message(tiny_spec(13)));
   ASSERT_TRUE(n);
   const auto& model = worker_model(ctx, "sync_weights");
   EXPECT_EQ(model.num_parameters(), n->get_as<int64_t>(0));
   auto weights = model.state_dict();
-  ASSERT_TRUE(kind->ops.at("offload").call(ctx, caf::make_message(tags{"model"})));
+  ASSERT_TRUE(kind->ops.at(worker_ops::offload.id).call(ctx, caf::make_message(tags{"model"})));
   be::testing::expect_error([&] { worker_model(ctx, "sync_weights"); },
                             {"policy worker", "sync_weights", "offloaded", "onload"});
-  ASSERT_TRUE(kind->ops.at("onload").call(ctx, caf::make_message(tags{})));
+  ASSERT_TRUE(kind->ops.at(worker_ops::onload.id).call(ctx, caf::make_message(tags{})));
   const auto& back = worker_model(ctx, "sync_weights");
   EXPECT_EQ(&back, &model);
   for (const auto& [name, t] : back.state_dict())

@@ -376,11 +376,11 @@ TEST_F(Workers, ATinkerRequestComputesWhatTheBatchOfItsDatumsComputes) {
 // sees it; the workers stay usable.
 TEST_F(Workers, ATinkerCallWithoutARequestOrDatumsIsRefused) {
   add_role("policy", "policy", 1, tiny_spec(22));
-  auto wrong = client_->call("policy", worker_ops::tinker_forward_backward.name,
+  auto wrong = client_->call("policy", worker_ops::tinker_forward_backward.id,
                              caf::make_message(std::string{"datums"}));
   expect_error(wrong, errc::invalid_argument,
                {"tinker_forward_backward", "expects (checked_request)"});
-  auto empty = client_->call("policy", worker_ops::tinker_forward.name,
+  auto empty = client_->call("policy", worker_ops::tinker_forward.id,
                              caf::make_message(tk::checked_request{}));
   expect_error(empty, errc::invalid_argument, {"tinker_forward", "without datums"});
   auto fine = client_->call("policy", worker_ops::tinker_forward,

@@ -140,7 +140,7 @@ TEST_F(ClusterBasics, AGroupWithRanksOnBothNodesAnswersMeshCallsAndAllReduces) {
   EXPECT_EQ((*infos)[0].node_id, "n1");
   EXPECT_EQ((*infos)[1].node_id, "n2");
   // Each rank runs in its node's process.
-  auto where = group->call_all("location", caf::message{}, 10s);
+  auto where = group->call_all(actors::rank_ops::location.id, caf::message{}, 10s);
   ASSERT_TRUE(where) << driver_->sys().render(where.error());
   ASSERT_EQ(where->size(), 2u);
   auto pid0 = (*where)[0].get_as<int64_t>(1), pid1 = (*where)[1].get_as<int64_t>(1);
@@ -149,12 +149,12 @@ TEST_F(ClusterBasics, AGroupWithRanksOnBothNodesAnswersMeshCallsAndAllReduces) {
   // A mesh call: rank i gets chunk i.
   std::vector<caf::message> chunks{caf::make_message(tensor_list{f32_blob({1, 2})}),
                                    caf::make_message(tensor_list{f32_blob({10, 20})})};
-  auto sums = group->call_mesh("all_reduce", chunks, 30s);
+  auto sums = group->call_mesh(actors::rank_ops::all_reduce.id, chunks, 30s);
   ASSERT_TRUE(sums) << driver_->sys().render(sums.error());
   for (auto& m : *sums)
     EXPECT_EQ(floats(m.get_as<tensor_list>(0).at(0)), (std::vector<float>{11, 22}));
   // A broadcast from rank 1 across the processes.
-  auto bc = group->call_mesh("broadcast",
+  auto bc = group->call_mesh(actors::rank_ops::broadcast.id,
                              {caf::make_message(tensor_list{f32_blob({0, 0})}, int32_t{1}),
                               caf::make_message(tensor_list{f32_blob({7, 8})}, int32_t{1})},
                              30s);
@@ -162,7 +162,7 @@ TEST_F(ClusterBasics, AGroupWithRanksOnBothNodesAnswersMeshCallsAndAllReduces) {
   EXPECT_EQ(floats((*bc)[0].get_as<tensor_list>(0).at(0)), (std::vector<float>{7, 8}));
   expect_no_wildcard_listener("while a Gloo group spans the nodes");
   // Errors name the group, the rank, the op and the node.
-  auto bad = group->call_all("no_such_op", caf::message{}, 10s);
+  auto bad = group->call_all(caf::atom("no_such_op"), caf::message{}, 10s);
   ASSERT_FALSE(bad);
   auto msg = error_message(bad.error());
   EXPECT_NE(msg.find("group 'mesh-group' rank "), std::string::npos) << msg;
@@ -283,11 +283,11 @@ TEST(ClusterHead, AHeadThatDeclaresResourcesHostsRanksInItsOwnProcess) {
   EXPECT_EQ(bundle_nodes(*pg), (std::vector<std::string>{"headnode", "n1"}));
   auto group = driver.spawn_group("g", "policy", *pg);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
-  auto where = group->call_all("location", caf::message{}, 10s);
+  auto where = group->call_all(actors::rank_ops::location.id, caf::message{}, 10s);
   ASSERT_TRUE(where);
   EXPECT_EQ((*where)[0].get_as<int64_t>(1), cluster.head().pid());
   EXPECT_EQ((*where)[1].get_as<int64_t>(1), cluster.node("n1").pid());
-  auto sums = group->call_mesh("all_reduce",
+  auto sums = group->call_mesh(actors::rank_ops::all_reduce.id,
                                {caf::make_message(tensor_list{f32_blob({1})}),
                                 caf::make_message(tensor_list{f32_blob({2})})},
                                30s);

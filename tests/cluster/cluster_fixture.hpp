@@ -14,7 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/actor_group.hpp"
+#include "actors/engine.hpp"
 #include "actors/placement_manager.hpp"
+#include "actors/rank_actor.hpp"
 #include "runtime/system_config.hpp"
 #include "tests/cluster/process.hpp"
 

@@ -281,7 +281,7 @@ TEST(ClusterFailures, AKilledNodeThatRestartsHostsNewGroups) {
   ASSERT_TRUE(pg) << driver.sys().render(pg.error());
   auto group = driver.spawn_group("g", "ref", *pg);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
-  auto where = group->call_all("location", caf::message{}, 10s);
+  auto where = group->call_all(actors::rank_ops::location.id, caf::message{}, 10s);
   ASSERT_TRUE(where);
   EXPECT_EQ((*where)[1].get_as<int64_t>(1), cluster.node("n2").pid());
   group->stop();
@@ -345,7 +345,7 @@ TEST(ClusterFailures, AKilledHeadStopsTheRanksAndTheNodesRejoinItsSuccessor) {
     ASSERT_TRUE(cluster.node("n1").wait_for_log("lost the head", 15s)) << cluster.logs();
     bool failed = false;
     for (int i = 0; i < 100 && !failed; ++i) {
-      auto r = group->call_all("ping", caf::message{}, 5s);
+      auto r = group->call_all(actors::rank_ops::ping.id, caf::message{}, 5s);
       failed = !r;
       if (!r) {
         EXPECT_NE(error_message(r.error()).find("group 'g' rank"), std::string::npos)

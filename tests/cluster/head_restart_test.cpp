@@ -158,7 +158,7 @@ TEST(ClusterHeadRestart, AHeadRestartedWithoutItsStateIsAnotherClusterAndTheRank
   ASSERT_TRUE(cluster.node("n1").wait_for_log("rejoined cluster", 30s)) << cluster.logs();
   bool failed = false;
   for (int i = 0; i < 200 && !failed; ++i) {
-    failed = !group->call_all("ping", caf::message{}, 5s);
+    failed = !group->call_all(actors::rank_ops::ping.id, caf::message{}, 5s);
     std::this_thread::sleep_for(50ms);
   }
   EXPECT_TRUE(failed) << "the ranks outlived their cluster";

@@ -21,7 +21,7 @@ using namespace std::chrono_literals;
 namespace {
 
 caf::expected<tensor_map> weights_of(caf::actor_system& sys, actors::actor_group& g) {
-  auto r = g.call_all("get_weights", caf::message{}, 30s);
+  auto r = g.call_all(actors::engine_ops::get_weights.id, caf::message{}, 30s);
   if (!r)
     return std::move(r.error());
   return r->at(0).get_as<tensor_map>(0);
@@ -81,7 +81,7 @@ TEST(ClusterNetns, ANodeInAnotherNetworkNamespaceGetsItsWeightsOverGloo) {
   m.preset = "tiny";
   m.seed = 5;
   ASSERT_TRUE(client.init_model("policy", m));
-  ASSERT_TRUE(witness->call_all("init_model", caf::make_message(m), 60s));
+  ASSERT_TRUE(witness->call_all(actors::worker_ops::init_model.id, caf::make_message(m), 60s));
   m.seed = 6; // the far engine starts with other weights
   ASSERT_TRUE(client.init_model("engines", m));
   auto before = weights_of(driver.sys(), *engines);

@@ -76,7 +76,7 @@ TEST(ClusterScale, EightNodesJoinAndOneRankOnEachAllReducesExactly) {
   std::vector<caf::message> chunks;
   for (int r = 0; r < node_count; ++r)
     chunks.push_back(caf::make_message(tensor_list{f32_blob({1.0f * (r + 1), 2.0f * (r + 1)})}));
-  auto sums = group->call_mesh("all_reduce", chunks, 60s);
+  auto sums = group->call_mesh(actors::rank_ops::all_reduce.id, chunks, 60s);
   ASSERT_TRUE(sums) << driver.sys().render(sums.error()) << cluster.logs();
   ASSERT_EQ(sums->size(), static_cast<size_t>(node_count));
   for (auto& m : *sums)
@@ -86,7 +86,7 @@ TEST(ClusterScale, EightNodesJoinAndOneRankOnEachAllReducesExactly) {
   for (int r = 0; r < node_count; ++r)
     from_last.push_back(caf::make_message(
         tensor_list{f32_blob({r == node_count - 1 ? 5.0f : 0.0f, 0.0f})}, int32_t{node_count - 1}));
-  auto bc = group->call_mesh("broadcast", from_last, 60s);
+  auto bc = group->call_mesh(actors::rank_ops::broadcast.id, from_last, 60s);
   ASSERT_TRUE(bc) << driver.sys().render(bc.error());
   for (auto& m : *bc)
     EXPECT_EQ(floats(m.get_as<tensor_list>(0).at(0)), (std::vector<float>{5, 0}));

@@ -51,8 +51,8 @@ TEST(ClusterService, TheTinkerBackendTrainsAndSamplesOnANode) {
     ASSERT_EQ(ranks.size(), 1u);
     caf::scoped_actor self{driver.sys()};
     int64_t pid = 0;
-    self->request(ranks[0], 10s, call_atom::value, std::string{"location"}, caf::message{})
-      .receive([&](op_result& r) { pid = r.value.get_as<int64_t>(1); }, [](caf::error&) {});
+    self->request(ranks[0], 10s, actors::rank_ops::location.call())
+        .receive([&](op_result& r) { pid = r.value.get_as<int64_t>(1); }, [](caf::error&) {});
     EXPECT_EQ(pid, cluster.node("n1").pid());
     tk::forward_backward_request req;
     req.model_id = "m";

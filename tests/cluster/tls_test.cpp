@@ -90,9 +90,9 @@ TEST(ClusterTls, OnlyProcessesWithTheClustersCertificateJoin) {
   ASSERT_TRUE(pg) << driver.sys().render(pg.error()) << cluster.logs();
   auto group = driver.spawn_group("g", "ref", *pg);
   ASSERT_TRUE(group) << driver.sys().render(group.error()) << cluster.logs();
-  EXPECT_TRUE(group->call_all("ping", caf::message{}, 10s));
+  EXPECT_TRUE(group->call_all(actors::rank_ops::ping.id, caf::message{}, 10s));
   // The ranks on the two nodes met through the group's store actor over TLS: they all-reduce.
-  auto sums = group->call_mesh("all_reduce",
+  auto sums = group->call_mesh(actors::rank_ops::all_reduce.id,
                                {caf::make_message(tensor_list{f32_blob({1, 2})}),
                                 caf::make_message(tensor_list{f32_blob({10, 20})})},
                                30s);

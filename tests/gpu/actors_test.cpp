@@ -66,12 +66,12 @@ protected:
     register_engine_kind();
   }
 
-  caf::message call(actor_group& g, const std::string& op, caf::message args = {}) {
+  caf::message call(actor_group& g, caf::atom_value op, caf::message args = {}) {
     return ok(g.call_all(op, std::move(args), 120s)).at(0);
   }
 
   device_memory memory_of(actor_group& g) {
-    auto m = call(g, "device_memory");
+    auto m = call(g, actors::rank_ops::device_memory.id);
     EXPECT_TRUE((m.match_elements<int64_t, int64_t, int64_t, int64_t, int64_t>()))
         << caf::to_string(m);
     return {m.get_as<int64_t>(0), m.get_as<int64_t>(1), m.get_as<int64_t>(2),
@@ -82,7 +82,8 @@ protected:
                      const std::optional<loss_request>& loss = std::nullopt) {
     auto payload = ok(to_payload(batch));
     auto args = loss ? caf::make_message(payload, *loss) : caf::make_message(payload);
-    auto r = call(g, loss ? "forward_backward" : "forward", args);
+    auto r = call(
+        g, loss ? actors::worker_ops::forward_backward.id : actors::worker_ops::forward.id, args);
     return ok(from_blobs(r.get_as<batch_result>(0).outputs)).at("logprobs");
   }
 };
@@ -101,45 +102,47 @@ TEST_F(GpuActors, AWorkerOffloadsToTheHostAndComesBackBitForBit) {
   RLFORGE_REQUIRE_DEVICE();
   const bool cuda = !gpu_test::rehearsing_on_cpu();
   auto g = ok(spawn_group("policy", "policy", 1));
-  call(g, "init_model", caf::make_message(small_spec()));
-  EXPECT_EQ(call(g, "info").get_as<rank_info>(0).virtual_gpu, !cuda);
+  call(g, actors::worker_ops::init_model.id, caf::make_message(small_spec()));
+  EXPECT_EQ(call(g, actors::rank_ops::info.id).get_as<rank_info>(0).virtual_gpu, !cuda);
   auto batch = make_batch();
   forward(g, batch, loss_request{"cross_entropy", {}, {}});
   rlforge::tinker::adam_params adam;
   adam.learning_rate = 1e-3;
-  call(g, "optim_step", caf::make_message(adam));
+  call(g, actors::worker_ops::optim_step.id, caf::make_message(adam));
   forward(g, batch, loss_request{"cross_entropy", {}, {}}); // gradients accumulated again
   auto before = forward(g, batch);
   device_memory resident, offloaded;
   if (cuda)
     resident = memory_of(g);
   // Parameters, gradients and two AdamW moments of ~5M fp32 weights: ~76 MiB.
-  call(g, "offload", caf::make_message(std::vector<std::string>{}));
+  call(g, actors::worker_ops::offload.id, caf::make_message(std::vector<std::string>{}));
   if (cuda) {
     offloaded = memory_of(g);
     EXPECT_LE(offloaded.allocated, resident.allocated - 70 * mib);
     EXPECT_LE(offloaded.reserved, resident.reserved - 70 * mib);
     EXPECT_GE(offloaded.free, resident.free + 60 * mib); // back to the driver
   }
-  call(g, "onload", caf::make_message(std::vector<std::string>{}));
+  call(g, actors::worker_ops::onload.id, caf::make_message(std::vector<std::string>{}));
   EXPECT_TRUE(at::equal(forward(g, batch), before));
   if (cuda) {
     EXPECT_GE(memory_of(g).allocated, resident.allocated - 4 * mib);
   }
-  call(g, "optim_step", caf::make_message(adam)); // the moments came back too
+  call(g, actors::worker_ops::optim_step.id, caf::make_message(adam)); // the moments came back too
 }
 
 TEST_F(GpuActors, AnEngineSleepsOffTheDeviceAndWakesToTheSameTokens) {
   RLFORGE_REQUIRE_DEVICE();
   const bool cuda = !gpu_test::rehearsing_on_cpu();
   auto e = ok(spawn_engines("engines", 1));
-  call(e, "init_model", caf::make_message(small_spec()));
+  call(e, actors::worker_ops::init_model.id, caf::make_message(small_spec()));
   std::vector<sample_request> requests{greedy({5, 17, 300}, 12), greedy({9, 1, 2, 3}, 8)};
-  auto first = call(e, "generate", caf::make_message(requests)).get_as<std::vector<sample_output>>(0);
+  auto first = call(e, actors::engine_ops::generate.id, caf::make_message(requests))
+                   .get_as<std::vector<sample_output>>(0);
   device_memory awake;
   if (cuda)
     awake = memory_of(e);
-  call(e, "sleep", caf::make_message(std::vector<std::string>{"weights", "kv_cache"}));
+  call(e, actors::engine_ops::sleep.id,
+       caf::make_message(std::vector<std::string>{"weights", "kv_cache"}));
   if (cuda) {
     // The KV cache (256 MiB by default) and the weights (~20 MiB) leave the device.
     auto asleep = memory_of(e);
@@ -147,11 +150,13 @@ TEST_F(GpuActors, AnEngineSleepsOffTheDeviceAndWakesToTheSameTokens) {
     EXPECT_GE(asleep.free, awake.free + 200 * mib);
   } else {
     // A virtual GPU has no device memory to read.
-    auto refused = e.call_all("device_memory", caf::message{}, 60s);
+    auto refused = e.call_all(rank_ops::device_memory.id, caf::message{}, 60s);
     EXPECT_FALSE(refused);
   }
-  call(e, "wake_up", caf::make_message(std::vector<std::string>{"weights", "kv_cache"}));
-  auto again = call(e, "generate", caf::make_message(requests)).get_as<std::vector<sample_output>>(0);
+  call(e, actors::engine_ops::wake_up.id,
+       caf::make_message(std::vector<std::string>{"weights", "kv_cache"}));
+  auto again = call(e, actors::engine_ops::generate.id, caf::make_message(requests))
+                   .get_as<std::vector<sample_output>>(0);
   ASSERT_EQ(again.size(), first.size());
   for (size_t i = 0; i < first.size(); ++i) {
     EXPECT_EQ(again[i].tokens, first[i].tokens) << "request " << i;
@@ -164,14 +169,14 @@ TEST_F(GpuActors, WeightsGoFromAWorkerToAnEngineOnTheDevice) {
   auto g = ok(spawn_group("policy", "policy", 1));
   auto e = ok(spawn_engines("engines", 1));
   auto spec = small_spec();
-  call(g, "init_model", caf::make_message(spec));
+  call(g, actors::worker_ops::init_model.id, caf::make_message(spec));
   spec.seed = 99; // the engine starts from other weights
-  call(e, "init_model", caf::make_message(spec));
+  call(e, actors::worker_ops::init_model.id, caf::make_message(spec));
   auto batch = make_batch();
   forward(g, batch, loss_request{"cross_entropy", {}, {}});
   rlforge::tinker::adam_params adam;
   adam.learning_rate = 1e-2;
-  call(g, "optim_step", caf::make_message(adam));
+  call(g, actors::worker_ops::optim_step.id, caf::make_message(adam));
   // One sync through the host staging of the in-process transport (both ranks live here).
   weight_sync_spec sync;
   sync.transport = "in_process";
@@ -180,15 +185,17 @@ TEST_F(GpuActors, WeightsGoFromAWorkerToAnEngineOnTheDevice) {
   sync.timeout_ms = 60000;
   // The sender waits for the receiver: both calls run at once.
   auto sending = std::async(std::launch::async, [&] {
-    return g.call_all("send_weights", caf::make_message(std::vector<weight_sync_spec>{sync}), 120s);
+    return g.call_all(worker_ops::send_weights.id,
+                      caf::make_message(std::vector<weight_sync_spec>{sync}), 120s);
   });
-  auto got = e.call_all("receive_weights", caf::make_message(sync), 120s);
+  auto got = e.call_all(engine_ops::receive_weights.id, caf::make_message(sync), 120s);
   auto sent = sending.get();
   ASSERT_TRUE(sent) << sys_->render(sent.error());
   ASSERT_TRUE(got) << sys_->render(got.error());
   // The engine now scores a response as the worker does.
   std::vector<sample_request> requests{greedy({5, 17, 300, 41}, 10)};
-  auto out = call(e, "generate", caf::make_message(requests)).get_as<std::vector<sample_output>>(0);
+  auto out = call(e, actors::engine_ops::generate.id, caf::make_message(requests))
+                 .get_as<std::vector<sample_output>>(0);
   std::vector<int64_t> response = out[0].tokens;
   auto scored = be::from_sequences({{5, 17, 300, 41}}, {response}, {});
   auto logprobs = forward(g, scored);

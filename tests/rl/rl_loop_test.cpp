@@ -58,7 +58,7 @@ public:
     engine_options eo;
     eo.max_num_seqs = max_num_seqs;
     eo.kv_cache_bytes = int64_t{64} << 20;
-    ok(client_->call("engines", "configure", caf::make_message(eo)));
+    ok(client_->call("engines", actors::engine_ops::configure.id, caf::make_message(eo)));
     reset_models();
   }
 
@@ -104,7 +104,7 @@ public:
   }
 
   /// Engine op `op` on the engine ranks; rank 0's reply.
-  caf::message call_engines(const std::string& op, caf::message args) {
+  caf::message call_engines(caf::atom_value op, caf::message args) {
     return ok(client_->call("engines", op, std::move(args)));
   }
 
@@ -217,7 +217,7 @@ TEST_F(RlLoop, StalenessStaysWithinItsBoundUnderASlowTrainerAndUnderSlowEngines)
   {
     // Slow engines (one sequence at a time, long rows) and a bound of 0 in fully_async mode:
     // every rollout that saw an update is dropped and replaced, never trained on.
-    ok(client_->call("engines", "configure", caf::make_message([] {
+    ok(client_->call("engines", actors::engine_ops::configure.id, caf::make_message([] {
                        engine_options eo;
                        eo.max_num_seqs = 1;
                        eo.kv_cache_bytes = int64_t{64} << 20;
@@ -287,9 +287,9 @@ loop_batch update_mid_rollout(RlLoop* t, rl_loop& loop) {
   auto first = t->ok(loop.next_batch());
   int64_t before = -1;
   for (int tries = 0;; ++tries) {
-    t->call_engines("pause", caf::make_message(std::string{"keep"}));
-    auto s = nlohmann::json::parse(t->call_engines("stats", caf::make_message())
-                                       .get_as<std::string>(0));
+    t->call_engines(actors::engine_ops::pause.id, caf::make_message(std::string{"keep"}));
+    auto s = nlohmann::json::parse(
+        t->call_engines(actors::engine_ops::stats.id, caf::make_message()).get_as<std::string>(0));
     if (before < 0)
       before = s.at("generated_tokens").get<int64_t>();
     else if (s.at("running").get<int64_t>() == 1 && s.at("generated_tokens") > before)
@@ -298,7 +298,7 @@ loop_batch update_mid_rollout(RlLoop* t, rl_loop& loop) {
       ADD_FAILURE() << "the second rollout never ran: " << s.dump();
       break;
     }
-    t->call_engines("resume", caf::make_message());
+    t->call_engines(actors::engine_ops::resume.id, caf::make_message());
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   t->train_on(first);

@@ -187,9 +187,6 @@ node_heartbeat sample(node_heartbeat*) {
 group_record sample(group_record*) {
   return {"policy", "policy", "train", {"n1", "n2"}};
 }
-rank_actor sample(rank_actor*) {
-  return caf::actor_cast<rank_actor>(handle_source);
-}
 node_agent_actor sample(node_agent_actor*) {
   return caf::actor_cast<node_agent_actor>(handle_source);
 }
