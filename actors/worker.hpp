@@ -46,7 +46,7 @@ class weight_channels;
 ///  - `tinker_forward_backward` (tinker::checked_request) → tinker_pass_result (policy, critic):
 ///    a Tinker request the backend checked (`tinker::check_request`: its loss resolved for the
 ///    model's role, its datums against the model), computed without checking again. The
-///    tensors are built from the datums in pieces of at most `tinker_tokens_per_call` padded
+///    tensors are built from the datums in pieces of at most `tinker_tokens_per_piece` padded
 ///    tokens, each run as `forward_backward` runs a batch; per datum `logprobs` (policy) or
 ///    `values` (critic) and `elementwise_loss`, and the loss's metrics with `loss:sum`.
 ///    `tinker_forward` (tinker::checked_request) → tinker_pass_result: the same without
@@ -97,7 +97,7 @@ void register_worker_kinds();
 /// workers' `tinker_forward_backward` / `tinker_forward`: a request with more is computed in
 /// consecutive pieces of whole datums (the losses are sums, so the pieces add up to the
 /// request's loss and gradient).
-inline constexpr int64_t tinker_tokens_per_call = 65536;
+inline constexpr int64_t tinker_tokens_per_piece = 65536;
 
 /// The worker kinds' ops, with their argument and answer types as above (op_ref, rank_op.hpp):
 /// the kinds are built from these and every caller calls through them. `forward_backward`,

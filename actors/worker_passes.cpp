@@ -248,7 +248,7 @@ algo::checked_loss check_batch_pass(const worker_state& st, const be::training_b
   return loss;
 }
 
-/// Consecutive datum ranges [begin, end) of at most `tinker_tokens_per_call` padded tokens (a
+/// Consecutive datum ranges [begin, end) of at most `tinker_tokens_per_piece` padded tokens (a
 /// single datum may exceed it alone).
 std::vector<std::pair<size_t, size_t>> pieces(const std::vector<tinker::datum>& data) {
   std::vector<std::pair<size_t, size_t>> out;
@@ -257,7 +257,7 @@ std::vector<std::pair<size_t, size_t>> pieces(const std::vector<tinker::datum>& 
   for (size_t i = 0; i < data.size(); ++i) {
     auto n = static_cast<int64_t>(data[i].tokens.size()) + 1;
     auto grown = std::max(longest, n);
-    if (i > begin && grown * static_cast<int64_t>(i + 1 - begin) > tinker_tokens_per_call) {
+    if (i > begin && grown * static_cast<int64_t>(i + 1 - begin) > tinker_tokens_per_piece) {
       out.emplace_back(begin, i);
       begin = i;
       grown = n;
@@ -269,7 +269,7 @@ std::vector<std::pair<size_t, size_t>> pieces(const std::vector<tinker::datum>& 
 }
 
 /// A checked Tinker request computed as it is: its tensors built from its datums in pieces of
-/// at most `tinker_tokens_per_call` padded tokens (the losses are sums, so the pieces add up),
+/// at most `tinker_tokens_per_piece` padded tokens (the losses are sums, so the pieces add up),
 /// nothing checked again. Builds without NDEBUG check it anyway, as `internal`: only a bug in
 /// rlforge makes a checked request that is not valid.
 tinker_pass_result tinker_pass(worker_state& st, const tinker::checked_request& req, bool backward,

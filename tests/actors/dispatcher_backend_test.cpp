@@ -247,7 +247,7 @@ TEST_F(DispatcherBackend, EachRequestIsComputedOnItsOwn) {
       seq.push_back((i * 7 + k * 13) % 500 + 1);
     many.push_back(next_tokens(seq));
   }
-  ASSERT_GT(static_cast<int64_t>(many.size()) * 400, tinker_tokens_per_call);
+  ASSERT_GT(static_cast<int64_t>(many.size()) * 400, tinker_tokens_per_piece);
   auto big = backend_->forward_backward({request("p", many, "cross_entropy", {}, true)}).at(0);
   ASSERT_EQ(big.loss_fn_outputs.size(), many.size());
   double sum = 0;
