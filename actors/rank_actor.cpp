@@ -96,13 +96,22 @@ void schedule_step(caf::scheduled_actor* self, rank_state& st) {
   caf::anon_send(caf::actor_cast<caf::actor>(self), step_atom::value);
 }
 
-/// The types of a message's elements, "(int64, string)".
-std::string element_types(caf::actor_system& sys, const caf::type_erased_tuple& xs) {
+/// The types of a message's elements from `first` on, "(int64, string)".
+std::string element_types(caf::actor_system& sys, const caf::type_erased_tuple& xs,
+                          size_t first = 0) {
   std::string out;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    out += (i ? ", " : "") + sys.types().portable_name(xs.type(i));
-  }
+  for (size_t i = first; i < xs.size(); ++i)
+    out += (i > first ? ", " : "") + sys.types().portable_name(xs.type(i));
   return "(" + out + ")";
+}
+
+/// The op `id` names on a rank of `st`'s kind: a built-in op or one of the kind's; null if none.
+const rank_op* find_op(const rank_state& st, caf::atom_value id) {
+  if (auto b = builtin_ops().find(id); b != builtin_ops().end())
+    return &b->second;
+  if (auto i = st.kind.ops.find(id); i != st.kind.ops.end())
+    return &i->second;
+  return nullptr;
 }
 
 } // namespace
@@ -139,20 +148,10 @@ void start(caf::scheduled_actor* self, rank_state& st, actor_kind kind, rank_inf
         auto& sys = self->system();
         const bool has_id = !xs.empty() && xs.type(0).first == caf::type_nr<caf::atom_value>::value;
         if (has_id) {
-          const auto id = xs.get_as<caf::atom_value>(0);
-          const rank_op* op = nullptr;
-          if (auto b = builtin_ops().find(id); b != builtin_ops().end())
-            op = &b->second;
-          else if (auto i = st.kind.ops.find(id); i != st.kind.ops.end())
-            op = &i->second;
-          if (op != nullptr) {
-            std::string got;
-            for (size_t i = 1; i < xs.size(); ++i)
-              got += (i > 1 ? ", " : "") + sys.types().portable_name(xs.type(i));
+          if (const auto* op = find_op(st, xs.get_as<caf::atom_value>(0)))
             return make_error(errc::invalid_argument, describe(st.ctx.info, op->name) + ": " +
                                                           op->name + " expects (" + op->signature +
-                                                          "), got (" + got + ")");
-          }
+                                                          "), got " + element_types(sys, xs, 1));
         }
         std::string known;
         const std::map<caf::atom_value, rank_op>* tables[] = {&builtin_ops(), &st.kind.ops};
@@ -182,12 +181,7 @@ void step(caf::scheduled_actor* self, rank_state& st, bool timer) {
 }
 
 caf::result<op_result> call(caf::scheduled_actor* self, rank_state& st, caf::atom_value id) {
-  const auto& builtins = builtin_ops();
-  auto b = builtins.find(id);
-  auto i = st.kind.ops.find(id);
-  const rank_op* op = b != builtins.end()      ? &b->second
-                      : i != st.kind.ops.end() ? &i->second
-                                               : nullptr;
+  const auto* op = find_op(st, id);
   auto context = describe(st.ctx.info, op != nullptr ? op->name : op_name(id));
   if (op == nullptr) // the interface lists every op of the kind; this is our own bug
     return make_error(errc::internal, context + ": kind '" + st.kind.name +

@@ -257,6 +257,25 @@ TEST_F(Dispatcher, CallsHaveDeadlinesThatNameRoleRankAndOp) {
   EXPECT_TRUE(refused);
 }
 
+// A call by an id the role's kind does not have, or with argument types its op does not take,
+// is refused naming the role, the op and what it takes; the role keeps serving.
+TEST_F(Dispatcher, AnUnknownOpIdOrWrongArgumentTypesAreRefusedNamingTheOp) {
+  auto g = spawn("sleepers", "test.sleeper", 2);
+  ok(client_->register_group("sleepers", g));
+  auto unknown = client_->call("sleepers", caf::atom("nope"), caf::message{});
+  ASSERT_FALSE(unknown);
+  EXPECT_TRUE(is(unknown.error(), errc::not_found)) << sys_->render(unknown.error());
+  auto text = sys_->render(unknown.error());
+  for (auto frag : {"role 'sleepers'", "kind 'test.sleeper' has no such op 'nope'", "sleep"})
+    EXPECT_NE(text.find(frag), std::string::npos) << frag << " not in: " << text;
+  auto wrong = client_->call("sleepers", sleep_op.id, caf::make_message(std::string{"1"}));
+  ASSERT_FALSE(wrong);
+  EXPECT_TRUE(is(wrong.error(), errc::invalid_argument)) << sys_->render(wrong.error());
+  text = sys_->render(wrong.error());
+  EXPECT_NE(text.find("sleep expects (int32)"), std::string::npos) << text;
+  EXPECT_TRUE(client_->call("sleepers", sleep_op.id, caf::make_message(int32_t{1})));
+}
+
 TEST_F(Dispatcher, ResumeFromACheckpointIsBitIdentical) {
   add_role("policy", "policy", 2, tiny_spec(15));
   std::vector<be::training_batch> batches{make_batch(4, 5), make_batch(4, 6), make_batch(4, 7)};
