@@ -1,6 +1,7 @@
 // The main job (scripts/main): GRPO on multi-digit addition ("37+48=" -> "85<eos>") with a
 // colocated policy, reference model and two inference engines on one node with virtual GPUs.
-// --task sort runs the same job on sorting lists of distinct numbers, whose answers are long.
+// --task sort runs the same job on sorting lists of distinct numbers, whose answers are long;
+// --task count on counting in steps, whose prompts are short and answers long.
 //
 // One placement group of two 1-GPU bundles holds everything, SkyRL's `colocate_all` layout: the
 // policy (2 data-parallel ranks), the reference model (2 ranks) and the engines (2 ranks) take

@@ -51,6 +51,14 @@ void apply_sort_defaults(options& o) {
   o.held_out = 100;
 }
 
+// The counting task: the sorting task's settings (long answers, a heavy tail of lengths, no KL
+// term), with answers of up to 100 numbers (200 tokens) after a 7-token prompt.
+void apply_count_defaults(options& o) {
+  apply_sort_defaults(o);
+  o.task = "count";
+  o.max_numbers = 100;
+}
+
 // The environment run: fewer, longer episodes (each step talks to prompts x group processes).
 void apply_env_defaults(options& o) {
   o.steps = 20;
@@ -72,8 +80,9 @@ const std::set<std::string> task_flags{
     "--task",       "--digits",         "--min-numbers",      "--max-numbers", "--held-out",
     "--sft-steps",  "--sft-batch",      "--sft-lr",           "--sft-target",  "--no-goal",
     "--eval-every"};
-const std::map<std::string, std::string> flag_task{
-    {"--digits", "arith"}, {"--min-numbers", "sort"}, {"--max-numbers", "sort"}};
+const std::map<std::string, std::set<std::string>> flag_tasks{{"--digits", {"arith"}},
+                                                              {"--min-numbers", {"sort", "count"}},
+                                                              {"--max-numbers", {"sort", "count"}}};
 const std::set<std::string> env_flags{"--model",       "--env-task",    "--max-turns",
                                       "--turn-tokens", "--env-timeout", "--min-final-reward"};
 
@@ -136,6 +145,8 @@ struct flag_doc {
 };
 
 const std::vector<flag_doc>& flag_docs() {
+  // One flag per entry, its help aligned after its name.
+  // clang-format off
   static const std::vector<flag_doc> docs{
       {"--steps", "N", "GRPO steps"},
       {"--seed", "S", "seed of the model, the task split and sampling (>= 0)"},
@@ -143,14 +154,18 @@ const std::vector<flag_doc>& flag_docs() {
       {"--plot", "FILE", "reward curve (PNG, with gnuplot)"},
       {"--quiet", "", "no progress bar"},
       {"--quick", "", "a small run (a few steps), end to end; sets the defaults below"},
-      {"--task", "T", "the built-in task: arith (multi-digit addition, 2-4 token answers) or sort "
-                      "(sorting lists of distinct numbers, 24-160 token answers)"},
+      {"--task", "T", "the built-in task: arith (multi-digit addition, 2-4 token answers), sort "
+                      "(sorting lists of distinct numbers, 24-160 token answers) or count "
+                      "(counting from a number to another in steps, 7-token prompts, 24-200 "
+                      "token answers)"},
       {"--digits", "D", "digits of each operand (1..4; arith)"},
-      {"--min-numbers", "N", "shortest list to sort (2..100; sort)"},
-      {"--max-numbers", "N", "longest list to sort (--min-numbers..100; sort)"},
+      {"--min-numbers", "N", "shortest list to sort, fewest numbers to count (2..100; sort, "
+                             "count)"},
+      {"--max-numbers", "N", "longest list to sort, most numbers to count (--min-numbers..100; "
+                             "sort, count)"},
       {"--held-out", "N", "held-out problems for the accuracy"},
       {"--no-goal", "", "report the accuracy gain without failing under the task's goal (+20 "
-                        "points for arith, +10 for sort)"},
+                        "points for arith, +10 for sort and count)"},
       {"--sft-steps", "N", "most warm-start (supervised) steps (0 = none)"},
       {"--sft-batch", "B", "warm-start batch"},
       {"--sft-lr", "X", "warm-start learning rate (> 0)"},
@@ -197,6 +212,7 @@ const std::vector<flag_doc>& flag_docs() {
       {"--turn-tokens", "N", "most tokens sampled per turn (--env)"},
       {"--env-timeout", "S", "seconds an environment may take per call (--env)"},
       {"--min-final-reward", "R", "fail unless the last five steps' mean reward reaches R (--env)"},
+      // clang-format on
   };
   return docs;
 }
@@ -208,6 +224,8 @@ const char* about =
     "run fails unless it gains 20 points (--no-goal: report the gain without judging it).\n"
     "--task sort: the same on sorting lists of 12-80 distinct numbers in 0..99, whose answers\n"
     "are long (24-160 tokens, a heavy tail of lengths), with partial credit; goal +10 points.\n"
+    "--task count: counting 12-100 numbers from a start to an end in steps of 1-3 (a 7-token\n"
+    "prompt, 24-200 token answers, the same partial credit and goal).\n"
     "With --env CMD: GRPO on the multi-turn episodes of an environment program speaking\n"
     "rlforge's JSON-lines protocol (docs/ENVIRONMENTS.md), with the tokenizer and chat template\n"
     "of the model in --model DIR (rlforge init-model writes them); defaults --steps 20\n"
@@ -291,20 +309,22 @@ struct flag_targets {
   }
 };
 
-/// The options with the defaults of the mode `args` select (--env, --task sort, --quick),
+/// The options with the defaults of the mode `args` select (--env, --task sort or count, --quick),
 /// before any flag. The last --task given counts, as with every flag.
 options mode_defaults(const std::vector<std::string>& args, bool& env_mode) {
   options o;
   env_mode = std::find(args.begin(), args.end(), "--env") != args.end();
   const bool quick = std::find(args.begin(), args.end(), "--quick") != args.end();
-  bool sort = false;
+  std::string task;
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--task")
-      sort = args[i + 1] == "sort";
+      task = args[i + 1];
   if (env_mode)
     apply_env_defaults(o);
-  else if (sort)
+  else if (task == "sort")
     apply_sort_defaults(o);
+  else if (task == "count")
+    apply_count_defaults(o);
   if (quick)
     env_mode ? apply_env_quick(o) : apply_quick(o);
   return o;
@@ -353,7 +373,7 @@ parse_result parse_options(const std::vector<std::string>& args) {
   const auto& paths = t.texts;
   // Flags whose value is one of a few words.
   const std::map<std::string, std::vector<std::string>> choices{
-      {"--task", {"arith", "sort"}},
+      {"--task", {"arith", "sort", "count"}},
       {"--placement", {"colocated", "split"}},
       {"--mode", {"sync", "one_step_off", "fully_async"}},
       {"--pause", {"keep", "abort"}},
@@ -420,9 +440,9 @@ parse_result parse_options(const std::vector<std::string>& args) {
     } else if (auto pt = paths.find(a); pt != paths.end()) {
       if (v.empty()) {
         r.error = a + (a == "--env"        ? " needs a command"
-                     : a == "--env-task" ? " needs a JSON object"
-                     : a == "--task"     ? " needs a task name (arith or sort)"
-                                         : " needs a non-empty path");
+                       : a == "--env-task" ? " needs a JSON object"
+                       : a == "--task"     ? " needs a task name (arith, sort or count)"
+                                           : " needs a non-empty path");
         return r;
       }
       if (auto c = choices.find(a); c != choices.end() &&
@@ -455,8 +475,11 @@ parse_result parse_options(const std::vector<std::string>& args) {
       r.error = flag + " belongs to the built-in tasks (--task) and does not apply with --env";
       return r;
     }
-    if (auto t = flag_task.find(flag); t != flag_task.end() && t->second != o.task) {
-      r.error = flag + " belongs to --task " + t->second + ", not to --task " + o.task;
+    if (auto t = flag_tasks.find(flag); t != flag_tasks.end() && !t->second.count(o.task)) {
+      r.error = flag + " belongs to --task";
+      for (auto k = t->second.begin(); k != t->second.end(); ++k)
+        r.error += (k == t->second.begin() ? " " : " or ") + *k;
+      r.error += ", not to --task " + o.task;
       return r;
     }
     if (!env_mode && env_flags.count(flag)) {

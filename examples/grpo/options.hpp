@@ -7,8 +7,8 @@
 namespace rlforge::examples::grpo {
 
 /// Every setting of the job. The defaults are the tuned full run of the arithmetic task (a few
-/// minutes on 2 cores); `--task sort` and `--env` switch to their own defaults and `--quick` to
-/// a small run for the ctest entries, all before the other flags apply.
+/// minutes on 2 cores); `--task sort`, `--task count` and `--env` switch to their own defaults and
+/// `--quick` to a small run for the ctest entries, all before the other flags apply.
 struct options {
   // The job.
   int steps = 150;                ///< GRPO steps (--steps)
@@ -18,10 +18,10 @@ struct options {
   bool quiet = false;             ///< no progress bar (--quiet)
   bool quick = false;             ///< small end-to-end run (--quick)
   // The task: a built-in one (--task), or an environment's episodes (--env, below).
-  std::string task = "arith";     ///< arith (multi-digit addition) or sort (--task)
+  std::string task = "arith";     ///< arith (multi-digit addition), sort or count (--task)
   int digits = 2;                 ///< operand digits (--digits; arith)
-  int min_numbers = 12;           ///< shortest list to sort (--min-numbers; sort)
-  int max_numbers = 80;           ///< longest list to sort (--max-numbers; sort)
+  int min_numbers = 12;           ///< shortest list, fewest counted (--min-numbers; sort, count)
+  int max_numbers = 80;           ///< longest list, most counted (--max-numbers; sort, count)
   int held_out = 200;             ///< held-out problems (--held-out)
   /// A full run fails unless held-out accuracy rises by the job's goal (+20 points); with
   /// --no-goal it reports the accuracy without judging it. Tests compare two runs of the job
@@ -124,13 +124,14 @@ struct parse_result {
 /// eval-every >= 0; min-numbers 2..100, max-numbers min-numbers..100; --task, --placement, --mode,
 /// --pause and --tis one of their words) give an error
 /// naming the flag and the value; an asynchronous --mode without --placement split or with --env
-/// is refused, and so are --checkpoint-every or --resume without --checkpoint-dir; empty --metrics / --plot / --cluster / --tls
-/// values are refused too. With --env: --model is required, --env-task must be a JSON object,
+/// is refused, and so are --checkpoint-every or --resume without --checkpoint-dir; empty --metrics
+/// / --plot / --cluster / --tls values are refused too. With --env: --model is required, --env-task
+/// must be a JSON object,
 /// --prompts x --group at most `max_environments`, and the flags of the built-in tasks (--task,
 /// --digits, --held-out, --sft-*, --no-goal, ...) are refused; without it the environment flags
 /// (--model, --env-task, --max-turns, --turn-tokens, --env-timeout, --min-final-reward) are
-/// refused. A task's own flags (--digits: arith; --min-numbers, --max-numbers: sort) are refused
-/// with the other task.
+/// refused. A task's own flags (--digits: arith; --min-numbers, --max-numbers: sort and count) are
+/// refused with the other tasks.
 parse_result parse_options(const std::vector<std::string>& args);
 
 /// The help: a usage line, what the job does, then each flag with its value, meaning and the

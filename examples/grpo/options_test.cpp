@@ -260,16 +260,45 @@ TEST(GrpoOptions, TheSortTaskTakesItsOwnDefaultsAndFlags) {
   auto err = [](std::vector<std::string> args) { return parse_options(args).error; };
   EXPECT_THAT(err({"--micro-batch-tokens", "-1"}),
               HasSubstr("--micro-batch-tokens must be an integer in [0,"));
-  EXPECT_THAT(err({"--task", "chess"}), HasSubstr("--task must be one of arith, sort; got 'chess'"));
-  EXPECT_THAT(err({"--task", ""}), HasSubstr("--task needs a task name (arith or sort)"));
+  EXPECT_THAT(err({"--task", "chess"}),
+              HasSubstr("--task must be one of arith, sort, count; got 'chess'"));
+  EXPECT_THAT(err({"--task", ""}), HasSubstr("--task needs a task name (arith, sort or count)"));
   EXPECT_THAT(err({"--digits", "3", "--task", "sort"}),
               HasSubstr("--digits belongs to --task arith, not to --task sort"));
   EXPECT_THAT(err({"--max-numbers", "30"}),
-              HasSubstr("--max-numbers belongs to --task sort, not to --task arith"));
+              HasSubstr("--max-numbers belongs to --task count or sort, not to --task arith"));
   EXPECT_THAT(err({"--task", "sort", "--min-numbers", "1"}),
               HasSubstr("--min-numbers must be an integer in [2, 100], got '1'"));
   EXPECT_THAT(err({"--task", "sort", "--min-numbers", "20", "--max-numbers", "10"}),
               HasSubstr("--max-numbers must be >= --min-numbers (20), got 10"));
+}
+
+TEST(GrpoOptions, TheCountTaskTakesTheSortTasksDefaultsWithLongerAnswers) {
+  auto r = parse_options({"--task", "count"});
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  const auto sort = parse_options({"--task", "sort"}).opts;
+  const auto& o = r.opts;
+  EXPECT_EQ(o.task, "count");
+  EXPECT_EQ(o.max_numbers, 100);
+  EXPECT_EQ(sort.max_numbers, 80);
+  EXPECT_EQ(o.min_numbers, sort.min_numbers);
+  EXPECT_EQ(o.prompts, sort.prompts);
+  EXPECT_EQ(o.micro_batch_tokens, sort.micro_batch_tokens);
+  EXPECT_DOUBLE_EQ(o.kl_coef, 0.0);
+  EXPECT_THAT(usage("grpo", {"--task", "count"}), HasSubstr("--max-numbers N=100"));
+  auto flags = parse_options({"--task", "count", "--min-numbers", "20", "--max-numbers", "40"});
+  ASSERT_TRUE(flags.error.empty()) << flags.error;
+  EXPECT_EQ(flags.opts.min_numbers, 20);
+  EXPECT_EQ(flags.opts.max_numbers, 40);
+  auto err = [](std::vector<std::string> args) { return parse_options(args).error; };
+  EXPECT_THAT(err({"--task", "count", "--digits", "3"}),
+              HasSubstr("--digits belongs to --task arith, not to --task count"));
+  EXPECT_THAT(err({"--task", "count", "--max-numbers", "101"}),
+              HasSubstr("--max-numbers must be an integer in [2, 100], got '101'"));
+  auto q = parse_options({"--quick", "--task", "count"});
+  ASSERT_TRUE(q.error.empty()) << q.error;
+  EXPECT_EQ(q.opts.steps, 4);
+  EXPECT_EQ(q.opts.task, "count");
 }
 
 TEST(GrpoOptions, SplitsCommandsLikeASimpleShell) {

@@ -2,7 +2,6 @@
 #include "examples/grpo/sort_task.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
 #include "strings/format.hpp"
@@ -15,43 +14,6 @@ constexpr int largest_list = 100;
 constexpr int most_held_out = 100000;
 
 } // namespace
-
-std::vector<int64_t> tokenizer::encode(const std::string& text) {
-  std::vector<int64_t> ids;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == ',') {
-      ids.push_back(comma_id);
-    } else if (c == '=') {
-      ids.push_back(equals_id);
-    } else if (c >= '0' && c <= '9') {
-      size_t end = i;
-      while (end < text.size() && text[end] >= '0' && text[end] <= '9')
-        ++end;
-      const auto digits = text.substr(i, end - i);
-      if (digits.size() > 2 || (digits.size() == 2 && digits[0] == '0'))
-        throw std::invalid_argument("sort tokenizer: the number " + digits + " at position " +
-                                    std::to_string(i) +
-                                    " is not in 0..99 written without a leading zero");
-      ids.push_back(number0_id + std::stoi(digits));
-      i = end - 1;
-    } else {
-      throw std::invalid_argument("sort tokenizer: character " +
-                                  strings::in_quotes(std::string(1, c)) + " at position " +
-                                  std::to_string(i) +
-                                  " is not in the alphabet (numbers 0..99 , =)");
-    }
-  }
-  return ids;
-}
-
-std::string tokenizer::decode(const std::vector<int64_t>& ids) {
-  return grpo::decode_ids(ids, vocab_size(), "sort tokenizer", [](int64_t id) {
-    return id == comma_id ? std::string(",")
-         : id == equals_id ? std::string("=")
-                           : std::to_string(id - number0_id);
-  });
-}
 
 task::task(task_config cfg) : cfg_(cfg) {
   if (cfg_.min_numbers < 2)
@@ -89,11 +51,7 @@ task::task(task_config cfg) : cfg_(cfg) {
 }
 
 std::vector<int> task::draw(std::mt19937_64& rng) const {
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const double u = unit(rng);
-  const int span = cfg_.max_numbers - cfg_.min_numbers + 1;
-  const int n = std::min(cfg_.max_numbers,
-                         cfg_.min_numbers + static_cast<int>(std::floor(span * u * u * u)));
+  const int n = grpo::heavy_tailed_length(rng, cfg_.min_numbers, cfg_.max_numbers);
   // The first n of a random permutation of 0..99 (a partial Fisher-Yates shuffle).
   std::vector<int> pool(100);
   for (int k = 0; k < 100; ++k)
@@ -160,83 +118,35 @@ double task::accuracy(const std::vector<int64_t>& prompt,
   return static_cast<double>(numbers_in_place(list, response)) / static_cast<double>(list.size());
 }
 
-namespace {
-
-/// The numbers separated by ',', then `last`.
-std::vector<int64_t> list_tokens(const std::vector<int>& list, int64_t last) {
-  std::vector<int64_t> ids;
-  ids.reserve(2 * list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (list[i] < 0 || list[i] > 99)
-      throw std::invalid_argument("sort task: the number " + std::to_string(list[i]) +
-                                  " at position " + std::to_string(i) + " is not in 0..99");
-    ids.push_back(tokenizer::number0_id + list[i]);
-    ids.push_back(i + 1 < list.size() ? tokenizer::comma_id : last);
-  }
-  return ids;
-}
-
-} // namespace
-
 std::vector<int64_t> prompt_tokens(const std::vector<int>& list) {
-  std::vector<int64_t> ids{tokenizer::bos_id};
-  auto body = list_tokens(list, tokenizer::equals_id);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
+  return grpo::number_prompt(list, "sort task");
 }
 
 std::vector<int64_t> target_tokens(const std::vector<int>& list) {
   auto sorted = list;
   std::sort(sorted.begin(), sorted.end());
-  return list_tokens(sorted, tokenizer::eos_id);
+  return grpo::number_answer(sorted, "sort task");
 }
 
 std::vector<int> parse_prompt(const std::vector<int64_t>& ids) {
-  const auto is_number = [](int64_t id) {
-    return id >= tokenizer::number0_id && id < tokenizer::vocab_size();
-  };
   const auto bad = [&](const std::string& why) {
-    std::string shown;
-    try {
-      shown = tokenizer::decode(ids);
-    } catch (const std::invalid_argument& e) {
-      shown = std::string{"(not text: "} + e.what() + ")";
-    }
-    return std::invalid_argument("sort task: the prompt " + shown + " is not a list of the "
-                                 "task: " + why);
+    return std::invalid_argument("sort task: the prompt " + grpo::shown_ids(ids) +
+                                 " is not a list of the task: " + why);
   };
-  if (ids.empty() || ids.front() != tokenizer::bos_id)
-    throw bad("it does not start with <bos>");
-  if (ids.size() % 2 != 1 || ids.size() < 3)
-    throw bad("its length is not <bos> then 2 tokens per number");
   std::vector<int> list;
+  if (auto why = grpo::read_number_prompt(ids, list); !why.empty())
+    throw bad(why);
   std::vector<bool> seen(100, false);
-  for (size_t i = 1; i < ids.size(); i += 2) {
-    const bool last = i + 2 == ids.size();
-    if (!is_number(ids[i]) || ids[i + 1] != (last ? tokenizer::equals_id : tokenizer::comma_id))
-      throw bad("item " + std::to_string(list.size()) + " is not a number followed by " +
-                (last ? "'='" : "','"));
-    const auto x = static_cast<int>(ids[i] - tokenizer::number0_id);
+  for (int x : list) {
     if (seen[static_cast<size_t>(x)])
       throw bad("the number " + std::to_string(x) + " repeats");
     seen[static_cast<size_t>(x)] = true;
-    list.push_back(x);
   }
   return list;
 }
 
 int64_t numbers_in_place(const std::vector<int>& list, const std::vector<int64_t>& response) {
-  const auto target = target_tokens(list);
-  int64_t in_place = 0;
-  for (size_t i = 0; i + 2 <= target.size(); i += 2) {
-    if (i + 2 > response.size() || response[i] != target[i] || response[i + 1] != target[i + 1])
-      break;
-    ++in_place;
-  }
-  // The last number counts only when its <eos> ends the response.
-  if (in_place == static_cast<int64_t>(list.size()) && response.size() != target.size())
-    --in_place;
-  return in_place;
+  return grpo::numbers_in_place(target_tokens(list), response);
 }
 
 } // namespace rlforge::examples::sorting

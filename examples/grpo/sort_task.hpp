@@ -12,36 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "examples/grpo/task_tokens.hpp"
+#include "examples/grpo/number_list.hpp"
 #include "examples/grpo/verifiable_task.hpp"
 
 namespace rlforge::examples::sorting {
 
-/// Tokenizer over the numbers 0..99 (one token each), ',' and '=' and three special tokens.
-///
-/// Ids: 0 = padding, 1 = beginning of sequence, 2 = end of sequence, 3 = ',', 4 = '=',
-/// 5..104 = the numbers 0..99. Stateless; every member is reentrant.
-class tokenizer {
-public:
-  static constexpr int64_t pad_id = grpo::pad_id;
-  static constexpr int64_t bos_id = grpo::bos_id;
-  static constexpr int64_t eos_id = grpo::eos_id;
-  static constexpr int64_t comma_id = 3;
-  static constexpr int64_t equals_id = 4;
-  static constexpr int64_t number0_id = 5;
-
-  /// Number of token ids (105).
-  static constexpr int64_t vocab_size() { return 105; }
-
-  /// The ids of `text`: each run of digits is one number (0..99, no leading zero), ',' and '='
-  /// one id each. Throws std::invalid_argument naming the first character outside the alphabet,
-  /// or the number outside 0..99, and its position.
-  static std::vector<int64_t> encode(const std::string& text);
-
-  /// The text of `ids`: special tokens render as `<pad>`, `<bos>`, `<eos>`. Throws
-  /// std::invalid_argument naming the first id outside [0, vocab_size()) and its position.
-  static std::string decode(const std::vector<int64_t>& ids);
-};
+/// The task's tokenizer (number_list.hpp): one id per number in 0..99, ',' and '='.
+using tokenizer = grpo::number_tokenizer;
 
 /// What the task generates.
 struct task_config {
@@ -55,9 +32,9 @@ struct task_config {
 };
 
 /// The list distribution, split into a fixed held-out set and the training lists (all others).
-/// A list's length is min_numbers + floor((max_numbers - min_numbers + 1) u^3) for u uniform in
-/// [0, 1) (median about an eighth of the way up, a tail to the longest); its numbers are distinct,
-/// a uniform draw from 0..99 in random order.
+/// A list's length is `grpo::heavy_tailed_length(rng, min_numbers, max_numbers)` (median about an
+/// eighth of the way up, a tail to the longest); its numbers are distinct, a uniform draw from
+/// 0..99 in random order.
 class task final : public grpo::verifiable_task {
 public:
   /// Draws the held-out set from `cfg.seed`. Throws std::invalid_argument naming the field and

@@ -29,25 +29,6 @@ std::vector<int64_t> prompt(const std::string& text) {
 
 } // namespace
 
-TEST(SortTask, TokenizerHasOneIdPerNumber) {
-  auto t = tokenizer::encode("0,99,5=");
-  EXPECT_EQ(t, (std::vector<int64_t>{5, 3, 104, 3, 10, 4}));
-  EXPECT_EQ(tokenizer::decode(t), "0,99,5=");
-  std::set<int64_t> all;
-  for (int x = 0; x < 100; ++x)
-    all.insert(tokenizer::encode(std::to_string(x)).at(0));
-  EXPECT_EQ(all.size(), 100u);
-  EXPECT_EQ(*all.rbegin(), tokenizer::vocab_size() - 1);
-  EXPECT_EQ(tokenizer::decode({1, 2, 0}), "<bos><eos><pad>");
-  EXPECT_THAT(error_of([] { tokenizer::encode("12+3"); }),
-              HasSubstr("character '+' at position 2 is not in the alphabet"));
-  EXPECT_THAT(error_of([] { tokenizer::encode("1,100"); }),
-              HasSubstr("the number 100 at position 2 is not in 0..99"));
-  EXPECT_THAT(error_of([] { tokenizer::encode("05"); }), HasSubstr("without a leading zero"));
-  EXPECT_THAT(error_of([] { tokenizer::decode({3, 105}); }),
-              HasSubstr("id 105 at position 1 is outside the vocabulary [0, 105)"));
-}
-
 TEST(SortTask, PromptAndTargetTokens) {
   EXPECT_EQ(prompt_tokens({37, 5, 82}), prompt("37,5,82="));
   EXPECT_EQ(target_tokens({37, 5, 82}), ids("5,37,82", true));

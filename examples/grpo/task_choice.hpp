@@ -7,9 +7,10 @@
 
 namespace rlforge::examples::grpo {
 
-/// The task `opt.task` names ("arith" or "sort") with the job's seed, held-out count and the
-/// task's own options (--digits; --min-numbers, --max-numbers). Throws std::invalid_argument
-/// naming the task and what is wrong (an unknown name, a configuration the task refuses).
+/// The task `opt.task` names ("arith", "sort" or "count") with the job's seed, held-out count and
+/// the task's own options (--digits; --min-numbers, --max-numbers for sort and count). Throws
+/// std::invalid_argument naming the task and what is wrong (an unknown name, a configuration the
+/// task refuses).
 std::unique_ptr<verifiable_task> make_task(const options& opt);
 
 } // namespace rlforge::examples::grpo
