@@ -21,26 +21,11 @@ using clock_type = std::chrono::steady_clock;
 
 } // namespace
 
-algorithm_config training_config(const options& opt) {
-  algorithm_config cfg;
-  cfg.use_kl_loss = opt.kl_coef > 0;
-  cfg.kl_loss_coef = opt.kl_coef;
-  cfg.max_tokens_per_micro_batch = opt.micro_batch_tokens;
-  return cfg;
-}
-
 caf::expected<void> configure_training(actors::trainer_client& client, const options& opt) {
   for (const char* role : {"policy", "ref"})
     if (auto done = client.set_algorithm_config(role, training_config(opt)); !done)
       return done;
   return caf::unit;
-}
-
-double learning_rate(const options& opt, int step) {
-  // Cosine decay from --lr to a tenth of it: late steps polish instead of jumping around
-  // (with a constant rate the greedy accuracy swung by ~10 points between nearby steps).
-  double progress = opt.steps > 1 ? static_cast<double>(step - 1) / (opt.steps - 1) : 0.0;
-  return opt.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
 }
 
 logprob_gap update_policy(const fatal_errors& or_die, actors::trainer_client& client,

@@ -12,6 +12,7 @@
 #include "backends/train/training_batch.hpp"
 #include "examples/grpo/options.hpp"
 #include "examples/grpo/report.hpp"
+#include "examples/grpo/training_settings.hpp"
 
 namespace rlforge::examples::grpo {
 
@@ -25,13 +26,6 @@ struct grpo_rows {
   backends::per_token_values per_token;
   std::vector<int64_t> group_ids;
 };
-
-/// The policy's learning rate at `step` (1-based): cosine decay from --lr to a tenth of it.
-double learning_rate(const options& opt, int step);
-
-/// The training settings of the policy and the reference model: the KL loss (--kl-coef) and
-/// padding-free micro-batches of at most --micro-batch-tokens tokens (0 = one padded pass).
-algorithm_config training_config(const options& opt);
 
 /// Gives the policy and the reference model `training_config(opt)` (the first error ends it).
 caf::expected<void> configure_training(actors::trainer_client& client, const options& opt);
