@@ -52,11 +52,13 @@ void apply_sort_defaults(options& o) {
 }
 
 // The counting task: the sorting task's settings (long answers, a heavy tail of lengths, no KL
-// term), with answers of up to 100 numbers (200 tokens) after a 7-token prompt.
+// term), with answers of up to 100 numbers (200 tokens) after a 7-token prompt, and half the
+// learning rate (at 1e-3 the held-out accuracy swung by up to 15 points between evaluations).
 void apply_count_defaults(options& o) {
   apply_sort_defaults(o);
   o.task = "count";
   o.max_numbers = 100;
+  o.lr = 5e-4;
 }
 
 // The environment run: fewer, longer episodes (each step talks to prompts x group processes).

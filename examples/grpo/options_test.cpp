@@ -285,6 +285,8 @@ TEST(GrpoOptions, TheCountTaskTakesTheSortTasksDefaultsWithLongerAnswers) {
   EXPECT_EQ(o.prompts, sort.prompts);
   EXPECT_EQ(o.micro_batch_tokens, sort.micro_batch_tokens);
   EXPECT_DOUBLE_EQ(o.kl_coef, 0.0);
+  EXPECT_DOUBLE_EQ(o.lr, 5e-4);
+  EXPECT_DOUBLE_EQ(parse_options({"--task", "count", "--lr", "1e-3"}).opts.lr, 1e-3);
   EXPECT_THAT(usage("grpo", {"--task", "count"}), HasSubstr("--max-numbers N=100"));
   auto flags = parse_options({"--task", "count", "--min-numbers", "20", "--max-numbers", "40"});
   ASSERT_TRUE(flags.error.empty()) << flags.error;
