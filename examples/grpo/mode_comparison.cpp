@@ -32,6 +32,7 @@ run_summary summarize(const std::vector<nlohmann::json>& records) {
   double step_seconds = 0, wait_seconds = 0;
   double engine_busy = 0, engine_capacity = 0, in_flight = 0;
   int64_t busy_steps = 0, in_flight_steps = 0;
+  std::vector<double> rewards;
   try {
     s.mode = field(records.front(), "mode").get<std::string>();
     for (const auto& r : records) {
@@ -64,6 +65,13 @@ run_summary summarize(const std::vector<nlohmann::json>& records) {
       }
       if (r.contains("held_out_accuracy"))
         s.accuracy.emplace_back(s.wall_seconds, r.at("held_out_accuracy").get<double>());
+      rewards.push_back(field(r, "reward").get<double>());
+      if (rewards.size() >= static_cast<size_t>(reward_window)) {
+        double sum = 0;
+        for (auto k = rewards.size() - reward_window; k < rewards.size(); ++k)
+          sum += rewards[k];
+        s.reward.emplace_back(s.wall_seconds, sum / reward_window);
+      }
     }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string{"metrics: a field has the wrong type: "} + e.what());
@@ -83,12 +91,26 @@ run_summary summarize(const std::vector<nlohmann::json>& records) {
   return s;
 }
 
-double seconds_to_reach(const run_summary& run, double target) {
-  for (const auto& [t, a] : run.accuracy)
-    if (a >= target)
+double seconds_to_reach(const std::vector<std::pair<double, double>>& curve, double target) {
+  for (const auto& [t, value] : curve)
+    if (value >= target)
       return t;
   return -1;
 }
+
+namespace {
+
+/// ", reached BASE's final WHAT X at T s" or ", never reached BASE's final WHAT X", for the
+/// baseline's final value `target` of `curve`; `percent` prints values as percentages.
+std::string reached(const std::vector<std::pair<double, double>>& curve, double target,
+                    const std::string& base, const std::string& what, bool percent) {
+  const auto value = percent ? fmt("%.1f", 100 * target) + "%" : fmt("%.3f", target);
+  const auto t = seconds_to_reach(curve, target);
+  return t < 0 ? ", never reached " + base + "'s final " + what + value
+               : ", reached " + base + "'s final " + what + value + " at " + fmt("%.1f", t) + " s";
+}
+
+} // namespace
 
 std::string compare_runs(const std::vector<run_summary>& runs) {
   if (runs.empty())
@@ -106,13 +128,14 @@ std::string compare_runs(const std::vector<run_summary>& runs) {
     if (!r.accuracy.empty()) {
       line += ", final held-out accuracy " + fmt("%.1f", 100 * r.accuracy.back().second) +
               "% after " + fmt("%.1f", r.wall_seconds) + " s";
-      if (base_final >= 0) {
-        auto t = seconds_to_reach(r, base_final);
-        line += t < 0 ? ", never reached " + base.mode + "'s final " +
-                            fmt("%.1f", 100 * base_final) + "%"
-                      : ", reached " + base.mode + "'s final " + fmt("%.1f", 100 * base_final) +
-                            "% at " + fmt("%.1f", t) + " s";
-      }
+      if (base_final >= 0)
+        line += reached(r.accuracy, base_final, base.mode, "", true);
+    } else if (!r.reward.empty()) {
+      // No held-out set (an environment's episodes): the trailing mean reward instead.
+      line += ", final reward " + fmt("%.3f", r.reward.back().second) + " (mean of the last " +
+              std::to_string(reward_window) + " steps) after " + fmt("%.1f", r.wall_seconds) + " s";
+      if (base.accuracy.empty() && !base.reward.empty())
+        line += reached(r.reward, base.reward.back().second, base.mode, "reward ", false);
     }
     std::string hist;
     int64_t total = 0;
