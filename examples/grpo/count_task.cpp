@@ -126,20 +126,12 @@ std::vector<int64_t> task::target(const std::vector<int64_t>& prompt) const {
 
 double task::reward(const std::vector<int64_t>& prompt,
                     const std::vector<int64_t>& response) const {
-  const auto answer = target(prompt);
-  const auto numbers = static_cast<int64_t>(answer.size() / 2);
-  // Every number in place is exactly the target (grpo::numbers_in_place).
-  const auto in_place = grpo::numbers_in_place(answer, response);
-  if (in_place == numbers)
-    return 1.0;
-  return cfg_.partial_credit * static_cast<double>(in_place) / static_cast<double>(numbers);
+  return grpo::number_answer_reward(target(prompt), response, cfg_.partial_credit);
 }
 
 double task::accuracy(const std::vector<int64_t>& prompt,
                       const std::vector<int64_t>& response) const {
-  const auto answer = target(prompt);
-  return static_cast<double>(grpo::numbers_in_place(answer, response)) /
-         static_cast<double>(answer.size() / 2);
+  return grpo::number_answer_accuracy(target(prompt), response);
 }
 
 std::vector<int> numbers_of(const problem& p) {

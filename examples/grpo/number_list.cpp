@@ -126,4 +126,19 @@ int64_t numbers_in_place(const std::vector<int64_t>& answer, const std::vector<i
   return in_place;
 }
 
+double number_answer_reward(const std::vector<int64_t>& answer,
+                            const std::vector<int64_t>& response, double partial_credit) {
+  const auto numbers = static_cast<int64_t>(answer.size() / 2);
+  const auto in_place = numbers_in_place(answer, response);
+  return in_place == numbers
+             ? 1.0
+             : partial_credit * static_cast<double>(in_place) / static_cast<double>(numbers);
+}
+
+double number_answer_accuracy(const std::vector<int64_t>& answer,
+                              const std::vector<int64_t>& response) {
+  return static_cast<double>(numbers_in_place(answer, response)) /
+         static_cast<double>(answer.size() / 2);
+}
+
 } // namespace rlforge::examples::grpo

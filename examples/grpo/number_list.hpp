@@ -62,4 +62,14 @@ int heavy_tailed_length(std::mt19937_64& rng, int lo, int hi);
 /// response. All of them exactly when `response` is `answer`. Any ids are accepted.
 int64_t numbers_in_place(const std::vector<int64_t>& answer, const std::vector<int64_t>& response);
 
+/// The reward of `response` when `answer` (a non-empty `number_answer`) is right: 1 for exactly
+/// `answer`, else `partial_credit` times the share of its numbers in place (`numbers_in_place`).
+double number_answer_reward(const std::vector<int64_t>& answer,
+                            const std::vector<int64_t>& response, double partial_credit);
+
+/// The share of the numbers of `answer` (a non-empty `number_answer`) that `response` has in
+/// place: 1 exactly for `answer`.
+double number_answer_accuracy(const std::vector<int64_t>& answer,
+                              const std::vector<int64_t>& response);
+
 } // namespace rlforge::examples::grpo

@@ -104,18 +104,12 @@ std::vector<int64_t> task::target(const std::vector<int64_t>& prompt) const {
 
 double task::reward(const std::vector<int64_t>& prompt,
                     const std::vector<int64_t>& response) const {
-  const auto list = parse_prompt(prompt);
-  // Every number in place is exactly the target (numbers_in_place).
-  const auto in_place = numbers_in_place(list, response);
-  if (in_place == static_cast<int64_t>(list.size()))
-    return 1.0;
-  return cfg_.partial_credit * static_cast<double>(in_place) / static_cast<double>(list.size());
+  return grpo::number_answer_reward(target(prompt), response, cfg_.partial_credit);
 }
 
 double task::accuracy(const std::vector<int64_t>& prompt,
                       const std::vector<int64_t>& response) const {
-  const auto list = parse_prompt(prompt);
-  return static_cast<double>(numbers_in_place(list, response)) / static_cast<double>(list.size());
+  return grpo::number_answer_accuracy(target(prompt), response);
 }
 
 std::vector<int64_t> prompt_tokens(const std::vector<int>& list) {
